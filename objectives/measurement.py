@@ -1,0 +1,105 @@
+"""What a trial measures, as immutable data.
+
+Counter names are the real device names: mlx5 ``ethtool -S`` and ``hw_counters`` names for NIC
+ports (``rx_prio3_pause``, ``rx_prio3_pause_duration``, ``rx_prio3_pause_transition``,
+``np_cnp_sent``, ``np_ecn_marked_roce_packets``, ``rp_cnp_handled``, ``rx_prio3_discards`` ...),
+and for switch ports the SONiC/SAI meaning in a platform-neutral spelling (``pfc3_rx_pkts``,
+``pfc3_tx_pkts``, ``queue3_ecn_marked_pkts``, ``queue3_wred_drop_pkts``, ``queue3_drop_pkts``,
+``queue3_watermark_bytes``, ``pfcwd3_storm_detected``). A counter a device does not expose is
+absent from its mapping, never zero: per-priority pause counters only exist where PFC is on.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+# Counters that are levels or flags, not monotonic counts: deltas keep the "after" value.
+LEVEL_SUFFIXES = ("_watermark_bytes", "_storm_detected", "_link_up", "_speed_mbps", "_mtu")
+
+
+class Counters(BaseModel):
+    """Cumulative counters per port: ``{"host0/mlx5_0": {"rx_prio3_pause": 12, ...}}``.
+
+    Keys are ``<target>/<port>`` for switches (``leaf0/Ethernet8``) and the NIC target name for
+    NICs. ``taken_at_s`` is the monotonic time of the read, so rates can be computed.
+    """
+
+    model_config = _FROZEN
+    ports: dict[str, dict[str, int]] = Field(default_factory=dict)
+    taken_at_s: float = 0.0
+
+    def delta(self, before: Counters) -> Counters:
+        """``self - before`` per port and counter; counters missing on either side are left out.
+
+        A counter that went backwards (cleared or wrapped) yields its ``after`` value, the way
+        ``pfcstat -c`` users read a cleared counter.
+        """
+        out: dict[str, dict[str, int]] = {}
+        for port, after in self.ports.items():
+            prev = before.ports.get(port, {})
+            row: dict[str, int] = {}
+            for name, value in after.items():
+                if name.endswith(LEVEL_SUFFIXES):
+                    row[name] = value
+                elif name in prev:
+                    d = value - prev[name]
+                    row[name] = d if d >= 0 else value
+            out[port] = row
+        return Counters(ports=out, taken_at_s=self.taken_at_s - before.taken_at_s)
+
+    def total(self, name: str) -> int:
+        """Sum of one counter over every port that has it."""
+        return sum(row[name] for row in self.ports.values() if name in row)
+
+    def missing(self, name: str) -> list[str]:
+        """Ports that do not expose ``name`` (absent, which is not zero)."""
+        return sorted(p for p, row in self.ports.items() if name not in row)
+
+
+class CollectiveResult(BaseModel):
+    """One collective at one message size, in nccl-tests terms (GB/s = 1e9 bytes per second)."""
+
+    model_config = _FROZEN
+    name: str  # nccl-tests op name: all_reduce, alltoall, all_gather, reduce_scatter
+    size_bytes: int
+    ranks: int
+    time_us: float  # mean per iteration
+    algbw_gbytes_per_s: float
+    busbw_gbytes_per_s: float
+    iteration_times_us: list[float] = Field(default_factory=list)
+    wrong: int = 0
+    weight: float = 1.0
+    line_rate_gbytes_per_s: float = 0.0  # the NIC bound busbw is compared with (0 = unknown)
+
+
+class LatencyResult(BaseModel):
+    """Latency-under-load probe statistics (perftest ``ib_write_lat`` or rocesim probes)."""
+
+    model_config = _FROZEN
+    count: int
+    p50_us: float
+    p99_us: float
+    p999_us: float
+    max_us: float
+    mean_us: float = 0.0
+
+
+class Measurement(BaseModel):
+    """Everything one trial measured; the raw tool outputs ride along for the audit trail."""
+
+    model_config = _FROZEN
+    collectives: list[CollectiveResult] = Field(default_factory=list)
+    latency: LatencyResult | None = None
+    counters_before: Counters = Field(default_factory=Counters)
+    counters_after: Counters = Field(default_factory=Counters)
+    duration_s: float = 0.0
+    raw: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    extra: dict[str, float] = Field(default_factory=dict)  # backend-specific scalars
+
+    @property
+    def counters(self) -> Counters:
+        """Counter deltas over the measurement."""
+        return self.counters_after.delta(self.counters_before)

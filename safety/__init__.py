@@ -1,0 +1,1 @@
+"""Safety: static limits, pre-flight checks, live monitors, journal, rollback, dead-man timers."""

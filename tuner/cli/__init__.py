@@ -1,0 +1,83 @@
+"""``ecntune`` command line. The only place that prints for the user and picks exit codes.
+
+Exit codes:
+  0  success
+  1  unexpected internal error (a bug: please report it with the traceback)
+  2  bad input: experiment/inventory file, arguments, unparsable tool output
+  3  the study stopped on an apply, measurement or safety failure (canary restored)
+  4  the canary could NOT be restored: targets may be dirty, run ``ecntune recover``
+  130 interrupted (Ctrl-C / SIGTERM), canary restored
+
+Each sub-command lives in its own module under ``tuner/cli/`` and exposes ``command``
+(a click command); ``COMMANDS`` lists them. Heavy imports (optuna, mlflow, paramiko) happen
+inside the command functions so ``ecntune --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from tuner import __version__
+from tuner.errors import (
+    ConfigError,
+    ParseError,
+    RollbackError,
+    TunerError,
+)
+
+EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_FAILED, EXIT_DIRTY, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+# Module names under tuner/cli/ whose ``command`` is registered on the group.
+COMMANDS: tuple[str, ...] = ()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Map an exception to the documented exit code."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, RollbackError):
+        return EXIT_DIRTY
+    if isinstance(exc, ConfigError | ParseError):
+        return EXIT_INPUT
+    if isinstance(exc, TunerError):
+        return EXIT_FAILED
+    return EXIT_BUG
+
+
+def handle_errors(fn: F) -> F:
+    """Turn library exceptions into one clear line on stderr and the documented exit code."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (TunerError, KeyboardInterrupt) as exc:
+            code = exit_code_for(exc)
+            kind = type(exc).__name__ if not isinstance(exc, KeyboardInterrupt) else "Interrupted"
+            click.echo(f"ecntune: {kind}: {exc}", err=True)
+            sys.exit(code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ecntune")
+def main() -> None:
+    """Closed-loop ECN/DCQCN auto-tuner for RoCE fabrics.
+
+    Tunes switch ECN thresholds and NIC DCQCN parameters on a canary slice, measures NCCL bus
+    bandwidth and tail latency against PFC, rolls back on any safety violation, and logs every
+    trial to MLflow. By default it runs on rocesim, a simulated RoCE fabric.
+    """
+
+
+for _name in COMMANDS:
+    main.add_command(importlib.import_module(f"tuner.cli.{_name}").command)

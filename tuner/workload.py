@@ -1,0 +1,74 @@
+"""The traffic mix a trial measures, as data shared by every cluster backend.
+
+A workload is a list of concurrent parts: collectives (scored, with a weight), background traffic
+(not scored; it is what the collectives compete with) and latency probes (scored by p99).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_STRICT = ConfigDict(frozen=True, extra="forbid")
+
+CollectiveOp = Literal["all_reduce", "alltoall", "all_gather", "reduce_scatter"]
+
+
+class CollectivePart(BaseModel):
+    """A NCCL-style collective over the canary's NICs, repeated ``iterations`` times."""
+
+    model_config = _STRICT
+    kind: Literal["collective"] = "collective"
+    op: CollectiveOp
+    size_bytes: int = Field(gt=0)
+    iterations: int = Field(default=5, ge=1, le=1000)
+    weight: float = Field(default=1.0, ge=0)
+    channels: int = Field(default=4, ge=1, le=64)  # ring channels (NCCL_MIN_NCHANNELS-like)
+    qps_per_connection: int = Field(default=1, ge=1, le=16)  # NCCL_IB_QPS_PER_CONNECTION
+
+
+class BackgroundPart(BaseModel):
+    """Storage/backup flows at a share of line rate; ``priority: roce`` puts them in the RoCE
+    (lossless) class - the classic incident - ``other`` in a second class."""
+
+    model_config = _STRICT
+    kind: Literal["background"] = "background"
+    pattern: Literal["incast", "permutation"] = "incast"
+    load: float = Field(default=0.3, gt=0, le=1.0)
+    fan_in: int = Field(default=4, ge=1, le=256)  # senders per receiver for incast
+    priority: Literal["roce", "other"] = "roce"
+    lossless: bool = True  # only meaningful for priority "other"
+
+
+class ProbePart(BaseModel):
+    """Small-message latency probes between random canary pairs at a fixed interval."""
+
+    model_config = _STRICT
+    kind: Literal["probe"] = "probe"
+    size_bytes: int = Field(default=64, ge=2, le=65536)
+    interval_us: float = Field(default=50.0, gt=0)
+    pairs: int = Field(default=4, ge=1, le=256)
+
+
+Part = Annotated[CollectivePart | BackgroundPart | ProbePart, Field(discriminator="kind")]
+
+
+class Workload(BaseModel):
+    """The concurrent parts of one measurement."""
+
+    model_config = _STRICT
+    parts: list[Part] = Field(min_length=1)
+    time_limit_s: float = Field(default=600.0, gt=0)  # a measurement past this is a failure
+
+    @property
+    def collectives(self) -> list[CollectivePart]:
+        return [p for p in self.parts if isinstance(p, CollectivePart)]
+
+    @property
+    def background(self) -> list[BackgroundPart]:
+        return [p for p in self.parts if isinstance(p, BackgroundPart)]
+
+    @property
+    def probes(self) -> list[ProbePart]:
+        return [p for p in self.parts if isinstance(p, ProbePart)]
