@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 # Counters that are levels or flags, not monotonic counts: deltas keep the "after" value.
-LEVEL_SUFFIXES = ("_watermark_bytes", "_storm_detected", "_link_up", "_speed_mbps", "_mtu")
+LEVEL_SUFFIXES = ("_watermark_bytes", "_storm_detected", "link_up", "_speed_mbps", "_mtu")
 
 
 class Counters(BaseModel):

@@ -35,7 +35,7 @@ class Knob:
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
-        # Switch ECN/WRED on the lossless queue (SONiC WRED_PROFILE green_*, NVUE min/max-threshold).
+        # Switch ECN/WRED on the lossless queue (SONiC WRED_PROFILE green_*, NVUE thresholds).
         Knob("kmin_bytes", "switch", "bytes", 1_000, 16_000_000, 1_048_576,
              "ECN marking starts above this egress-queue depth (green_min_threshold)"),
         Knob("kmax_bytes", "switch", "bytes", 2_000, 32_000_000, 2_097_152,

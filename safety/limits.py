@@ -1,0 +1,82 @@
+"""Static limits: what a proposal must satisfy before it may touch a device.
+
+Pure functions on plain values, so the same rules run before any change on the simulated and the
+real backend. The rules are the ones a field engineer checks by hand:
+
+* every knob inside its hardware range (``tuner.settings.KNOBS``, from mstflint's mlxconfig DB);
+* Kmin < Kmax;
+* ECN before PFC: Kmax at least ``xoff_margin_percent`` below the PFC XOFF point of the queue,
+  so that marking starts throttling senders before the switch pauses its upstream;
+* no rate knob above the NIC's line rate.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.settings import KNOBS
+
+RATE_KNOBS = ("rpg_max_rate", "rpg_ai_rate", "rpg_hai_rate", "rpg_min_rate",
+              "rate_to_set_on_first_cnp")
+
+
+class SafetyLimits(BaseModel):
+    """The experiment file's ``safety:`` section."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    xoff_margin_percent: float = Field(default=20.0, ge=0, lt=100)
+    max_pause_fraction: float = Field(default=0.05, gt=0, le=1)  # paused µs per µs, per port
+    max_pause_frames_per_s: float = Field(default=50_000, gt=0)  # per port and priority
+    max_lossless_drops: int = Field(default=0, ge=0)
+    min_busbw_ratio: float = Field(default=0.3, ge=0, le=1)  # vs the baseline trial
+    max_crc_errors: int = Field(default=0, ge=0)
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    measurement_timeout_s: float = Field(default=600.0, gt=0)
+    roce_priority: int = Field(default=3, ge=0, le=7)
+
+
+class Violation(BaseModel):
+    """One broken rule. ``code`` becomes the verdict suffix (``rejected:kmin_ge_kmax``)."""
+
+    model_config = ConfigDict(frozen=True)
+    code: str
+    target: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        where = f" on {self.target}" if self.target else ""
+        return f"{self.code}{where}: {self.detail}" if self.detail else f"{self.code}{where}"
+
+
+def check_proposal(
+    values: dict[str, int], *, xoff_bytes: int | None, line_rate_mbps: int, limits: SafetyLimits
+) -> list[Violation]:
+    """Every static rule a proposal breaks (empty list: safe to apply)."""
+    out: list[Violation] = []
+    for name, value in values.items():
+        knob = KNOBS.get(name)
+        if knob is None:
+            out.append(Violation(code="unknown_knob", detail=name))
+        elif not knob.lo <= value <= knob.hi:
+            out.append(Violation(
+                code="out_of_range",
+                detail=f"{name}={value} outside the hardware range "
+                       f"{knob.lo}..{knob.hi} {knob.unit}"))
+    kmin, kmax = values.get("kmin_bytes"), values.get("kmax_bytes")
+    if kmin is not None and kmax is not None and kmin >= kmax:
+        out.append(Violation(code="kmin_ge_kmax",
+                             detail=f"kmin_bytes={kmin} >= kmax_bytes={kmax}"))
+    if kmax is not None and xoff_bytes is not None:
+        ceiling = int(xoff_bytes * (1 - limits.xoff_margin_percent / 100))
+        if kmax > ceiling:
+            out.append(Violation(
+                code="kmax_above_xoff",
+                detail=f"kmax_bytes={kmax} above {ceiling} (PFC XOFF {xoff_bytes} B less a "
+                       f"{limits.xoff_margin_percent:g} % margin): PFC would pause before ECN "
+                       "acts"))
+    for name in RATE_KNOBS:
+        value = values.get(name)
+        if value is not None and value > line_rate_mbps:
+            out.append(Violation(code="rate_above_line_rate",
+                                 detail=f"{name}={value} Mbit/s above line rate {line_rate_mbps}"))
+    return out
