@@ -1,0 +1,154 @@
+"""Rich rendering shared by ``run``, ``resume`` and ``show`` (the CLI is the only printer)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tuner.settings import KNOBS
+
+if TYPE_CHECKING:
+    from tuner.loop import StudyResult, TrialOutcome
+
+# Metrics of the final table: (metric key, label, higher is better).
+SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("score", "score", True),
+    ("busbw_norm", "busbw / line rate", True),
+    ("p99_us", "probe p99 latency (µs)", False),
+    ("p999_us", "probe p99.9 latency (µs)", False),
+    ("pause_us_per_s", "PFC pause (µs/s per NIC port)", False),
+    ("pfc_pause_frames", "PFC pause frames received", False),
+    ("ecn_marked_pkts", "ECN-marked packets", False),
+    ("cnp_sent", "CNPs sent", False),
+)
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+class LiveProgress:
+    """Progress bar: trial n/N, best score so far, last verdict."""
+
+    def __init__(self, console: Console, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("best [cyan]{task.fields[best]}"),
+            TextColumn("last [magenta]{task.fields[last]}"), TimeElapsedColumn(),
+            console=console, transient=False, disable=not enabled)
+        self.task: Any = None
+
+    def __enter__(self) -> LiveProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start":
+            self.task = self.progress.add_task(f"study {data['study']}", total=data["total"],
+                                               completed=data["done"], best="-", last="-")
+        elif kind == "trial" and self.task is not None:
+            out: TrialOutcome = data["outcome"]
+            best: TrialOutcome | None = data["best"]
+            best_txt = (f"{best.score:.4f} (#{best.number})"
+                        if best is not None and best.score is not None else "-")
+            last = f"#{out.number} {out.verdict}"
+            if out.score is not None:
+                last += f" {out.score:.4f}"
+            self.progress.update(self.task, completed=data["used"], best=best_txt, last=last)
+        elif kind == "stale":
+            self.console.print(f"closed trials left running by a killed process: "
+                               f"{data['trials']}")
+        elif kind == "wall_time":
+            self.console.print(f"wall-time budget reached after {data['elapsed_s']:.0f} s")
+
+
+def summary_table(res: StudyResult) -> Table:
+    base, best = res.baseline, res.best
+    t = Table(title=f"study {res.study}: baseline (trial 0) vs best "
+                    f"(trial {best.number if best else '-'})")
+    t.add_column("metric")
+    t.add_column("baseline", justify="right")
+    t.add_column("best", justify="right")
+    t.add_column("change", justify="right")
+    for key, label, up in SUMMARY_ROWS:
+        b = base.metrics.get(key) if base else None
+        w = best.metrics.get(key) if best else None
+        if b is None and w is None:
+            continue
+        change = "-"
+        if b is not None and w is not None and b != 0:
+            pct = (w - b) / abs(b) * 100
+            good = (pct > 0) == up or pct == 0
+            change = f"[{'green' if good else 'red'}]{pct:+.1f} %[/]"
+        elif b == 0 and w == 0:
+            change = "±0 %"
+        t.add_row(label, _fmt(b), _fmt(w), change)
+    return t
+
+
+def settings_table(baseline: dict[str, int], best: dict[str, int], title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("knob")
+    t.add_column("unit")
+    t.add_column("baseline", justify="right")
+    t.add_column("recommended", justify="right")
+    for name in KNOBS:
+        if name not in best:
+            continue
+        b, w = baseline.get(name), best[name]
+        mark = "" if b == w else " *"
+        t.add_row(name, KNOBS[name].unit, _fmt(b) if b is not None else "-", f"{w:,}{mark}")
+    return t
+
+
+def trials_table(trials: list[TrialOutcome], title: str, limit: int | None = None) -> Table:
+    t = Table(title=title)
+    for col in ("trial", "state", "verdict", "score", "busbw/line", "p99 µs", "PFC µs/s",
+                "kmin", "kmax", "pmax %"):
+        t.add_column(col, justify="right" if col not in ("state", "verdict") else "left")
+    for o in trials[:limit]:
+        m = o.metrics
+        t.add_row(str(o.number), o.state, o.verdict, _fmt(o.score), _fmt(m.get("busbw_norm")),
+                  _fmt(m.get("p99_us")), _fmt(m.get("pause_us_per_s")),
+                  _fmt(o.values.get("kmin_bytes")), _fmt(o.values.get("kmax_bytes")),
+                  _fmt(o.values.get("pmax_percent")))
+    return t
+
+
+def print_result(console: Console, res: StudyResult) -> None:
+    console.print(summary_table(res))
+    if res.best is not None and res.baseline is not None:
+        imp = res.improvement_percent
+        verdict = ("beats" if res.best.score is not None and res.baseline.score is not None
+                   and res.best.score > res.baseline.score else "does not beat")
+        console.print(f"best trial {res.best.number} {verdict} the baseline: score "
+                      f"{res.baseline.score:.4f} -> {res.best.score:.4f} "
+                      f"({imp:+.1f} %)" if imp is not None else "")
+        console.print(settings_table(res.baseline.values, res.best.values,
+                                     "recommended settings (* = changed)"))
+    if res.mode == "multi" and res.pareto:
+        console.print(trials_table(res.pareto, "Pareto front (busbw ↑, p99 ↓)"))
+    counts: dict[str, int] = {}
+    for o in res.trials:
+        counts[o.verdict.split(":")[0]] = counts.get(o.verdict.split(":")[0], 0) + 1
+    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    where = ("baseline restored" if res.final == "baseline"
+             else f"best trial {res.final.split(':')[1]} kept (promoted)")
+    console.print(f"canary: {where}")
+    for msg in res.tracking_failures[:3]:
+        console.print(f"[yellow]warning:[/] {msg}")
+    console.print(f"Optuna storage: {res.storage}   MLflow: {res.tracking_uri}")
+    console.print(f"next: ecntune export {res.study}    "
+                  f"mlflow ui --backend-store-uri {res.tracking_uri}")

@@ -1,0 +1,68 @@
+"""``ecntune run EXPERIMENT``: run a study from an experiment file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tuner.cli import handle_errors
+
+
+def execute(exp_text: str, source: str, *, study: str | None, resume: bool, trials: int | None,
+            keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool) -> None:
+    """Shared by ``run`` and ``resume``: build everything, run, print the result."""
+    from rich.console import Console
+
+    from tuner.cli._render import LiveProgress, print_result
+    from tuner.experiment import parse_experiment
+    from tuner.loop import StudyRunner, build_cluster, default_study_name
+
+    exp = parse_experiment(exp_text, source)
+    update: dict[str, object] = {}
+    if trials is not None:
+        update["budget"] = exp.budget.model_copy(update={"trials": trials})
+    if results is not None:
+        update["results_dir"] = results
+    if no_mlflow:
+        update["tracking"] = exp.tracking.model_copy(update={"enabled": False})
+    if update:
+        exp = exp.model_copy(update=update)
+    name = study or default_study_name(exp)
+    console = Console(stderr=False)
+    cluster = build_cluster(exp)
+    with cluster, LiveProgress(console, enabled=not quiet) as progress:
+        runner = StudyRunner(exp, exp_text, cluster, study_name=name, keep_best=keep_best,
+                             on_event=progress)
+        res = runner.run(resume=resume)
+    print_result(console, res)
+
+
+@click.command("run")
+@click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--study", help="Study name (default: <experiment name>-<UTC timestamp>).")
+@click.option("--trials", type=click.IntRange(min=1), help="Override budget.trials.")
+@click.option("--keep-best", is_flag=True,
+              help="Leave the canary on the best trial's settings (re-applied and verified) "
+                   "instead of the baseline.")
+@click.option("--results", help="Override results_dir (Optuna/MLflow stores, journal).")
+@click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@handle_errors
+def command(experiment: Path, study: str | None, trials: int | None, keep_best: bool,
+            results: str | None, no_mlflow: bool, quiet: bool) -> None:
+    """Tune ECN/DCQCN on the canary described by EXPERIMENT (a YAML experiment file).
+
+    Trial 0 measures the canary as it is (the baseline); every later trial is proposed by
+    Optuna, checked against the static safety limits, applied, verified, measured and judged,
+    and the canary is restored after it. Ctrl-C or SIGTERM restores the baseline and exits 130;
+    `ecntune resume` continues the study. Exit codes: see `ecntune --help`.
+    """
+    from tuner.errors import ConfigError
+
+    try:
+        text = experiment.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{experiment}: cannot read experiment file: {exc.strerror}") from None
+    execute(text, str(experiment), study=study, resume=False, trials=trials,
+            keep_best=keep_best, results=results, no_mlflow=no_mlflow, quiet=quiet)

@@ -1,0 +1,295 @@
+"""The experiment file: one YAML document that says what to tune, where, and how to judge it.
+
+``load_experiment(path)`` parses and validates it; every mistake becomes one ``ConfigError``
+line per problem naming the file, the field path, the value given and what is allowed, e.g.::
+
+    experiments/x.yaml: search.knobs.rpg_ai_rate.high: value 999999 -- Input should be less
+    than or equal to 131071
+
+The field reference lives in ``docs/experiment-file.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from safety.limits import SafetyLimits
+from tuner.errors import ConfigError
+from tuner.settings import KNOBS
+from tuner.workload import Workload
+
+_STRICT = ConfigDict(frozen=True, extra="forbid")
+
+# The one search dimension that is not a device knob: kmax_bytes = kmin_bytes * kmax_ratio.
+KMAX_RATIO = "kmax_ratio"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class TopologySpec(BaseModel):
+    """rocesim ``Topology`` arguments (same names, same units)."""
+
+    model_config = _STRICT
+    kind: Literal["leaf_spine", "single_switch"] = "leaf_spine"
+    leaves: int = Field(default=2, ge=1, le=64)
+    spines: int = Field(default=2, ge=1, le=64)
+    hosts_per_leaf: int = Field(default=4, ge=1, le=64)
+    nics_per_host: int = Field(default=1, ge=1, le=8)
+    nic_gbps: float = Field(default=100.0, gt=0, le=1600)
+    uplink_gbps: float = Field(default=100.0, gt=0, le=1600)
+    link_delay_us: float = Field(default=1.0, gt=0, le=1000)
+    payload_bytes: int = Field(default=4096, ge=256, le=9000)
+    buffer_bytes: int = Field(default=32 * 2**20, ge=2**16, le=2**31)
+
+
+class FabricSpec(BaseModel):
+    """Where the study runs: ``sim`` (rocesim) is built in; ``ssh`` lands with its own file."""
+
+    model_config = _STRICT
+    backend: Literal["sim"] = "sim"
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+    seed: int = Field(default=0, ge=0)
+    max_time_us: float = Field(default=50_000.0, gt=0)  # simulated-time cap of one measurement
+    step_us: float = Field(default=500.0, gt=0)  # simulated time between live safety polls
+
+
+class CanarySpec(BaseModel):
+    """The slice trials may change: these switches and the NICs of the hosts under them."""
+
+    model_config = _STRICT
+    switches: list[str] = Field(default_factory=lambda: ["leaf0"], min_length=1)
+
+
+class KnobRange(BaseModel):
+    """One searched dimension. ``low``/``high`` default to the knob's hardware range."""
+
+    model_config = _STRICT
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KnobRange:
+        if self.low is not None and self.high is not None and self.low >= self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        if self.log and self.low is not None and self.low <= 0:
+            raise ValueError(f"log scale needs low > 0, got {self.low:g}")
+        return self
+
+
+class SearchSpec(BaseModel):
+    """Which knobs are searched (and over what range) and which are pinned."""
+
+    model_config = _STRICT
+    knobs: dict[str, KnobRange] = Field(default_factory=dict)
+    fixed: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("knobs")
+    @classmethod
+    def _known_knobs(cls, v: dict[str, KnobRange]) -> dict[str, KnobRange]:
+        for name, rng in v.items():
+            if name == "kmax_bytes":
+                raise ValueError("kmax_bytes is searched as kmax_ratio (kmax = kmin * ratio) so "
+                                 "that kmin < kmax always holds; use kmax_ratio instead")
+            if name == KMAX_RATIO:
+                if rng.low is not None and rng.low <= 1.0:
+                    raise ValueError(f"kmax_ratio.low must be above 1, got {rng.low:g}")
+                continue
+            knob = KNOBS.get(name)
+            if knob is None:
+                raise ValueError(f"unknown knob {name!r}; allowed: {', '.join(KNOBS)}, "
+                                 f"{KMAX_RATIO}")
+            for side in ("low", "high"):
+                val = getattr(rng, side)
+                if val is not None and not knob.lo <= val <= knob.hi:
+                    raise ValueError(f"{name}.{side}={val:g} outside the hardware range "
+                                     f"{knob.lo}..{knob.hi} {knob.unit}")
+        return v
+
+    @field_validator("fixed")
+    @classmethod
+    def _known_fixed(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, value in v.items():
+            knob = KNOBS.get(name)
+            if knob is None:
+                raise ValueError(f"unknown knob {name!r}; allowed: {', '.join(KNOBS)}")
+            if not knob.lo <= value <= knob.hi:
+                raise ValueError(f"{name}={value} outside the hardware range "
+                                 f"{knob.lo}..{knob.hi} {knob.unit}")
+        return v
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> SearchSpec:
+        both = set(self.knobs) & set(self.fixed)
+        if both:
+            raise ValueError(f"knobs both searched and fixed: {sorted(both)}")
+        if KMAX_RATIO in self.knobs and "kmin_bytes" not in self.knobs:
+            raise ValueError("kmax_ratio needs kmin_bytes in knobs too")
+        return self
+
+
+class ObjectiveSpec(BaseModel):
+    """How a measurement becomes a score (see ``objectives/score.py``)."""
+
+    model_config = _STRICT
+    mode: Literal["scalar", "multi"] = "scalar"
+    busbw_weight: float = Field(default=1.0, ge=0)
+    latency_weight: float = Field(default=0.5, ge=0)
+    pfc_weight: float = Field(default=0.5, ge=0)
+    p99_target_us: float = Field(default=20.0, gt=0)
+    pfc_budget_us_per_s: float = Field(default=1000.0, gt=0)  # µs paused per second per port
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ObjectiveSpec:
+        if self.busbw_weight + self.latency_weight + self.pfc_weight <= 0:
+            raise ValueError("at least one of busbw_weight, latency_weight, pfc_weight must "
+                             "be above 0")
+        return self
+
+
+class BudgetSpec(BaseModel):
+    model_config = _STRICT
+    trials: int = Field(default=20, ge=1, le=100_000)  # proposals after the baseline trial 0
+    wall_time_s: float = Field(default=3600.0, gt=0)
+
+
+class SamplerSpec(BaseModel):
+    model_config = _STRICT
+    name: Literal["tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
+    seed: int | None = 0
+    startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
+
+
+class TrackingSpec(BaseModel):
+    """MLflow: ``uri`` defaults to ``sqlite:///<results_dir>/mlflow.db``."""
+
+    model_config = _STRICT
+    enabled: bool = True
+    uri: str | None = None
+    experiment: str | None = None  # MLflow experiment name; default "ecntune/<name>"
+
+
+class Experiment(BaseModel):
+    """A whole experiment file."""
+
+    model_config = _STRICT
+    name: str
+    description: str = ""
+    fabric: FabricSpec = Field(default_factory=FabricSpec)
+    canary: CanarySpec = Field(default_factory=CanarySpec)
+    current: dict[str, int] = Field(default_factory=dict)  # what the fabric runs today
+    workload: Workload
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    safety: SafetyLimits = Field(default_factory=SafetyLimits)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    storage: str | None = None  # Optuna storage URL; default sqlite:///<results_dir>/optuna.db
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    results_dir: str = "results"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("use 1-64 letters, digits, '_', '-', '.' (it names files and runs)")
+        return v
+
+    @field_validator("current")
+    @classmethod
+    def _current(cls, v: dict[str, int]) -> dict[str, int]:
+        return SearchSpec._known_fixed(v)
+
+    @model_validator(mode="after")
+    def _collectives(self) -> Experiment:
+        if not self.workload.collectives and not self.workload.probes:
+            raise ValueError("workload needs at least one collective or probe part to score")
+        return self
+
+    # Derived locations ---------------------------------------------------------------------
+    @property
+    def results_path(self) -> Path:
+        return Path(self.results_dir)
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or f"sqlite:///{self.results_path / 'optuna.db'}"
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.tracking.uri or f"sqlite:///{self.results_path / 'mlflow.db'}"
+
+    @property
+    def tracking_experiment(self) -> str:
+        return self.tracking.experiment or f"ecntune/{self.name}"
+
+
+def _walk_fields(loc: tuple[Any, ...]) -> list[str] | None:
+    """The allowed field names of the model at ``loc`` (for 'extra field' errors)."""
+    model: Any = Experiment
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return None
+        ann = fields[part].annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    fields = getattr(model, "model_fields", None)
+    return list(fields) if fields else None
+
+
+def format_errors(source: str, exc: ValidationError) -> str:
+    """One line per problem: ``file: field.path: value V -- what is wrong / allowed``."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "<top level>"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            allowed = _walk_fields(loc[:-1])
+            msg = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        elif err["type"] == "literal_error" and "ctx" in err:
+            msg = f"not allowed; allowed: {err['ctx'].get('expected')}"
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        lines.append(f"{source}: {where}: value {shown} -- {msg}")
+    return "\n".join(lines)
+
+
+def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
+    """Validate experiment YAML text; raises ``ConfigError`` naming source, field and value."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}{line}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got "
+                          f"{type(data).__name__}")
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(source, exc)) from None
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read experiment file: {exc.strerror}") from None
+    return parse_experiment(text, str(p))

@@ -1,0 +1,178 @@
+"""Everything that touches Optuna (the only module importing it).
+
+The study lives in an Optuna storage (SQLite file next to the results by default). What the loop
+needs beyond Optuna's own records rides in attributes:
+
+* study user attrs: ``experiment_yaml`` (the file as run, for ``resume``), ``experiment_name``,
+  ``mode``, ``created_at``, ``mlflow_parent_run_id``, ``kept_trial``;
+* trial user attrs: ``verdict`` (``ok``, ``baseline``, ``rejected:<code>``,
+  ``rolled_back:<code>``, ``failed:<reason>``, ``interrupted``), ``values`` (every knob value),
+  ``metrics``, ``score``, ``measurement`` (JSON, baseline only), ``mlflow_run_id``.
+
+Optuna 5 notes: ``create_study``/``load_study`` take keyword arguments only; the PFC budget
+is ``trial.set_constraint("pfc_budget", v)`` (feasible when <= 0); an ask/tell loop gets no
+heartbeat janitor, so ``fail_stale`` closes trials a killed process left RUNNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tuner.experiment import SamplerSpec
+    from tuner.space import SearchSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+logging.getLogger("optuna").propagate = False
+
+COMPLETE, PRUNED, FAIL, RUNNING = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL,
+                                   TrialState.RUNNING)
+
+
+def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    out: dict[str, BaseDistribution] = {}
+    for d in space.dims:
+        if d.integer:
+            out[d.name] = IntDistribution(int(d.low), int(d.high), log=d.log)
+        else:
+            out[d.name] = FloatDistribution(d.low, d.high, log=d.log)
+    return out
+
+
+def make_sampler(spec: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
+    """The sampler, checked now rather than at trial 10 (GP needs torch, CMA-ES cmaes)."""
+    if spec.name == "tpe":
+        return optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.startup_trials,
+                                          multivariate=True, constant_liar=True)
+    if spec.name == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    if spec.name == "qmc":
+        return optuna.samplers.QMCSampler(seed=spec.seed, warn_independent_sampling=False)
+    if spec.name == "cmaes":
+        if multi:
+            raise ConfigError("sampler.name: value 'cmaes' -- CMA-ES is single-objective; "
+                              "use tpe for objective.mode: multi")
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise ConfigError("sampler.name: value 'cmaes' -- needs the cmaes package "
+                              "(pip install cmaes)") from None
+        return optuna.samplers.CmaEsSampler(seed=spec.seed, n_startup_trials=spec.startup_trials)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError("sampler.name: value 'gp' -- GPSampler needs torch (pip install "
+                          "torch); use tpe otherwise") from None
+    return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.startup_trials)
+
+
+def ensure_storage_dir(url: str) -> None:
+    """Create the folder of a ``sqlite:///path`` storage so Optuna can create the file."""
+    from pathlib import Path
+
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+
+
+def create_study(name: str, storage: str, directions: list[str],
+                 sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    ensure_storage_dir(storage)
+    try:
+        return optuna.create_study(study_name=name, storage=storage, directions=directions,
+                                   sampler=sampler, load_if_exists=False)
+    except optuna.exceptions.DuplicatedStudyError:
+        raise ConfigError(f"study {name!r} already exists in {storage}; continue it with "
+                          f"`ecntune resume {name}` or pick another --study name") from None
+
+
+def load_study(name: str, storage: str,
+               sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    except KeyError:
+        known = study_names(storage)
+        raise ConfigError(f"no study {name!r} in {storage}; it has: "
+                          f"{', '.join(known) or 'none'}") from None
+
+
+def study_names(storage: str) -> list[str]:
+    """Study names in creation order (oldest first)."""
+    ensure_storage_dir(storage)
+    summaries = optuna.study.get_all_study_summaries(storage=storage, include_best_trial=False)
+    return [s.study_name for s in sorted(summaries, key=lambda s: s._study_id)]
+
+
+def fail_stale(study: optuna.Study) -> list[int]:
+    """Close trials a killed process left RUNNING (no heartbeat janitor in ask/tell)."""
+    closed = []
+    for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "verdict", "interrupted")
+        study._storage.set_trial_state_values(t._trial_id, state=FAIL)
+        closed.append(t.number)
+    return closed
+
+
+@dataclass
+class Asked:
+    """One asked trial: its number and the searched params."""
+
+    trial: Any  # optuna.Trial
+    number: int
+    params: dict[str, Any]
+
+
+def enqueue(study: optuna.Study, params: dict[str, Any], role: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study.enqueue_trial(params, user_attrs={"role": role})
+
+
+def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
+    with warnings.catch_warnings():  # enqueued baseline values may sit outside the ranges
+        warnings.simplefilter("ignore")
+        trial = study.ask(fixed_distributions=dists)
+    return Asked(trial=trial, number=trial.number, params=dict(trial.params))
+
+
+def set_attrs(study: optuna.Study, number: int, attrs: dict[str, Any]) -> None:
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    for k, v in attrs.items():
+        study._storage.set_trial_user_attr(trial_id, k, v)
+
+
+def tell(study: optuna.Study, asked: Asked, *, state: TrialState,
+         values: tuple[float, ...] | None = None, constraint: float | None = None,
+         attrs: dict[str, Any] | None = None) -> None:
+    for k, v in (attrs or {}).items():
+        asked.trial.set_user_attr(k, v)
+    if constraint is not None:
+        asked.trial.set_constraint("pfc_budget", constraint)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study.tell(asked.trial, list(values) if values is not None else None, state=state,
+                   skip_if_finished=True)
+
+
+def trials(study: optuna.Study) -> list[FrozenTrial]:
+    return list(study.get_trials(deepcopy=False))
+
+
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Best trial (scalar) or the Pareto front (multi), feasible ones only when constrained."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))]
+    if not done:
+        return []
+    return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
+
+
+def directions(study: optuna.Study) -> list[str]:
+    return [d.name.lower() for d in study.directions]

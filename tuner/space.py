@@ -1,0 +1,107 @@
+"""The search space, as plain data (``tuner.optuna_io`` turns it into Optuna distributions).
+
+Kmax is never searched directly: the space holds ``kmax_ratio`` and ``kmax_bytes`` is
+``round(kmin_bytes * kmax_ratio)`` with ``kmax_ratio > 1``, so every proposal has Kmin < Kmax.
+Knobs not searched keep the baseline's value unless the experiment pins them (``search.fixed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.experiment import KMAX_RATIO, Experiment, KnobRange
+from tuner.settings import KNOBS
+
+# The default space: the knobs issue #3 names, over ranges that hold the factory defaults
+# (shared/reference/INDEX.md section 2) and stay well inside the hardware ranges.
+DEFAULT_SPACE: dict[str, KnobRange] = {
+    "kmin_bytes": KnobRange(low=5_000, high=4_000_000, log=True),
+    KMAX_RATIO: KnobRange(low=1.5, high=20.0, log=True),
+    "pmax_percent": KnobRange(low=1, high=100, log=True),
+    "rpg_time_reset": KnobRange(low=2, high=2_000, log=True),
+    "rpg_ai_rate": KnobRange(low=1, high=1_000, log=True),
+    "rpg_hai_rate": KnobRange(low=5, high=5_000, log=True),
+    "rpg_min_dec_fac": KnobRange(low=1, high=100),
+    "rate_reduce_monitor_period": KnobRange(low=1, high=1_000, log=True),
+    "min_time_between_cnps": KnobRange(low=0, high=500),
+    "dce_tcp_g": KnobRange(low=1, high=1_023, log=True),
+    "rpg_byte_reset": KnobRange(low=64, high=32_767, log=True),
+    "rpg_threshold": KnobRange(low=1, high=31),
+}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One searched dimension: integer device knob, or the float ``kmax_ratio``."""
+
+    name: str
+    low: float
+    high: float
+    log: bool
+    integer: bool
+    unit: str
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    dims: tuple[Dim, ...]
+    fixed: dict[str, int]
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.dims]
+
+    def values(self, params: dict[str, float], baseline: dict[str, int]) -> dict[str, int]:
+        """Every knob value of a proposal: baseline, overlaid by fixed knobs, then the params.
+
+        Values are not clamped: a proposal outside a hardware range is the safety check's to
+        reject, not ours to hide.
+        """
+        out = dict(baseline)
+        out.update(self.fixed)
+        for name, value in params.items():
+            if name != KMAX_RATIO:
+                out[name] = int(round(value))
+        if KMAX_RATIO in params:
+            out["kmax_bytes"] = int(round(out["kmin_bytes"] * float(params[KMAX_RATIO])))
+        return out
+
+    def params_of(self, values: dict[str, int]) -> dict[str, float]:
+        """The params that reproduce ``values`` (used to enqueue the baseline as trial 0)."""
+        out: dict[str, float] = {}
+        for d in self.dims:
+            if d.name == KMAX_RATIO:
+                out[d.name] = values["kmax_bytes"] / values["kmin_bytes"]
+            else:
+                out[d.name] = values[d.name]
+        return out
+
+    def contains(self, params: dict[str, float]) -> bool:
+        return all(d.low <= params[d.name] <= d.high for d in self.dims if d.name in params)
+
+    def describe(self) -> dict[str, str]:
+        """``{"kmin_bytes": "5000..4000000 bytes log", ...}`` for MLflow params and reports."""
+        out = {d.name: f"{d.low:g}..{d.high:g} {d.unit}{' log' if d.log else ''}"
+               for d in self.dims}
+        out.update({f"fixed.{k}": str(v) for k, v in self.fixed.items()})
+        return out
+
+
+def build_space(exp: Experiment) -> SearchSpace:
+    """The experiment's space (``search.knobs``, or ``DEFAULT_SPACE`` when empty)."""
+    chosen = exp.search.knobs or {k: v for k, v in DEFAULT_SPACE.items()
+                                  if k not in exp.search.fixed}
+    dims = []
+    for name, rng in chosen.items():
+        if name == KMAX_RATIO:
+            dflt = DEFAULT_SPACE[KMAX_RATIO]
+            low = rng.low if rng.low is not None else dflt.low
+            high = rng.high if rng.high is not None else dflt.high
+            assert low is not None and high is not None
+            dims.append(Dim(name, float(low), float(high), rng.log, False, "x kmin"))
+            continue
+        knob = KNOBS[name]
+        low = rng.low if rng.low is not None else knob.lo
+        high = rng.high if rng.high is not None else knob.hi
+        dims.append(Dim(name, float(int(low)), float(int(high)), rng.log, True, knob.unit))
+    return SearchSpace(dims=tuple(dims), fixed=dict(exp.search.fixed))
