@@ -1,0 +1,32 @@
+"""Shared fixtures. Emulated cluster: one real sshd per host/switch on 127.0.10.x (needs Debian's
+openssh-server; tests skip with the reason when /usr/sbin/sshd is missing)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tuner.emulated import EmulatedCluster, sshd_available
+
+
+@pytest.fixture(scope="session")
+def emulated_cluster_session(tmp_path_factory: pytest.TempPathFactory
+                             ) -> Iterator[EmulatedCluster]:
+    """One emulated cluster for the whole run (it owns 127.0.10.x:22); prefer
+    ``emulated_cluster``, which resets it to factory state first."""
+    if not sshd_available():
+        pytest.skip("/usr/sbin/sshd missing: apt-get install openssh-server "
+                    "(.ci/run does) to run the emulated-cluster tests")
+    with EmulatedCluster(tmp_path_factory.mktemp("emulated")) as emu:
+        yield emu
+
+
+@pytest.fixture
+def emulated_cluster(emulated_cluster_session: EmulatedCluster) -> EmulatedCluster:
+    """The emulated cluster at factory settings, zero counters, no faults.
+
+    ``emulated_cluster.inventory_path`` is an inventory file in the agreed schema.
+    """
+    emulated_cluster_session.reset()
+    return emulated_cluster_session

@@ -1,0 +1,586 @@
+"""Start and stop an emulated cluster: one real OpenSSH ``sshd`` per host/switch on 127.0.10.x.
+
+Each target gets its own host key (listed in a generated ``known_hosts``), a ``SetEnv`` that tells
+the stand-in tools which target they run on, and a state folder ``<root>/<name>/``. Everything
+the cluster starts is stopped on exit: the listener by its pidfile, then every process whose
+environment carries this cluster's ``ECNTUNE_EMU_ROOT`` (sessions and their children).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tuner.emulated import hosts as hostmod
+from tuner.emulated import state as st
+from tuner.emulated import switches as swmod
+from tuner.errors import ConfigError, TunerError
+
+SSHD = "/usr/sbin/sshd"
+SSH_KEYGEN = "ssh-keygen"
+# command name -> module under tuner.emulated.tools
+TOOLS = {
+    "ethtool": "ethtool", "mlnx_qos": "mlnx_qos", "ip": "ip", "mpirun": "mpirun",
+    "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
+    "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
+}
+NETDEV = "ens1f0np0"
+RDMA_DEVICE = "mlx5_0"
+PCI = "0000:3b:00.0"
+
+
+def sshd_available() -> bool:
+    """True when Debian's openssh-server is installed (tests skip otherwise)."""
+    return os.access(SSHD, os.X_OK)
+
+
+class EmulatedClusterError(TunerError):
+    """The emulated cluster could not be started or driven."""
+
+
+@dataclass
+class Target:
+    name: str
+    kind: str  # "host" | "switch"
+    address: str
+    platform: str = ""
+    nic_layout: str = ""
+    pid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EmulatedCluster:
+    """An emulated RoCE cluster on loopback, as a context manager.
+
+    Example:
+        >>> with EmulatedCluster(tmp_path) as emu:          # doctest: +SKIP
+        ...     inventory = emu.inventory_path             # hand this to the SSH backend
+        ...     emu.inject("host1", refuse_write={"rpg_time_reset": "EINVAL"})
+
+    Hosts ``host0..`` listen on ``base_address + str(11 + i)``, switches on
+    ``base_address + str(2 + j)``. Host ``hostN`` is rocesim NIC ``hostN/mlx5_0``; the switches
+    are the rocesim leaves (hosts are spread over them in order).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        hosts: int = 4,
+        switches: list[tuple[str, str]] | None = None,
+        nic_layouts: list[str] | None = None,
+        base_address: str = "127.0.10.",
+        port: int = 22,
+        spines: int = 1,
+        nic_gbps: int = 100,
+        seed: int = 1,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.port = port
+        switch_specs = switches if switches is not None else [("leaf0", "sonic"),
+                                                              ("leaf1", "nvue")]
+        if not switch_specs:
+            raise ConfigError("an emulated cluster needs at least one switch (leaf)")
+        for name, platform in switch_specs:
+            if platform not in ("sonic", "nvue"):
+                raise ConfigError(f"switch {name}: platform {platform!r} is not sonic|nvue")
+        layouts = nic_layouts or ["sysfs", "debugfs"]
+        for lay in layouts:
+            if lay not in ("sysfs", "debugfs"):
+                raise ConfigError(f"nic_layouts: {lay!r} is not sysfs|debugfs")
+        self.hosts_per_leaf = -(-hosts // len(switch_specs))
+        self.topology = {"kind": "leaf_spine", "leaves": len(switch_specs), "spines": spines,
+                         "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": 1,
+                         "nic_gbps": nic_gbps, "seed": seed}
+        self.targets: dict[str, Target] = {}
+        for j, (name, platform) in enumerate(switch_specs):
+            self.targets[name] = Target(name, "switch", f"{base_address}{2 + j}", platform)
+        for i in range(hosts):
+            self.targets[f"host{i}"] = Target(f"host{i}", "host", f"{base_address}{11 + i}",
+                                              nic_layout=layouts[i % len(layouts)])
+        self.bin_dir = self.root / "bin"
+        self.keys_dir = self.root / "keys"
+        self.run_dir = self.root / "run"
+        self.client_key = self.keys_dir / "id_ed25519"
+        self.known_hosts = self.root / "known_hosts"
+        self.inventory_path = self.root / "inventory.yaml"
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> EmulatedCluster:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        if not sshd_available():
+            raise EmulatedClusterError(f"{SSHD} not found: install Debian's openssh-server")
+        for d in (self.root, self.bin_dir, self.keys_dir, self.run_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privsep directory
+        self._write_keys()
+        self._write_tools()
+        self._write_states()
+        self._write_known_hosts()
+        (self.root / "topology.json").write_text(json.dumps(self.topology, indent=1))
+        self._write_inventory()
+        self._started = True
+        try:
+            self._start_sshd(list(self.targets), timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every sshd and session process of this cluster; files stay for post-mortem."""
+        for name in self.targets:
+            self._kill_listener(name)
+        self._kill_env_processes()
+        self._started = False
+
+    def reset(self) -> None:
+        """Factory settings, zero counters, no faults; the sshd listeners keep running."""
+        self._write_states()
+        self._write_refused_all()
+        for name, t in self.targets.items():
+            if (self.keys_dir / f"{name}_host_ed25519.orig").exists():
+                self.restore_host_key(name)
+            elif t.pid is None and self._started:
+                self.start_target(name)
+
+    # -- test hooks --------------------------------------------------------------------------
+    def inject(self, target: str, **faults: Any) -> None:
+        """Merge faults into ``<root>/<target>/faults.json`` (keys: ``state.FAULT_KEYS``)."""
+        unknown = set(faults) - set(st.FAULT_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"unknown fault(s) {sorted(unknown)}; known: {sorted(st.FAULT_KEYS)}")
+        tdir = self._tdir(target)
+        with st.locked(tdir):
+            current = st.load_faults(tdir)
+            for key, value in faults.items():
+                if isinstance(value, dict) and isinstance(current.get(key), dict):
+                    current[key] = {**current[key], **value}
+                else:
+                    current[key] = value
+            st.write_json(tdir / "faults.json", current)
+            self._write_refused(tdir, current)
+            self._apply_link(tdir, bool(current.get("link_down")))
+
+    def clear_faults(self, target: str) -> None:
+        tdir = self._tdir(target)
+        with st.locked(tdir):
+            st.write_json(tdir / "faults.json", {})
+            self._write_refused(tdir, {})
+            self._apply_link(tdir, False)
+
+    def rotate_host_key(self, target: str) -> None:
+        """New host key, sshd restarted: clients holding the old known_hosts must refuse it."""
+        key = self.keys_dir / f"{target}_host_ed25519"
+        self._kill_listener(target)
+        for p in (key, key.with_name(key.name + ".pub")):
+            orig = p.with_name(p.name + ".orig")
+            if not orig.exists():
+                p.rename(orig)
+            p.unlink(missing_ok=True)
+        _keygen(key, comment=f"root@{target}-rotated").wait()
+        os.chmod(key, 0o600)
+        self._start_sshd([target], 10.0)
+
+    def restore_host_key(self, target: str) -> None:
+        """Undo :meth:`rotate_host_key` (the key in known_hosts is served again)."""
+        key = self.keys_dir / f"{target}_host_ed25519"
+        if not key.with_name(key.name + ".orig").exists():
+            return
+        self._kill_listener(target)
+        for p in (key, key.with_name(key.name + ".pub")):
+            p.with_name(p.name + ".orig").replace(p)
+        self._start_sshd([target], 10.0)
+
+    def stop_target(self, target: str) -> None:
+        """Make a target unreachable (its sshd stops; the address refuses connections)."""
+        self._kill_listener(target)
+        self.kill_sessions(target)
+
+    def start_target(self, target: str) -> None:
+        self._start_sshd([target], 10.0)
+
+    def kill_sessions(self, target: str) -> int:
+        """Drop every open SSH connection (and its commands) of one target; returns how many."""
+        killed = 0
+        for pid in _pids_with_env(st.ENV_ROOT, str(self.root), st.ENV_NAME, target):
+            killed += _kill(pid, signal.SIGKILL)
+        listener = self.targets[target].pid
+        for pid in _descendants(listener) if listener else []:
+            killed += _kill(pid, signal.SIGKILL)
+        return killed
+
+    # -- accessors ---------------------------------------------------------------------------
+    def target_dir(self, target: str) -> Path:
+        return self._tdir(target)
+
+    def state(self, target: str) -> dict[str, Any]:
+        return st.load_state(self._tdir(target))
+
+    def env(self, target: str) -> dict[str, str]:
+        """The environment an SSH session on ``target`` gets (to run stand-ins locally)."""
+        return {**os.environ, st.ENV_ROOT: str(self.root), st.ENV_NAME: target,
+                "PATH": f"{self.bin_dir}:/usr/bin:/bin",
+                "BASH_ENV": str(self.root / "bashenv.sh")}
+
+    @property
+    def host_names(self) -> list[str]:
+        return [t.name for t in self.targets.values() if t.kind == "host"]
+
+    @property
+    def switch_names(self) -> list[str]:
+        return [t.name for t in self.targets.values() if t.kind == "switch"]
+
+    # -- internals ---------------------------------------------------------------------------
+    def _tdir(self, target: str) -> Path:
+        if target not in self.targets:
+            raise ConfigError(f"unknown emulated target {target!r}; have {sorted(self.targets)}")
+        return self.root / target
+
+    def _write_keys(self) -> None:
+        procs = []
+        if not self.client_key.exists():
+            procs.append(_keygen(self.client_key, comment="ecntune-emulated-client"))
+        for name in self.targets:
+            key = self.keys_dir / f"{name}_host_ed25519"
+            if not key.exists():
+                procs.append(_keygen(key, comment=f"root@{name}"))
+        for p in procs:
+            if p.wait() != 0:
+                err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+                raise EmulatedClusterError(f"ssh-keygen failed: {err}")
+        for key in self.keys_dir.glob("*ed25519"):
+            os.chmod(key, 0o600)  # sshd and ssh refuse group/world-readable private keys
+        (self.keys_dir / "authorized_keys").write_text(
+            self.client_key.with_name("id_ed25519.pub").read_text())
+
+    def _write_known_hosts(self) -> None:
+        lines = []
+        for t in self.targets.values():
+            pub = (self.keys_dir / f"{t.name}_host_ed25519.pub").read_text().split()
+            host = t.address if self.port == 22 else f"[{t.address}]:{self.port}"
+            lines.append(f"{host} {pub[0]} {pub[1]}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def _write_tools(self) -> None:
+        import importlib.util
+
+        import tuner
+
+        pkg_root = Path(tuner.__file__).resolve().parent.parent
+        for command, module in TOOLS.items():
+            if importlib.util.find_spec(f"tuner.emulated.tools.{module}") is None:
+                continue
+            path = self.bin_dir / command
+            path.write_text(
+                "#!/bin/sh\n"
+                f"PYTHONPATH='{pkg_root}'${{PYTHONPATH:+:$PYTHONPATH}} "
+                f"exec '{sys.executable}' -m tuner.emulated.tools.{module} \"$@\"\n")
+            path.chmod(0o755)
+        shutil.copyfile(Path(__file__).with_name("bashenv.sh"), self.root / "bashenv.sh")
+        session = self.root / "session.sh"
+        shutil.copyfile(Path(__file__).with_name("session.sh"), session)
+        session.chmod(0o755)
+
+    def _write_states(self) -> None:
+        from tuner.settings import KNOBS, NIC_KNOBS
+
+        nic_defaults = {k: KNOBS[k].default for k in NIC_KNOBS}
+        ecn = {k: KNOBS[k].default for k in ("kmin_bytes", "kmax_bytes", "pmax_percent")}
+        switch_names = self.switch_names
+        host_names = self.host_names
+        uplinks = int(self.topology["spines"])
+        for j, sw in enumerate(switch_names):
+            t = self.targets[sw]
+            mine = host_names[j * self.hosts_per_leaf:(j + 1) * self.hosts_per_leaf]
+            ports_fn = swmod.sonic_ports if t.platform == "sonic" else swmod.nvue_ports
+            host_ports, up_ports = ports_fn(self.hosts_per_leaf, uplinks)
+            state: dict[str, Any] = {
+                "kind": "switch", "name": sw, "platform": t.platform, "lossless_queue": 3,
+                "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine)],
+                "uplink_ports": up_ports, "hosts": dict(zip(mine, host_ports, strict=False)),
+                "xoff_bytes": 1_000_000, "rocesim_name": f"leaf{j}",
+            }
+            if t.platform == "sonic":
+                state["config_db"] = swmod.init_sonic(
+                    ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
+                    host_ports[:len(mine)] + up_ports, 3)
+            else:
+                state.update(swmod.init_nvue(ecn["kmin_bytes"], ecn["kmax_bytes"],
+                                             ecn["pmax_percent"], 3))
+            t.extra = state
+            self._init_dir(sw, state)
+            for h, port in state["hosts"].items():
+                self.targets[h].extra = {"leaf": sw, "switch_port": port}
+        for h in host_names:
+            t = self.targets[h]
+            state = {
+                "kind": "host", "name": h, "netdev": NETDEV, "rdma_device": RDMA_DEVICE,
+                "pci": PCI, "nic_layout": t.nic_layout, "mtu": 9000,
+                "speed_mbps": int(self.topology["nic_gbps"]) * 1000,
+                "firmware": "22.41.1000", "roce_priority": 3,
+                "qos": {"dcbx": "Firmware controlled", "trust": "dscp",
+                        "pfc": [0, 0, 0, 1, 0, 0, 0, 0]},
+                "rocesim_nic": f"{h}/{RDMA_DEVICE}", **t.extra,
+            }
+            self._init_dir(h, state)
+            hostmod.init_host(self.root / h, state, nic_defaults)
+
+    def _init_dir(self, name: str, state: dict[str, Any]) -> None:
+        tdir = self.root / name
+        tdir.mkdir(parents=True, exist_ok=True)
+        st.write_json(tdir / "state.json", state)
+        st.write_json(tdir / "counters.json", {})
+        st.write_json(tdir / "faults.json", {})
+        (tdir / "refused_writes").write_text("")
+
+    def _write_inventory(self) -> None:
+        import yaml
+
+        key = str(self.client_key)
+        hosts = []
+        for h in self.host_names:
+            t = self.targets[h]
+            hosts.append({
+                "name": h, "address": t.address, "port": self.port, "user": "root",
+                "key_file": key, "sudo": False, "netdev": NETDEV, "rdma_device": RDMA_DEVICE,
+                "pci": PCI, "roce_priority": 3, "nic_layout": t.nic_layout,
+                "sysfs_root": str(self.root / h)})
+        switches = []
+        for s in self.switch_names:
+            t = self.targets[s]
+            sw = {"name": s, "address": t.address, "port": self.port, "user": "root",
+                  "key_file": key, "platform": t.platform, "lossless_queue": 3,
+                  "canary_ports": list(t.extra["host_ports"]), "other_ports": [],
+                  "xoff_bytes": t.extra["xoff_bytes"]}
+            if t.platform == "sonic":
+                sw["wred_profile"] = "AZURE_LOSSLESS"
+            switches.append(sw)
+        inv = {
+            "ssh": {"known_hosts": str(self.known_hosts), "trust_on_first_use": False,
+                    "connect_timeout_s": 5, "command_timeout_s": 60, "max_parallel": 8},
+            "hosts": hosts,
+            "switches": switches,
+            "launcher": {
+                "host": self.host_names[0], "nccl_tests_dir": str(self.bin_dir),
+                "mpirun": "mpirun --allow-run-as-root -np {np} -H {hostlist}",
+                "perftest_bin": "ib_write_lat",
+                "nccl_env": {"NCCL_IB_HCA": RDMA_DEVICE, "NCCL_IB_TC": "106",
+                             "NCCL_IB_TIMEOUT": "22"}},
+        }
+        self.inventory_path.write_text(
+            "# generated by tuner.emulated (EmulatedCluster); agreed inventory schema\n"
+            + yaml.safe_dump(inv, sort_keys=False))
+
+    def _write_refused(self, tdir: Path, faults: dict[str, Any]) -> None:
+        """Lines for the bash hook: relpath, value to restore, errno text."""
+        state = st.load_state(tdir)
+        lines = []
+        if state["kind"] == "host":
+            paths = hostmod.knob_relpaths(state)
+            by_debugfs = {v: k for k, v in hostmod.DEBUGFS_NAME.items()}
+            for knob, errno_name in (faults.get("refuse_write") or {}).items():
+                sysname = by_debugfs.get(knob, knob)
+                if sysname not in paths:
+                    raise ConfigError(f"refuse_write: {knob!r} is not a knob of {tdir.name} "
+                                      f"({state['nic_layout']} layout)")
+                text = st.ERRNO_TEXT.get(str(errno_name), str(errno_name))
+                value = (tdir / paths[sysname]).read_text().strip()
+                lines.append(f"{tdir / paths[sysname]} {value} {text}")
+        (tdir / "refused_writes").write_text("".join(f"{ln}\n" for ln in lines))
+
+    def _write_refused_all(self) -> None:
+        for name in self.targets:
+            (self.root / name / "refused_writes").write_text("")
+
+    def _apply_link(self, tdir: Path, down: bool) -> None:
+        state = st.load_state(tdir)
+        if state["kind"] == "host":
+            (tdir / f"sys/class/net/{state['netdev']}/operstate").write_text(
+                "down\n" if down else "up\n")
+
+    def _config(self, t: Target) -> Path:
+        cfg = self.run_dir / f"sshd_{t.name}.conf"
+        env = " ".join(f'"{k}={v}"' for k, v in (
+            (st.ENV_ROOT, str(self.root)), (st.ENV_NAME, t.name),
+            ("PATH", f"{self.bin_dir}:/usr/bin:/bin"),
+            ("BASH_ENV", str(self.root / "bashenv.sh"))))
+        cfg.write_text("\n".join([
+            f"ListenAddress {t.address}:{self.port}",
+            f"HostKey {self.keys_dir / (t.name + '_host_ed25519')}",
+            f"AuthorizedKeysFile {self.keys_dir / 'authorized_keys'}",
+            f"PidFile {self.run_dir / (t.name + '.pid')}",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "UseDNS no",
+            "PrintMotd no",
+            "PrintLastLog no",
+            "X11Forwarding no",
+            "AllowTcpForwarding no",
+            "PermitUserEnvironment no",
+            "Subsystem sftp /usr/lib/openssh/sftp-server",
+            f"ForceCommand {self.root / 'session.sh'}",
+            "LogLevel ERROR",
+            f"SetEnv {env}",
+            "",
+        ]))
+        return cfg
+
+    def _start_sshd(self, names: list[str], timeout_s: float) -> None:
+        procs = []
+        for name in names:
+            t = self.targets[name]
+            (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
+            cfg = self._config(t)
+            procs.append((t, subprocess.Popen(
+                [SSHD, "-f", str(cfg), "-E", str(self.run_dir / f"sshd_{name}.log")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+        for t, p in procs:
+            out, err = p.communicate(timeout=timeout_s)
+            if p.returncode != 0:
+                log = (self.run_dir / f"sshd_{t.name}.log")
+                detail = (err or out).decode(errors="replace").strip()
+                if log.exists():
+                    detail += " " + log.read_text().strip()
+                raise EmulatedClusterError(
+                    f"sshd for {t.name} ({t.address}:{self.port}) failed: {detail}")
+        deadline = time.monotonic() + timeout_s
+        for t, _ in procs:
+            self._wait_ready(t, deadline)
+
+    def _wait_ready(self, t: Target, deadline: float) -> None:
+        pidfile = self.run_dir / f"{t.name}.pid"
+        last = "no pidfile"
+        while time.monotonic() < deadline:
+            try:
+                t.pid = int(pidfile.read_text().strip())
+                with socket.create_connection((t.address, self.port), timeout=1.0) as s:
+                    if s.recv(64).startswith(b"SSH-2.0-"):
+                        return
+            except (OSError, ValueError) as e:
+                last = str(e)
+            time.sleep(0.01)
+        log = self.run_dir / f"sshd_{t.name}.log"
+        raise EmulatedClusterError(
+            f"sshd for {t.name} not ready on {t.address}:{self.port}: {last}; "
+            f"{log.read_text().strip() if log.exists() else ''}")
+
+    def _kill_listener(self, name: str) -> None:
+        pidfile = self.run_dir / f"{name}.pid"
+        pid = self.targets[name].pid
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            pass
+        if pid is None:
+            return
+        if _is_sshd(pid):
+            sessions = _descendants(pid)
+            _kill(pid, signal.SIGTERM)
+            for child in sessions:  # open connections die with the "machine"
+                _kill(child, signal.SIGKILL)
+            _wait_gone(pid, 3.0)
+        pidfile.unlink(missing_ok=True)
+        self.targets[name].pid = None
+
+    def _kill_env_processes(self) -> None:
+        for _ in range(3):
+            pids = _pids_with_env(st.ENV_ROOT, str(self.root))
+            if not pids:
+                return
+            for pid in pids:
+                _kill(pid, signal.SIGKILL)
+            for pid in pids:
+                _wait_gone(pid, 2.0)
+
+
+def _keygen(path: Path, comment: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _kill(pid: int, sig: int) -> int:
+    try:
+        os.kill(pid, sig)
+        return 1
+    except (ProcessLookupError, PermissionError):
+        return 0
+
+
+def _is_sshd(pid: int) -> bool:
+    try:
+        return b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":  # zombie of a parent we do not own
+            return
+        time.sleep(0.01)
+
+
+def _descendants(pid: int) -> list[int]:
+    """All processes below ``pid`` (per-connection sshd processes, shells, tools)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
+    out: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _pids_with_env(key: str, value: str, key2: str | None = None,
+                   value2: str | None = None) -> list[int]:
+    """Processes whose environment has ``key=value`` (and ``key2=value2``), except ourselves."""
+    want = f"{key}={value}".encode()
+    want2 = f"{key2}={value2}".encode() if key2 else None
+    me = os.getpid()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in env and (want2 is None or want2 in env):
+            out.append(int(d.name))
+    return out

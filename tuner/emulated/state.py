@@ -1,0 +1,126 @@
+"""On-disk state of one emulated target, shared by the cluster manager and the stand-in tools.
+
+Layout under the cluster root (``$ECNTUNE_EMU_ROOT``)::
+
+    topology.json              rocesim topology behind the cluster
+    <name>/state.json          target description + settings not kept in the fake /sys tree
+    <name>/counters.json       cumulative counters (ethtool -S / switch ports)
+    <name>/faults.json         injected faults (see ``FAULT_KEYS``)
+    <name>/refused_writes      "<relpath under sys/> <saved value> <errno text>" per line,
+                               read by the bash hook (``bashenv.sh``)
+    <name>/sys/...             fake sysfs/debugfs tree of an emulated host
+
+Every read-modify-write goes through :func:`locked` (``fcntl.flock`` on ``<name>/.lock``), and
+files are replaced atomically, because a concurrent ``mpirun`` updates other targets' counters.
+This module imports only the standard library: the stand-in tools start on every SSH command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ENV_ROOT = "ECNTUNE_EMU_ROOT"
+ENV_NAME = "ECNTUNE_EMU_NAME"
+
+# Keys of faults.json, what they do, and who reads them.
+FAULT_KEYS = {
+    "refuse_write": "{knob: 'EINVAL'|'EACCES'} sysfs/debugfs writes fail like the firmware",
+    "hang": "{command: seconds} the stand-in sleeps before doing anything",
+    "exit_code": "{command: rc} the stand-in prints an error and exits with rc",
+    "nccl_warn": "text: mpirun prints an 'NCCL WARN' line with it",
+    "nccl_wrong": "int: nccl-tests '#wrong' column reports this many errors",
+    "pfc_storm": "int: pause frames added on the lossless priority per counter read/run",
+    "lossless_drops": "int: drops on the lossless priority added per counter read/run",
+    "crc_errors": "int: rx_crc_errors_phy added per counter read/run",
+    "link_down": "bool: the port is down (ethtool/ip/switch show it; mpirun fails)",
+    "ecnconfig_fail_after": "int: ecnconfig's CONFIG_DB writes fail after this many",
+    "nv_apply_fail": "text: 'nv config apply' fails with this message",
+}
+
+ERRNO_TEXT = {"EINVAL": "Invalid argument", "EACCES": "Permission denied",
+              "EPERM": "Operation not permitted", "EIO": "Input/output error"}
+
+
+def emu_root() -> Path:
+    try:
+        return Path(os.environ[ENV_ROOT])
+    except KeyError:
+        sys.exit(f"{ENV_ROOT} is not set: this command only works on an emulated target")
+
+
+def emu_name() -> str:
+    try:
+        return os.environ[ENV_NAME]
+    except KeyError:
+        sys.exit(f"{ENV_NAME} is not set: this command only works on an emulated target")
+
+
+def target_dir(name: str | None = None, root: Path | None = None) -> Path:
+    return (root or emu_root()) / (name or emu_name())
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic replace: a reader sees the old or the new file, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def locked(tdir: Path) -> Iterator[None]:
+    """Exclusive lock of one target's state (read-modify-write of its JSON files)."""
+    with open(tdir / ".lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def load_state(tdir: Path) -> dict[str, Any]:
+    state = read_json(tdir / "state.json")
+    if state is None:
+        sys.exit(f"{tdir / 'state.json'} is missing: emulated target not initialised")
+    return dict(state)
+
+
+def load_faults(tdir: Path) -> dict[str, Any]:
+    return dict(read_json(tdir / "faults.json", {}) or {})
+
+
+def apply_command_faults(command: str, faults: dict[str, Any]) -> None:
+    """The generic faults every stand-in honours first: hang, then exit non-zero."""
+    hang = faults.get("hang", {}).get(command)
+    if hang:
+        time.sleep(float(hang))
+    rc = faults.get("exit_code", {}).get(command)
+    if rc:
+        print(f"{command}: emulated failure (injected exit code {rc})", file=sys.stderr)
+        sys.exit(int(rc))
+
+
+def add_counters(tdir: Path, deltas: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Add ``{port: {counter: delta}}`` to ``counters.json``; returns the new totals."""
+    with locked(tdir):
+        totals: dict[str, dict[str, int]] = read_json(tdir / "counters.json", {}) or {}
+        for port, cnts in deltas.items():
+            row = totals.setdefault(port, {})
+            for name, value in cnts.items():
+                row[name] = int(row.get(name, 0)) + int(value)
+        write_json(tdir / "counters.json", totals)
+    return totals

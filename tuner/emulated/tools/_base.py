@@ -1,0 +1,42 @@
+"""What every stand-in does first: find its target's state and honour the generic faults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.emulated import hosts, state
+
+
+@dataclass
+class Target:
+    root: Path
+    dir: Path
+    name: str
+    state: dict[str, Any]
+    faults: dict[str, Any]
+
+    def tick_counter_faults(self) -> None:
+        """Rate faults (PFC storm, drops, CRC) move the counters on every read."""
+        if self.state["kind"] == "host":
+            deltas = hosts.fault_counter_deltas(self.state, self.faults)
+            if deltas:
+                state.add_counters(self.dir, {self.state["netdev"]: deltas})
+        else:
+            from tuner.emulated import switches
+
+            deltas_sw = switches.fault_counter_deltas(self.state, self.faults)
+            if deltas_sw:
+                state.add_counters(self.dir, deltas_sw)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        return dict(state.read_json(self.dir / "counters.json", {}) or {})
+
+
+def target(command: str) -> Target:
+    root, name = state.emu_root(), state.emu_name()
+    tdir = root / name
+    faults = state.load_faults(tdir)
+    state.apply_command_faults(command, faults)
+    return Target(root, tdir, name, state.load_state(tdir), faults)
