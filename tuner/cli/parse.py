@@ -1,0 +1,63 @@
+"""``ecntune parse KIND FILE|-``: run one tool-output parser and print the model as JSON.
+
+Useful to check what ecntune reads from a switch or NIC (and for the emulated cluster's stand-in
+tools to test their output). Unparsable input exits with code 2 and the quoted line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from tuner.cli import handle_errors
+
+# kind -> name of the parser in objectives.parsers (resolved lazily).
+KINDS: dict[str, str] = {
+    "nccl": "parse_nccl_tests",
+    "nccl-debug": "parse_nccl_debug",
+    "perftest": "parse_perftest",
+    "ethtool": "parse_ethtool_stats",
+    "ethtool-info": "parse_ethtool_info",
+    "hwcounters": "parse_hw_counters",
+    "mlnx_qos": "parse_mlnx_qos",
+    "mlxconfig": "parse_mlxconfig_query",
+    "pfcstat": "parse_pfcstat",
+    "ecnconfig": "parse_ecnconfig",
+    "queuecounters": "parse_queue_counters",
+    "wredcounters": "parse_wredcounters",
+    "pfcwd": "parse_pfcwd_stats",
+    "pfcwd-config": "parse_pfcwd_config",
+    "watermark": "parse_watermark",
+}
+
+
+def _parser(kind: str) -> Callable[..., Any]:
+    from objectives import parsers
+
+    return getattr(parsers, KINDS[kind])  # type: ignore[no-any-return]
+
+
+@click.command("parse")
+@click.argument("kind", type=click.Choice(sorted(KINDS)))
+@click.argument("source", type=click.File("r", encoding="utf-8", errors="replace"))
+@click.option(
+    "--allow-truncated",
+    is_flag=True,
+    help="Accept a cut-off last line / missing footer (for excerpts, not for live runs).",
+)
+@handle_errors
+def command(kind: str, source: Any, allow_truncated: bool) -> None:
+    """Parse tool output in SOURCE (a file, or - for stdin) and print it as JSON."""
+    fn = _parser(kind)
+    text = source.read()
+    kwargs = {}
+    if "allow_truncated" in inspect.signature(fn).parameters:
+        kwargs["allow_truncated"] = allow_truncated
+    elif allow_truncated:
+        raise click.UsageError(f"{kind} has no --allow-truncated mode")
+    result = fn(text, **kwargs)
+    sys.stdout.write(result.model_dump_json(indent=2) + "\n")
