@@ -215,6 +215,10 @@ class Experiment(BaseModel):
     def _collectives(self) -> Experiment:
         if not self.workload.collectives and not self.workload.probes:
             raise ValueError("workload needs at least one collective or probe part to score")
+        if self.objective.mode == "multi" and not (self.workload.collectives
+                                                   and self.workload.probes):
+            raise ValueError("objective.mode multi (busbw up, p99 down) needs both a collective "
+                             "and a probe part in the workload")
         return self
 
     # Derived locations ---------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""Experiment files: the shipped ones validate; mistakes name file, field, value, allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.errors import ConfigError
+from tuner.experiment import load_experiment, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = """
+name: t
+workload:
+  parts:
+    - {kind: collective, op: alltoall, size_bytes: 65536}
+"""
+
+
+@pytest.mark.parametrize("name", ["quick", "new-cluster", "moe-mix"])
+def test_shipped_experiments_validate(name: str) -> None:
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    assert exp.name == name
+    assert exp.workload.collectives
+
+
+def test_defaults_put_stores_next_to_results() -> None:
+    exp = parse_experiment(MINIMAL + "results_dir: /tmp/r\n")
+    assert exp.storage_url == "sqlite:////tmp/r/optuna.db"
+    assert exp.tracking_uri == "sqlite:////tmp/r/mlflow.db"
+    assert exp.tracking_experiment == "ecntune/t"
+    assert exp.safety.xoff_margin_percent == 20.0
+
+
+def _error(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_experiment(text, "exp.yaml")
+    return str(info.value)
+
+
+def test_out_of_range_names_field_value_and_range() -> None:
+    msg = _error(MINIMAL + "search:\n  knobs:\n    rpg_ai_rate: {low: 1, high: 999999}\n")
+    assert msg.startswith("exp.yaml: search.knobs: ")
+    assert "rpg_ai_rate.high=999999" in msg and "1..131071 Mbit/s" in msg
+
+
+def test_unknown_field_lists_allowed_fields() -> None:
+    msg = _error(MINIMAL + "budget: {trials: 3, trails: 4}\n")
+    assert "exp.yaml: budget.trails: value 4 -- unknown field; allowed: trials, wall_time_s" in msg
+
+
+def test_literal_lists_allowed_values() -> None:
+    msg = _error(MINIMAL + "sampler: {name: bayes}\n")
+    assert "sampler.name: value 'bayes'" in msg and "'tpe'" in msg and "'random'" in msg
+
+
+def test_kmax_cannot_be_searched_directly() -> None:
+    msg = _error(MINIMAL + "search:\n  knobs:\n    kmax_bytes: {low: 1000, high: 9000}\n")
+    assert "kmax_ratio" in msg
+
+
+def test_unknown_knob_and_bad_yaml_line() -> None:
+    assert "unknown knob 'rpg_foo'" in _error(MINIMAL + "current: {rpg_foo: 1}\n")
+    msg = _error("name: t\nworkload: [\n")
+    assert msg.startswith("exp.yaml:3: not valid YAML")
+
+
+def test_missing_file_names_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
+        load_experiment(tmp_path / "nope.yaml")

@@ -1,0 +1,65 @@
+"""Search space: Kmax from a ratio keeps Kmin < Kmax; fixed knobs; Optuna distributions."""
+
+from __future__ import annotations
+
+import optuna
+
+from tuner import optuna_io
+from tuner.experiment import parse_experiment
+from tuner.settings import KNOBS
+from tuner.space import DEFAULT_SPACE, build_space
+
+BASE = {k: v.default for k, v in KNOBS.items()}
+EXP = """
+name: t
+workload: {parts: [{kind: collective, op: alltoall, size_bytes: 65536}]}
+search:
+  knobs:
+    kmin_bytes: {low: 1000, high: 100000, log: true}
+    kmax_ratio: {low: 1.1, high: 4}
+    rpg_ai_rate: {}
+  fixed: {rpg_threshold: 7}
+"""
+
+
+def test_dims_and_fixed() -> None:
+    space = build_space(parse_experiment(EXP))
+    assert space.names == ["kmin_bytes", "kmax_ratio", "rpg_ai_rate"]
+    ai = space.dims[2]
+    assert (ai.low, ai.high, ai.integer) == (1, 131_071, True)  # hardware range by default
+    vals = space.values({"kmin_bytes": 50_000, "kmax_ratio": 1.5, "rpg_ai_rate": 40}, BASE)
+    assert vals["kmax_bytes"] == 75_000
+    assert vals["rpg_threshold"] == 7
+    assert vals["rpg_ai_rate"] == 40
+    assert vals["rpg_hai_rate"] == 50  # untouched: baseline
+
+
+def test_every_sampled_proposal_has_kmin_below_kmax() -> None:
+    space = build_space(parse_experiment(EXP))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    dists = optuna_io.distributions(space)
+    for _ in range(200):
+        t = study.ask(dists)
+        v = space.values(t.params, BASE)
+        assert v["kmin_bytes"] < v["kmax_bytes"]
+        study.tell(t, 0.0)
+
+
+def test_params_of_round_trips_the_baseline() -> None:
+    space = build_space(parse_experiment(EXP))
+    p = space.params_of(BASE)
+    assert p["kmax_ratio"] == 2.0  # vendor default 2 MiB / 1 MiB
+    assert space.values(p, BASE)["kmax_bytes"] == BASE["kmax_bytes"]
+
+
+def test_default_space_covers_issue_knobs_and_holds_factory_defaults() -> None:
+    exp = parse_experiment("name: t\nworkload: {parts: [{kind: probe}]}\n")
+    space = build_space(exp)
+    for knob in ("kmin_bytes", "kmax_ratio", "pmax_percent", "rpg_time_reset", "rpg_ai_rate",
+                 "rpg_hai_rate", "rpg_min_dec_fac", "rate_reduce_monitor_period",
+                 "min_time_between_cnps", "dce_tcp_g", "rpg_byte_reset", "rpg_threshold"):
+        assert knob in space.names
+    for d in space.dims:
+        if d.name in KNOBS:
+            assert d.low <= KNOBS[d.name].default <= d.high, d.name
+    assert set(DEFAULT_SPACE) == set(space.names)
