@@ -1,0 +1,43 @@
+"""Shared fixtures of the SSH backend tests: reference samples and a valid inventory mapping."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+if not REFERENCE.is_dir():  # the reference folder sits next to the repository
+    REFERENCE = Path("/work/shared/reference")
+
+BASE_INVENTORY: dict[str, Any] = {
+    "ssh": {"known_hosts": "/tmp/known_hosts", "max_parallel": 4},
+    "hosts": [
+        {"name": "host0", "address": "127.0.10.11", "key_file": "/k/id", "netdev": "ens1f0np0",
+         "rdma_device": "mlx5_0", "pci": "0000:3b:00.0", "roce_priority": 3,
+         "nic_layout": "sysfs", "sysfs_root": "/srv/emu/host0"},
+        {"name": "host1", "address": "127.0.10.12", "key_file": "/k/id", "netdev": "ens1f0np0",
+         "rdma_device": "mlx5_0", "pci": "0000:3b:00.0", "nic_layout": "debugfs"},
+    ],
+    "switches": [
+        {"name": "leaf0", "address": "127.0.10.2", "platform": "sonic",
+         "canary_ports": ["Ethernet0", "Ethernet4"]},
+        {"name": "leaf1", "address": "127.0.10.3", "platform": "nvue",
+         "canary_ports": ["swp1", "swp2"]},
+    ],
+    "launcher": {"host": "host0", "nccl_env": {"NCCL_IB_HCA": "mlx5_0", "NCCL_IB_TC": "106"}},
+}
+
+
+def sample(relpath: str) -> str:
+    """A reference sample without its leading ``# source:`` provenance line."""
+    text = (REFERENCE / relpath).read_text()
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[1:]) if lines and lines[0].startswith("# source:") else text
+
+
+@pytest.fixture
+def inventory_data() -> dict[str, Any]:
+    return copy.deepcopy(BASE_INVENTORY)

@@ -1,0 +1,120 @@
+"""Driver command lines and parsing, on the real samples in shared/reference/ (no SSH)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+
+from tests.ssh.conftest import sample
+from tuner.drivers import Mlx5DebugfsDriver, Mlx5SysfsDriver, NvueDriver, SonicDriver
+from tuner.drivers._mlx5 import HW_COUNTERS_MARK
+from tuner.drivers.sonic import _mark
+from tuner.errors import ApplyError
+from tuner.inventory import parse_inventory
+from tuner.settings import NIC_KNOBS, DcqcnSettings, EcnSettings
+
+
+@pytest.fixture
+def inv(inventory_data: dict[str, Any]) -> Any:
+    return parse_inventory(inventory_data)
+
+
+def test_sysfs_layout_reads_the_ofed_file_names(inv: Any) -> None:
+    drv = Mlx5SysfsDriver(None, inv.hosts[0])  # type: ignore[arg-type]
+    cmd = drv.read_command()
+    assert cmd.startswith("cd /srv/emu/host0/sys/class/net/ens1f0np0/ecn && grep -H '' ")
+    files = shlex.split(cmd.split("&&", 1)[1])[3:]
+    assert files[:3] == ["roce_rp/clamp_tgt_rate", "roce_rp/clamp_tgt_rate_after_time_inc",
+                         "roce_rp/rpg_time_reset"]
+    assert files[-1] == "roce_np/min_time_between_cnps"
+    assert len(files) == len(NIC_KNOBS) == 17
+
+
+def test_debugfs_layout_uses_the_kernel_names(inv: Any) -> None:
+    drv = Mlx5DebugfsDriver(None, inv.hosts[1])  # type: ignore[arg-type]
+    assert drv.folder() == "/sys/kernel/debug/mlx5/0000:3b:00.0/cc_params"
+    cmd = drv.write_command(DcqcnSettings(rpg_time_reset=150, min_time_between_cnps=4),
+                            DcqcnSettings())
+    # Only the two knobs that change are written, each with its debugfs name, then read back.
+    assert "printf '%s\\n' 150 > rp_time_reset" in cmd
+    assert "printf '%s\\n' 4 > np_min_time_between_cnps" in cmd
+    assert cmd.count("printf") == 2
+    assert "rp_clamp_tgt_rate_ati" in cmd  # in the read-back list
+    assert "clamp_tgt_rate_after_time_inc" not in cmd
+
+
+def test_mlx5_values_parse_and_bad_values_are_refused(inv: Any) -> None:
+    drv = Mlx5DebugfsDriver(None, inv.hosts[1])  # type: ignore[arg-type]
+    ok = "\n".join(f"{drv.names[k]}:{v}" for k, v in DcqcnSettings(rpg_gd=7).model_dump().items())
+    assert drv.parse_values(ok + "\n").rpg_gd == 7
+    with pytest.raises(ApplyError, match="rp_gd unreadable"):
+        drv.parse_values(ok.replace("rp_gd:7", ""))
+    with pytest.raises(ApplyError, match="holds 'x1'"):
+        drv.parse_values(ok.replace("rp_gd:7", "rp_gd:x1"))
+    with pytest.raises(ApplyError, match="out-of-range"):
+        drv.parse_values(ok.replace("rp_gd:7", "rp_gd:99"))
+
+
+def test_mlx5_counters_merge_ethtool_and_hw_counters(inv: Any) -> None:
+    drv = Mlx5SysfsDriver(None, inv.hosts[0])  # type: ignore[arg-type]
+    assert drv.counters_command().startswith("ethtool -S ens1f0np0 && echo ")
+    assert "/srv/emu/host0/sys/class/infiniband/mlx5_0/ports/1/hw_counters" in \
+        drv.counters_command()
+
+
+def _sonic_counter_text() -> str:
+    files = {"pfc": "sonic/show-pfc-counters.txt", "queue": "sonic/show-queue-counters.txt",
+             "wred": "sonic/show-queue-wredcounters.txt", "pfcwd": "sonic/show-pfcwd-stats.txt"}
+    return "".join(f"{_mark(k)}\n{sample(v)}" for k, v in files.items())
+
+
+def test_sonic_counters_from_the_real_show_outputs(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    got = drv.counters_from(_sonic_counter_text())
+    assert sorted(got) == ["leaf0/Ethernet0", "leaf0/Ethernet4"]  # only inventory ports
+    e0 = got["leaf0/Ethernet0"]
+    assert e0["pfc0_rx_pkts"] == 1200  # "1,200" in show pfc counters
+    assert e0["pfc3_rx_pkts"] == 203 and e0["pfc3_tx_pkts"] == 213
+    assert e0["queue3_tx_pkts"] == 52 and e0["queue3_drop_pkts"] == 19
+    assert e0["queue3_wred_drop_pkts"] == 52 and e0["queue3_ecn_marked_pkts"] == 19
+    assert e0["pfcwd3_storm_detected"] == 1
+    assert "queue10_tx_pkts" not in e0  # multicast queues are not the lossless queue
+
+
+def test_sonic_reads_the_green_fields_and_refuses_unknown_profiles(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    text = sample("sonic/ecnconfig-l-show-ecn-single-profile.txt")
+    assert drv.settings_from(text) == EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152,
+                                                  pmax_percent=5, enabled=True)
+    with pytest.raises(ApplyError, match="'AZURE_LOSSLESS' does not exist"):
+        drv.settings_from(text.replace("AZURE_LOSSLESS", "OTHER"))
+
+
+def test_sonic_write_is_one_ecnconfig_call_per_field_in_safe_order(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    cur = EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5)
+    low = EcnSettings(kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
+    assert drv.write_command(cur, low).split(" && ") == [
+        "ecnconfig -p AZURE_LOSSLESS -gmin 100000",
+        "ecnconfig -p AZURE_LOSSLESS -gmax 400000",
+        "ecnconfig -p AZURE_LOSSLESS -gdrop 10",
+        "ecnconfig -l"]
+    assert drv.write_command(low, cur).split(" && ")[:2] == [
+        "ecnconfig -p AZURE_LOSSLESS -gmax 2097152", "ecnconfig -p AZURE_LOSSLESS -gmin 1048576"]
+
+
+def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
+    drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    cur = EcnSettings(kmin_bytes=150000, kmax_bytes=1500000, pmax_percent=100)
+    new = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
+    pre = "nv set qos congestion-control default-global traffic-class 3"
+    assert drv.write_command(cur, new).split(" && ") == [
+        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", "nv config apply -y",
+        "nv show qos congestion-control default-global traffic-class 3"]
+    assert drv.counters_command().count("nv show interface") == 2
+
+
+def test_hw_counters_mark_is_not_a_counter_line() -> None:
+    assert ":" not in HW_COUNTERS_MARK

