@@ -29,6 +29,7 @@ from objectives.parsers._nccl import (
     parse_nccl_debug,
     parse_nccl_tests,
 )
+from objectives.parsers._nvue import NvueShow, NvueValue, parse_nvue, to_number
 from objectives.parsers._perftest import (
     BandwidthRow,
     LatencyRow,
@@ -70,6 +71,8 @@ __all__ = [
     "NcclHalf",
     "NcclRow",
     "NcclTestsResult",
+    "NvueShow",
+    "NvueValue",
     "PerftestBanner",
     "PerftestResult",
     "PerftestRun",
@@ -87,6 +90,7 @@ __all__ = [
     "parse_mlxconfig_query",
     "parse_nccl_debug",
     "parse_nccl_tests",
+    "parse_nvue",
     "parse_perftest",
     "parse_pfcstat",
     "parse_pfcwd_config",
@@ -94,4 +98,5 @@ __all__ = [
     "parse_queue_counters",
     "parse_watermark",
     "parse_wredcounters",
+    "to_number",
 ]

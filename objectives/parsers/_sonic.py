@@ -284,7 +284,9 @@ def _queue_json(tool: str, text: str) -> QueueCounters:
             if not m or not isinstance(vals, dict):
                 raise fail_empty(tool, text, f"bad queue {q!r} of {port}")
             try:
-                values = {_JSON_KEYS.get(k, k): parse_opt_int(str(v)) for k, v in vals.items()}
+                values = {
+                    str(_JSON_KEYS.get(k, k)): parse_opt_int(str(v)) for k, v in vals.items()
+                }
             except ValueError as exc:
                 raise fail_empty(tool, text, f"{port} {q}: {exc}") from None
             rows.append(

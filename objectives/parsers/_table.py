@@ -77,7 +77,7 @@ def read_tables(
             headers = line.split()
             if len(headers) != len(cols):
                 headers = cut(line, cols)
-            title_parts = []
+            title_parts: list[str] = []
             while loose and loose[-1][1].strip() and loose[-1][0] >= lineno - 2:
                 title_parts.insert(0, loose.pop()[1].strip())
             table = Table(title=" ".join(title_parts), headers=headers, header_line=lineno)

@@ -32,6 +32,7 @@ KINDS: dict[str, str] = {
     "pfcwd": "parse_pfcwd_stats",
     "pfcwd-config": "parse_pfcwd_config",
     "watermark": "parse_watermark",
+    "nvue": "parse_nvue",
 }
 
 
