@@ -1,0 +1,196 @@
+"""Fabric description and per-device settings: the static inputs of a simulation.
+
+``Topology`` describes the physical fabric (counts, speeds, delays, packet format, switch buffer
+model). ``EcnConfig`` is the RED-like ECN marking of one switch queue, ``DcqcnConfig`` the
+DCQCN reaction/notification point of one NIC, with the exact MLNX_OFED sysfs names
+(``ecn/roce_rp``, ``ecn/roce_np``) and units (µs, bytes, Mbit/s, /1024 fixed point).
+
+Defaults are the ConnectX factory values listed in ``shared/reference/INDEX.md`` section 2
+(identical to ``tuner/settings.py`` KNOBS, which this package must not import). Note: the
+ConnectX-4 Lx query there shows ``min_time_between_cnps = 0`` (one CNP per marked packet);
+newer NICs ship 4 µs - set it explicitly to model them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+# RoCEv2 framing per packet on the wire: Ethernet 14 + FCS 4 + IPv4 20 + UDP 8 + BTH 12 +
+# ICRC 4 = 62 bytes of headers, plus 8 bytes preamble/SFD and a 12-byte inter-frame gap.
+ROCEV2_HEADER_BYTES = 62
+ETHERNET_GAP_BYTES = 20
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A two-tier leaf-spine (or one switch) fabric; oversubscription follows from the counts.
+
+    Buffer model (per switch): ``buffer_bytes`` of shared buffer; each ingress port/priority
+    owns ``reserve_bytes`` before it draws from the shared pool; PFC XOFF fires when its
+    shared use exceeds ``min(pfc_static_xoff_bytes, 2**pfc_alpha_log2 * free shared)``
+    (dynamic threshold as on Broadcom/Spectrum parts), XON ``resume_offset_bytes`` below.
+    ``headroom_bytes`` per port (None = sized from link speed and cable delay) absorbs what is
+    in flight after XOFF; overflowing it is the only way the lossless class drops.
+    """
+
+    kind: Literal["leaf_spine", "single_switch"] = "leaf_spine"
+    leaves: int = 2
+    spines: int = 2
+    hosts_per_leaf: int = 4
+    nics_per_host: int = 1
+    nic_gbps: float = 100.0
+    uplink_gbps: float = 100.0
+    link_delay_us: float = 1.0
+    payload_bytes: int = 4096
+    header_bytes: int = ROCEV2_HEADER_BYTES + ETHERNET_GAP_BYTES
+    buffer_bytes: int = 32 * 2**20
+    reserve_bytes: int = 18_432
+    resume_offset_bytes: int = 9_216
+    pfc_alpha_log2: int = -3
+    pfc_static_xoff_bytes: int | None = None
+    headroom_bytes: int | None = None
+    pfc_refresh_us: float | None = None  # None = half the 0xFFFF-quanta pause time
+    pfcwd_detect_us: float = 200_000.0
+    wrr_weight_roce: float = 0.5  # RoCE share of a link when both data classes queue
+    lossy_alpha_log2: int = 0  # dynamic drop threshold of the lossy class
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("leaf_spine", "single_switch"):
+            raise ValueError(f"Topology.kind: unknown kind {self.kind!r}")
+        for name in ("leaves", "spines", "hosts_per_leaf", "nics_per_host", "payload_bytes",
+                     "buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Topology.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("nic_gbps", "uplink_gbps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Topology.{name} must be > 0")
+        if self.link_delay_us < 0:
+            raise ValueError("Topology.link_delay_us must be >= 0")
+        if not 0.0 < self.wrr_weight_roce <= 1.0:
+            raise ValueError("Topology.wrr_weight_roce must be in (0, 1]")
+
+    @property
+    def n_leaves(self) -> int:
+        return 1 if self.kind == "single_switch" else self.leaves
+
+    @property
+    def n_hosts(self) -> int:
+        return self.n_leaves * self.hosts_per_leaf
+
+    @property
+    def n_nics(self) -> int:
+        return self.n_hosts * self.nics_per_host
+
+    @property
+    def wire_bytes(self) -> int:
+        """One full packet on the wire."""
+        return self.payload_bytes + self.header_bytes
+
+    @property
+    def efficiency(self) -> float:
+        """Payload share of the wire rate (goodput / line rate for full packets)."""
+        return self.payload_bytes / self.wire_bytes
+
+    @property
+    def oversubscription(self) -> float:
+        if self.kind == "single_switch":
+            return 1.0
+        down = self.hosts_per_leaf * self.nics_per_host * self.nic_gbps
+        return down / (self.spines * self.uplink_gbps)
+
+    def headroom_for(self, gbps: float) -> int:
+        """Per-port headroom: two cable delays plus one reaction time of line-rate data and
+        two maximum-size packets (the usual sizing rule, e.g. SONiC's buffer calculator)."""
+        if self.headroom_bytes is not None:
+            return self.headroom_bytes
+        rate_b_per_us = gbps * 1e3 / 8.0
+        return int(rate_b_per_us * (2.0 * self.link_delay_us + 1.0) + 2 * self.wire_bytes)
+
+    def refresh_us(self, gbps: float) -> float:
+        """PFC refresh period: half of a 0xFFFF-quanta pause (1 quantum = 512 bit times)."""
+        if self.pfc_refresh_us is not None:
+            return self.pfc_refresh_us
+        return 0xFFFF * 512 / (gbps * 1e3) / 2.0
+
+
+@dataclass(frozen=True)
+class EcnConfig:
+    """RED-like ECN marking of one egress queue: p = 0 at or below ``kmin_bytes``, linear to
+    ``pmax`` (a probability, 0..1) at ``kmax_bytes``, 1 above."""
+
+    kmin_bytes: int = 1_048_576
+    kmax_bytes: int = 2_097_152
+    pmax: float = 0.05
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kmin_bytes < 0 or self.kmax_bytes <= self.kmin_bytes:
+            raise ValueError(f"EcnConfig: need 0 <= kmin_bytes < kmax_bytes, got "
+                             f"{self.kmin_bytes}, {self.kmax_bytes}")
+        if not 0.0 <= self.pmax <= 1.0:
+            raise ValueError(f"EcnConfig.pmax is a probability in [0, 1], got {self.pmax}")
+
+    def probability(self, queue_bytes: float) -> float:
+        """Marking probability at this instantaneous queue depth (reference implementation)."""
+        if not self.enabled or queue_bytes <= self.kmin_bytes:
+            return 0.0
+        if queue_bytes > self.kmax_bytes:
+            return 1.0
+        return self.pmax * (queue_bytes - self.kmin_bytes) / (self.kmax_bytes - self.kmin_bytes)
+
+
+_DCQCN_RANGES: dict[str, tuple[int, int]] = {
+    "clamp_tgt_rate": (0, 1),
+    "clamp_tgt_rate_after_time_inc": (0, 1),
+    "rpg_time_reset": (1, 131_071),
+    "rpg_byte_reset": (0, 2**32 - 1),
+    "rpg_threshold": (0, 31),
+    "rpg_max_rate": (0, 2**32 - 1),
+    "rpg_ai_rate": (0, 2**32 - 1),
+    "rpg_hai_rate": (0, 2**32 - 1),
+    "rpg_gd": (0, 15),
+    "rpg_min_dec_fac": (1, 100),
+    "rpg_min_rate": (0, 2**32 - 1),
+    "rate_to_set_on_first_cnp": (0, 2**32 - 1),
+    "dce_tcp_g": (0, 1023),
+    "dce_tcp_rtt": (1, 131_071),
+    "rate_reduce_monitor_period": (0, 131_071),
+    "initial_alpha_value": (0, 1023),
+    "min_time_between_cnps": (0, 131_071),
+}
+
+
+@dataclass(frozen=True)
+class DcqcnConfig:
+    """DCQCN on one NIC port, ConnectX names and units (µs, bytes, Mbit/s, /1024)."""
+
+    rpg_time_reset: int = 300
+    rpg_byte_reset: int = 32_767
+    rpg_threshold: int = 1
+    rpg_max_rate: int = 0
+    rpg_ai_rate: int = 5
+    rpg_hai_rate: int = 50
+    rpg_gd: int = 11
+    rpg_min_dec_fac: int = 50
+    rpg_min_rate: int = 1
+    rate_to_set_on_first_cnp: int = 0
+    dce_tcp_g: int = 1019
+    dce_tcp_rtt: int = 1
+    rate_reduce_monitor_period: int = 4
+    initial_alpha_value: int = 1023
+    clamp_tgt_rate: int = 0
+    clamp_tgt_rate_after_time_inc: int = 1
+    min_time_between_cnps: int = 0
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in _DCQCN_RANGES.items():
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"DcqcnConfig.{name}={value} outside [{lo}, {hi}]")
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: int(getattr(self, f.name)) for f in fields(self)}
+
+
+DCQCN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DcqcnConfig))

@@ -1,0 +1,526 @@
+"""Time-stepped engine: builds the state arrays, steps the compiled kernel, reports results.
+
+What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (see ``_kernel.run``):
+
+1. bytes that left a link ``delay`` steps ago arrive: into the next switch egress queue
+   (per-(ingress port, priority) buffer accounting, headroom/lossy drops) or at the receiver;
+2. the receiver NIC (notification point) turns CE-marked packets into CNPs, at most one per
+   flow per ``min_time_between_cnps`` µs; CNPs reach the sender after the reverse path delay
+   on the strict-priority CNP class (modelled as delay only: CNP bytes are negligible);
+3. the sender NIC (reaction point) runs DCQCN per flow (ConnectX semantics, see
+   ``_kernel._increase`` and the cut in step 3 of ``run``);
+4. PFC per switch ingress port and priority: XOFF above min(static, alpha x free shared
+   buffer), XON ``resume_offset`` below; pause frames on XOFF, every refresh period while it
+   lasts and one XON frame; the upstream egress stops ``link delay`` later;
+5. every link serves its queues: strict priority for CNPs, work-conserving WRR between the two
+   data classes, FIFO within a class approximated as fluid service proportional to each flow's
+   backlog (so shares follow arrival rates, as in a FIFO);
+6. packets dequeued from a switch queue are marked with the RED probability of the
+   instantaneous queue, one Bernoulli draw per whole packet (per-flow packet accumulators);
+7. NICs inject each flow at min(DCQCN rate, cap, ring credit), sharing the port and stopping
+   while the port is paused;
+8. probes advance through the queues (bytes ahead of them must drain first, pauses included).
+
+Not modelled: go-back-N / selective retransmission timing (a dropped byte is simply sent
+again), NIC receive-side pauses (host PCIe back-pressure), adaptive routing, PFC deadlock,
+PFC watchdog actions (storms are reported, not acted upon), multicast, per-packet jitter of
+the NIC scheduler, DCQCN limiter de-allocation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rocesim import _kernel as K
+from rocesim.fabric import OTHER_LOSSLESS_TC, OTHER_LOSSY_TC, ROCE_TC, Fabric
+from rocesim.workload import Workload, busbw_factor
+
+DEFAULT_DT_US = 1.0  # chosen by the convergence test (tests/rocesim/test_physics.py, #8)
+NO_COLLECTIVE_TIME_US = 10_000.0
+COLLECTIVE_TIME_CAP_US = 1_000_000.0
+TS_POINTS = 2000
+
+
+@dataclass
+class CollectiveStats:
+    """nccl-tests style numbers of one collective (GB/s = 1e9 bytes/s)."""
+
+    name: str
+    op: str
+    size_bytes: int
+    ranks: int
+    iteration_times_us: list[float]
+    algbw_gbytes_per_s: float
+    busbw_gbytes_per_s: float
+    completed: bool
+
+
+@dataclass
+class SimResult:
+    """Everything a run reports; plain data, no printing."""
+
+    collectives: list[CollectiveStats]
+    latency_us: np.ndarray
+    p50_us: float
+    p99_us: float
+    p999_us: float
+    counters: dict[str, dict[str, int]]
+    uplink_bytes: dict[str, int]
+    storms: list[tuple[str, int, float]]
+    sim_time_us: float
+    wall_s: float
+    steps: int
+    dt_us: float
+    seed: int
+    timeseries: dict[str, np.ndarray] = field(default_factory=dict)
+    timeseries_port: str = ""
+    flows: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-friendly summary (no per-sample arrays)."""
+        return {
+            "collectives": [c.__dict__ for c in self.collectives],
+            "latency": {"samples": int(self.latency_us.size), "p50_us": _f(self.p50_us),
+                        "p99_us": _f(self.p99_us), "p999_us": _f(self.p999_us)},
+            "counters": self.counters,
+            "uplink_bytes": self.uplink_bytes,
+            "storms": [list(s) for s in self.storms],
+            "sim_time_us": self.sim_time_us,
+            "wall_s": self.wall_s,
+            "steps": self.steps,
+            "dt_us": self.dt_us,
+            "seed": self.seed,
+            "timeseries_port": self.timeseries_port,
+        }
+
+
+def _f(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _mbps(x: float) -> float:
+    """Mbit/s -> bytes/µs."""
+    return x / 8.0
+
+
+class Simulation:
+    """A run that can be stepped (for live monitoring) or run to the end.
+
+    Settings are read from the fabric when the simulation is built; later ``set_ecn`` /
+    ``set_dcqcn`` calls affect new simulations only.
+    """
+
+    def __init__(self, fabric: Fabric, workload: Workload, seed: int = 0,
+                 dt_us: float | None = None, max_time_us: float | None = None) -> None:
+        self.fabric = fabric
+        self.workload = workload
+        self.seed = int(seed)
+        self.dt = float(dt_us if dt_us is not None else DEFAULT_DT_US)
+        if not 0.0 < self.dt <= 1.0:
+            raise ValueError(f"dt_us must be in (0, 1] µs, got {self.dt}")
+        if max_time_us is None:
+            max_time_us = COLLECTIVE_TIME_CAP_US if workload.collectives \
+                else NO_COLLECTIVE_TIME_US
+        self.max_steps = int(math.ceil(max_time_us / self.dt - 1e-9))
+        self._rs = np.random.default_rng([self.seed, 0x5EED])
+        self.t = 0
+        self.wall_s = 0.0
+        self._build()
+
+    # ---------------------------------------------------------------- construction
+    def _build(self) -> None:
+        fab, topo, dt = self.fabric, self.fabric.topo, self.dt
+        links = fab.links
+        n_links = len(links)
+        sw_idx = {n: i for i, n in enumerate(fab.switch_names)}
+        nic_idx = {n: i for i, n in enumerate(fab.nic_names)}
+        self.l_cap = np.array([ln.gbps * 1e3 / 8.0 for ln in links])
+        self.l_delay = np.array([max(1, int(round(topo.link_delay_us / dt))) for _ in links],
+                                dtype=np.int64)
+        self.l_dst_sw = np.array([sw_idx.get(ln.dst, -1) for ln in links], dtype=np.int64)
+        self.l_src_nic = np.array([nic_idx.get(ln.src, -1) for ln in links], dtype=np.int64)
+        self.l_hroom = np.array([float(topo.headroom_for(ln.gbps)) for ln in links])
+        self.l_refresh = np.array([topo.refresh_us(ln.gbps) for ln in links])
+        other_lossless = any(b.priority == "other" and b.lossless
+                             for b in self.workload.background)
+        self.cls_tc = (ROCE_TC, OTHER_LOSSLESS_TC if other_lossless else OTHER_LOSSY_TC)
+        self.cls_lossless = np.array([1, 1 if other_lossless else 0], dtype=np.int64)
+        self.l_ecn = np.zeros((n_links, 2, 4))
+        for li, ln in enumerate(links):
+            if ln.src in sw_idx:
+                for c, tc in enumerate(self.cls_tc):
+                    e = fab.ecn(ln.src, tc)
+                    self.l_ecn[li, c] = (e.kmin_bytes, e.kmax_bytes, e.pmax,
+                                         1.0 if e.enabled else 0.0)
+        self.l_counters = np.zeros((n_links, 2, K.NLC))
+        self.l_counters[:, :, K.C_STORM] = -1.0
+        self.q = np.zeros((n_links, 2))
+        self.ing = np.zeros((n_links, 2))
+        self.xoff = np.zeros((n_links, 2), dtype=np.int64)
+        self.xoff_thr = np.zeros((n_links, 2))
+        ring = int(self.l_delay.max()) + 1
+        self.xoff_hist = np.zeros((ring, n_links, 2), dtype=np.int8)
+        self.next_refresh = np.zeros((n_links, 2))
+        self.paused_since = np.full((n_links, 2), -1.0)
+        n_sw = len(fab.switch_names)
+        self.sw_buffer = np.full(n_sw, float(topo.buffer_bytes))
+        self.sw_params = (float(topo.reserve_bytes), float(topo.resume_offset_bytes),
+                          2.0 ** topo.pfc_alpha_log2,
+                          float(topo.pfc_static_xoff_bytes or 0.0),
+                          2.0 ** topo.lossy_alpha_log2)
+        # NIC DCQCN parameters in kernel units
+        n_nics = len(fab.nic_names)
+        line = topo.nic_gbps * 1e3 / 8.0
+        self.npar = np.zeros((n_nics, K.NP_COLS))
+        for i, nic in enumerate(fab.nic_names):
+            d = fab.dcqcn(nic)
+            p = self.npar[i]
+            p[K.P_TIME_RESET] = d.rpg_time_reset
+            p[K.P_BYTE_RESET] = d.rpg_byte_reset
+            p[K.P_THRESHOLD] = d.rpg_threshold
+            p[K.P_MAX_RATE] = min(line, _mbps(d.rpg_max_rate)) if d.rpg_max_rate else line
+            p[K.P_AI] = _mbps(d.rpg_ai_rate)
+            p[K.P_HAI] = _mbps(d.rpg_hai_rate)
+            p[K.P_GD_FAC] = 2.0 ** (10 - d.rpg_gd)
+            p[K.P_MIN_DEC] = d.rpg_min_dec_fac / 100.0
+            p[K.P_MIN_RATE] = _mbps(d.rpg_min_rate)
+            p[K.P_FIRST_RATE] = _mbps(d.rate_to_set_on_first_cnp)
+            p[K.P_G] = (1024 - d.dce_tcp_g) / 1024.0
+            p[K.P_ALPHA_RTT] = d.dce_tcp_rtt
+            p[K.P_RRMP] = d.rate_reduce_monitor_period
+            p[K.P_INIT_ALPHA] = d.initial_alpha_value / 1024.0
+            p[K.P_CLAMP] = d.clamp_tgt_rate
+            p[K.P_CLAMP_TI] = d.clamp_tgt_rate_after_time_inc
+            p[K.P_MIN_CNP_GAP] = d.min_time_between_cnps
+            p[K.P_LINE] = line
+        self.nic_ctr = np.zeros((n_nics, 3), dtype=np.int64)
+        self._build_flows(line)
+        self._build_probes()
+        self.serve_frac = np.zeros((n_links, 2))
+        self.serve_bytes = np.zeros((n_links, 2))
+        self.nic_tot = np.zeros((n_links, 2))
+        self.sh_used = np.zeros(n_sw)
+        self.ts_every = np.array([1], dtype=np.int64)
+        self.ts_n = np.zeros(1, dtype=np.int64)
+        self.ts_t = np.zeros(TS_POINTS)
+        self.ts_q = np.zeros((TS_POINTS, n_links), dtype=np.float32)
+        self.ts_paused = np.zeros((TS_POINTS, n_links), dtype=np.int8)
+        self.ts_rate = np.zeros(TS_POINTS)
+        self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
+
+    def _build_flows(self, line: float) -> None:
+        fab, topo, wl, rs = self.fabric, self.fabric.topo, self.workload, self._rs
+        wire = topo.wire_bytes / topo.payload_bytes
+        src: list[int] = []
+        dst: list[int] = []
+        cls: list[int] = []
+        pred: list[int] = []
+        group: list[int] = []
+        cap: list[float] = []
+        size: list[float] = []
+        chunk: list[float] = []
+        kind: list[int] = []  # 0 collective, 1 background
+        self.g_f0: list[int] = []
+        self.g_f1: list[int] = []
+        for gi, col in enumerate(wl.collectives):
+            ranks = [fab.nic_index(r) for r in col.ranks]
+            n = len(ranks)
+            f0 = len(src)
+            if col.op == "alltoall":
+                per = col.size_bytes / n / col.qps_per_connection * wire
+                for i in range(n):
+                    for j in range(n):
+                        if i == j:
+                            continue
+                        for _ in range(col.qps_per_connection):
+                            src.append(ranks[i])
+                            dst.append(ranks[j])
+                            pred.append(-1)
+                            chunk.append(math.inf)
+                            size.append(per)
+            else:
+                factor = 2.0 * (n - 1) / n if col.op == "all_reduce" else (n - 1) / n
+                k = col.channels * col.qps_per_connection
+                per = col.size_bytes * factor / k * wire
+                ch = col.size_bytes / n / k * wire
+                for _c in range(k):
+                    base = len(src)
+                    for i in range(n):
+                        src.append(ranks[i])
+                        dst.append(ranks[(i + 1) % n])
+                        pred.append(base + (i - 1) % n)
+                        chunk.append(ch)
+                        size.append(per)
+            f1 = len(src)
+            cls.extend([0] * (f1 - f0))
+            group.extend([gi] * (f1 - f0))
+            cap.extend([line] * (f1 - f0))
+            kind.extend([0] * (f1 - f0))
+            self.g_f0.append(f0)
+            self.g_f1.append(f1)
+        for bg in wl.background:
+            nics = [fab.nic_index(x) for x in (bg.nics or fab.nic_names)]
+            if bg.pattern == "incast":
+                if len(nics) < bg.fan_in + 1:
+                    raise ValueError(f"Background incast: fan_in={bg.fan_in} needs at least "
+                                     f"{bg.fan_in + 1} NICs, got {len(nics)}")
+                pairs = [(s, nics[0]) for s in nics[1:1 + bg.fan_in]]
+            else:
+                if len(nics) < 2:
+                    raise ValueError("Background permutation needs at least 2 NICs")
+                perm = _derangement(len(nics), rs)
+                pairs = [(nics[i], nics[perm[i]]) for i in range(len(nics))]
+            for s, d in pairs:
+                src.append(s)
+                dst.append(d)
+                pred.append(-1)
+                chunk.append(math.inf)
+                size.append(math.inf)
+                cls.append(0 if bg.priority == "roce" else 1)
+                group.append(-1)
+                cap.append(bg.load * line)
+                kind.append(1)
+        n_f = len(src)
+        self.f_src = np.array(src, dtype=np.int64)
+        self.f_dst = np.array(dst, dtype=np.int64)
+        self.f_cls = np.array(cls, dtype=np.int64)
+        self.f_pred = np.array(pred, dtype=np.int64)
+        self.f_group = np.array(group, dtype=np.int64)
+        self.f_cap = np.array(cap, dtype=np.float64)
+        self.f_size = np.array(size, dtype=np.float64)
+        self.f_chunk = np.array(chunk, dtype=np.float64)
+        self.f_kind = np.array(kind, dtype=np.int64)
+        # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded
+        self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
+        if n_f:
+            self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport)
+        else:
+            self.f_path = np.zeros((0, 4), dtype=np.int64)
+            self.f_hops = np.zeros(0, dtype=np.int64)
+        d = np.where(self.f_path >= 0, self.l_delay[np.maximum(self.f_path, 0)], 0)
+        self.f_rd = np.cumsum(d[:, ::-1], axis=1)[:, ::-1].copy()  # delay from hop h to dst
+        self.f_rev = np.maximum(1, d.sum(axis=1)).astype(np.int64)
+        ring2 = int(max(self.f_rd.max(initial=1), self.f_rev.max(initial=1))) + 2
+        self.ff = np.zeros((n_f, K.NFF))
+        self.fi = np.zeros((n_f, K.NFI), dtype=np.int64)
+        line_f = self.npar[self.f_src, K.P_MAX_RATE] if n_f else np.zeros(0)
+        self.ff[:, K.RC] = line_f
+        self.ff[:, K.RT] = line_f
+        self.ff[:, K.REMAIN] = self.f_size
+        self.ff[:, K.TNPCNP] = -1e18
+        self.back = np.zeros((n_f, 4))
+        self.pacc = np.zeros((n_f, 4))
+        self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
+        self.ce_ring = np.zeros((ring2, n_f), dtype=np.int64)
+        self.cnp_ring = np.zeros((ring2, n_f), dtype=np.int64)
+        n_g = len(wl.collectives)
+        self.g_iters = np.array([c.iterations for c in wl.collectives], dtype=np.int64)
+        self.g_iter = np.zeros(n_g, dtype=np.int64)
+        self.g_start = np.zeros(n_g)
+        self.g_times = np.zeros((n_g, int(self.g_iters.max(initial=1))))
+        self.g_f0a = np.array(self.g_f0, dtype=np.int64)
+        self.g_f1a = np.array(self.g_f1, dtype=np.int64)
+
+    def _build_probes(self) -> None:
+        fab, topo, pr, rs = self.fabric, self.fabric.topo, self.workload.probes, self._rs
+        if pr is None:
+            self.p_path = np.zeros((0, 4), dtype=np.int64)
+            self.p_hops = np.zeros(0, dtype=np.int64)
+            self.p_wire = 0.0
+            self.p_interval = 1.0
+            self.p_next = np.zeros(0)
+            n_inst, n_lat = 1, 1
+        else:
+            nics = [fab.nic_index(x) for x in (pr.nics or fab.nic_names)]
+            if len(nics) < 2:
+                raise ValueError("Probes need at least 2 NICs")
+            s = np.empty(pr.pairs, dtype=np.int64)
+            d = np.empty(pr.pairs, dtype=np.int64)
+            for k in range(pr.pairs):
+                a, b = rs.choice(len(nics), size=2, replace=False)
+                s[k], d[k] = nics[a], nics[b]
+            sport = rs.integers(0xC000, 0x10000, size=pr.pairs)
+            self.p_path, self.p_hops = fab.routes(s, d, sport)
+            self.p_wire = float(pr.size_bytes + topo.header_bytes)
+            self.p_interval = float(pr.interval_us)
+            self.p_next = pr.interval_us * (np.arange(pr.pairs) + rs.random(pr.pairs)) \
+                / pr.pairs
+            n_inst = pr.pairs * 64
+            n_lat = int(pr.pairs * (self.max_steps * self.dt / pr.interval_us + 2))
+        self.pi_probe = np.full(n_inst, -1, dtype=np.int64)
+        self.pi_hop = np.zeros(n_inst, dtype=np.int64)
+        self.pi_ahead = np.zeros(n_inst)
+        self.pi_ready = np.zeros(n_inst)
+        self.pi_t0 = np.zeros(n_inst)
+        self.lat = np.zeros(max(1, n_lat))
+        self.n_lat = np.zeros(1, dtype=np.int64)
+
+    # ---------------------------------------------------------------- stepping
+    @property
+    def done(self) -> bool:
+        if self.t >= self.max_steps:
+            return True
+        return bool(len(self.g_iters) and np.all(self.g_iter >= self.g_iters))
+
+    @property
+    def now_us(self) -> float:
+        return self.t * self.dt
+
+    def advance(self, us: float) -> None:
+        """Advance by ``us`` of simulated time (or less, if the run finishes)."""
+        n = max(1, int(round(us / self.dt)))
+        if self.done:
+            return
+        t0 = time.perf_counter()
+        reserve, resume, a_x, s_x, a_l = self.sw_params
+        self.t = int(K.run(
+            n, self.t, self.dt, self.max_steps, self.rng,
+            self.l_cap, self.l_delay, self.l_dst_sw, self.l_src_nic, self.l_hroom,
+            self.l_refresh, self.l_ecn, self.l_counters,
+            self.q, self.ing, self.xoff, self.xoff_thr, self.xoff_hist, self.next_refresh,
+            self.paused_since,
+            self.sw_buffer, reserve, resume, a_x, s_x, a_l, self.cls_lossless,
+            self.fabric.topo.wrr_weight_roce, self.fabric.topo.pfcwd_detect_us,
+            self.npar, self.nic_ctr,
+            self.f_path, self.f_hops, self.f_cls, self.f_src, self.f_dst, self.f_pred,
+            self.f_group, self.f_rd, self.f_rev, self.f_cap, self.f_size, self.f_chunk,
+            self.ff, self.fi, self.back, self.pacc, self.transit, self.ce_ring,
+            self.cnp_ring, float(self.fabric.topo.wire_bytes),
+            self.g_iters, self.g_iter, self.g_start, self.g_times, self.g_f0a, self.g_f1a,
+            self.p_path, self.p_hops, self.p_wire, self.p_interval, self.p_next,
+            self.pi_probe, self.pi_hop, self.pi_ahead, self.pi_ready, self.pi_t0,
+            self.lat, self.n_lat,
+            self.ts_every, self.ts_n, self.ts_t, self.ts_q, self.ts_paused, self.ts_rate,
+            self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used,
+        ))
+        self.wall_s += time.perf_counter() - t0
+
+    def run(self) -> SimResult:
+        while not self.done:
+            self.advance(10_000.0)
+        return self.result()
+
+    # ---------------------------------------------------------------- reporting
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Cumulative counters per port, named as the devices name them."""
+        fab = self.fabric
+        lc = self.l_counters
+        out: dict[str, dict[str, int]] = {}
+        rev = {(ln.src, ln.dst): i for i, ln in enumerate(fab.links)}
+        for li, ln in enumerate(fab.links):
+            back = rev[(ln.dst, ln.src)]  # the link arriving at this port
+            port = ln.src_port
+            d: dict[str, int] = {}
+            is_nic = self.l_src_nic[li] >= 0
+            for c, tc in enumerate(self.cls_tc):
+                if c == 1 and not self._class1_used():
+                    continue
+                tx_c, rx_c = lc[li, c], lc[back, c]
+                if is_nic:
+                    d[f"rx_prio{tc}_pause"] = int(tx_c[K.C_PFC_FRAMES])
+                    d[f"rx_prio{tc}_pause_duration"] = int(tx_c[K.C_PAUSED_US])
+                    d[f"rx_prio{tc}_pause_transition"] = int(tx_c[K.C_TRANS])
+                    d[f"tx_prio{tc}_pause"] = int(rx_c[K.C_PFC_FRAMES])
+                    d[f"tx_prio{tc}_pause_duration"] = int(rx_c[K.C_XOFF_US])
+                    d[f"tx_prio{tc}_pause_transition"] = int(rx_c[K.C_TRANS])
+                    d[f"rx_prio{tc}_discards"] = int(rx_c[K.C_DROPS])
+                    d[f"rx_prio{tc}_bytes"] = int(rx_c[K.C_TX])
+                    d[f"tx_prio{tc}_bytes"] = int(tx_c[K.C_TX])
+                else:
+                    d[f"pfc{tc}_rx_pkts"] = int(tx_c[K.C_PFC_FRAMES])
+                    d[f"pfc{tc}_tx_pkts"] = int(rx_c[K.C_PFC_FRAMES])
+                    d[f"pfc{tc}_rx_pause_us"] = int(tx_c[K.C_PAUSED_US])
+                    d[f"pfc{tc}_tx_pause_us"] = int(rx_c[K.C_XOFF_US])
+                    d[f"pfc{tc}_tx_transitions"] = int(rx_c[K.C_TRANS])
+                    d[f"queue{tc}_ecn_marked_pkts"] = int(tx_c[K.C_MARKS])
+                    d[f"queue{tc}_drop_pkts"] = int(rx_c[K.C_DROPS])
+                    d[f"queue{tc}_watermark_bytes"] = int(tx_c[K.C_WM])
+                    d[f"queue{tc}_tx_bytes"] = int(tx_c[K.C_TX])
+                    d[f"pfcwd{tc}_storm_detected"] = int(tx_c[K.C_STORM] >= 0.0)
+            if is_nic:
+                i = int(self.l_src_nic[li])
+                d["np_ecn_marked_roce_packets"] = int(self.nic_ctr[i, 0])
+                d["np_cnp_sent"] = int(self.nic_ctr[i, 1])
+                d["rp_cnp_handled"] = int(self.nic_ctr[i, 2])
+            out[port] = d
+        return out
+
+    def _class1_used(self) -> bool:
+        return bool(np.any(self.f_cls == 1))
+
+    def flow_stats(self) -> dict[str, np.ndarray]:
+        """Per-flow arrays: src/dst NIC index, kind (0 collective, 1 background), cumulative
+        delivered payload bytes, current DCQCN rate (Gb/s) and alpha."""
+        eff = self.fabric.topo.efficiency
+        return {
+            "src": self.f_src.copy(), "dst": self.f_dst.copy(), "kind": self.f_kind.copy(),
+            "delivered_bytes": self.ff[:, K.TOTDEL] * eff,
+            "rate_gbps": self.ff[:, K.RC] * 8.0 / 1e3,
+            "alpha": self.ff[:, K.ALPHA].copy(),
+            "limited": self.fi[:, K.ACTIVE].copy(),
+            "path": self.f_path.copy(),
+        }
+
+    def result(self) -> SimResult:
+        fab = self.fabric
+        cols: list[CollectiveStats] = []
+        for gi, col in enumerate(self.workload.collectives):
+            times = [float(x) for x in self.g_times[gi, : int(self.g_iter[gi])]]
+            n = len(col.ranks)
+            if times:
+                mean_t = float(np.mean(times))
+                alg = col.size_bytes / (mean_t * 1e-6) / 1e9
+            else:
+                alg = 0.0
+            cols.append(CollectiveStats(col.label, col.op, col.size_bytes, n, times, alg,
+                                        alg * busbw_factor(col.op, n),
+                                        len(times) == col.iterations))
+        lat = self.lat[: int(self.n_lat[0])].copy()
+        if lat.size:
+            p50, p99, p999 = (float(x) for x in np.percentile(lat, [50, 99, 99.9]))
+        else:
+            p50 = p99 = p999 = math.nan
+        uplinks: dict[str, int] = {}
+        for li in np.asarray(self.fabric.leaf_up).ravel() if fab.spine_names else []:
+            ln = fab.links[int(li)]
+            uplinks[ln.src_port] = int(self.l_counters[li, :, K.C_TX].sum())
+        storms = []
+        for li, ln in enumerate(fab.links):
+            for c, tc in enumerate(self.cls_tc):
+                st = self.l_counters[li, c, K.C_STORM]
+                if st >= 0.0:
+                    storms.append((ln.src_port, tc, float(st)))
+        n_ts = int(self.ts_n[0])
+        ts: dict[str, np.ndarray] = {}
+        port = ""
+        if n_ts:
+            qs = self.ts_q[:n_ts]
+            busiest = int(np.argmax(qs.astype(np.float64).sum(axis=0)))
+            port = fab.links[busiest].src_port
+            ts = {"t_us": self.ts_t[:n_ts].copy(),
+                  "queue_bytes": qs[:, busiest].astype(np.float64),
+                  "paused": self.ts_paused[:n_ts, busiest].astype(np.int64),
+                  "rate_gbps": self.ts_rate[:n_ts] * 8.0 / 1e3}
+        return SimResult(
+            collectives=cols, latency_us=lat, p50_us=p50, p99_us=p99, p999_us=p999,
+            counters=self.counters(), uplink_bytes=uplinks, storms=storms,
+            sim_time_us=self.t * self.dt, wall_s=self.wall_s, steps=self.t, dt_us=self.dt,
+            seed=self.seed, timeseries=ts, timeseries_port=port, flows=self.flow_stats())
+
+
+def _derangement(n: int, rs: np.random.Generator) -> np.ndarray:
+    """A random permutation without fixed points (nobody sends to itself)."""
+    while True:
+        p = rs.permutation(n)
+        if not np.any(p == np.arange(n)):
+            return p
+
+
+def simulate(fabric: Fabric, workload: Workload, seed: int = 0, dt_us: float | None = None,
+             max_time_us: float | None = None) -> SimResult:
+    """Run a workload to completion (or ``max_time_us``) and return its results."""
+    return Simulation(fabric, workload, seed=seed, dt_us=dt_us, max_time_us=max_time_us).run()

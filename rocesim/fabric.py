@@ -1,0 +1,189 @@
+"""The fabric graph: NICs, switches, directed links, port names, ECMP and per-device settings.
+
+Every physical cable is two directed links. A directed link's egress queue sits at its source
+(switch port or NIC port), its PFC ingress accounting at its destination switch. Switch ports
+are named SONiC-style (``leaf0/Ethernet0``, ``Ethernet4``, ...: NIC-facing ports first, then
+uplinks in spine order; spine ports in leaf order); NIC ports by NIC name (``host0/mlx5_0``).
+
+ECMP: a leaf picks the spine for a flow from a seeded hash of (switch, src, dst, UDP source
+port), so collisions happen as on real fabrics; spines and same-leaf traffic have one path.
+Not modelled: adaptive routing, flowlet switching, link failures, LAG inside a link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rocesim.config import DcqcnConfig, EcnConfig, Topology
+
+ROCE_TC = 3
+CNP_TC = 6
+OTHER_LOSSLESS_TC = 4
+OTHER_LOSSY_TC = 0
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, vectorised (uint64 in, uint64 out)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a cable."""
+
+    src: str  # node name (switch or NIC)
+    dst: str
+    src_port: str  # counter key of the transmitting port
+    dst_port: str  # counter key of the receiving port
+    gbps: float
+
+
+class Fabric:
+    """A built topology plus the ECN/DCQCN settings of every device (mutable, per device)."""
+
+    def __init__(self, topo: Topology, seed: int = 0) -> None:
+        self.topo = topo
+        self.seed = int(seed)
+        n_leaf = topo.n_leaves
+        if topo.kind == "single_switch":
+            self.leaf_names = ["sw0"]
+            self.spine_names: list[str] = []
+        else:
+            self.leaf_names = [f"leaf{i}" for i in range(n_leaf)]
+            self.spine_names = [f"spine{i}" for i in range(topo.spines)]
+        self.switch_names = self.leaf_names + self.spine_names
+        g = topo.nics_per_host
+        self.nic_names = [f"host{h}/mlx5_{k}" for h in range(topo.n_hosts) for k in range(g)]
+        self.nic_leaf = np.array([i // (topo.hosts_per_leaf * g) for i in range(topo.n_nics)],
+                                 dtype=np.int64)
+        self._nic_index = {n: i for i, n in enumerate(self.nic_names)}
+        self._sw_index = {n: i for i, n in enumerate(self.switch_names)}
+        self.links: list[Link] = []
+        per_leaf = topo.hosts_per_leaf * g
+        # up[i] = NIC i -> leaf, down[i] = leaf -> NIC i
+        self.nic_up = np.zeros(topo.n_nics, dtype=np.int64)
+        self.nic_down = np.zeros(topo.n_nics, dtype=np.int64)
+        for i, nic in enumerate(self.nic_names):
+            leaf = self.leaf_names[int(self.nic_leaf[i])]
+            port = f"{leaf}/Ethernet{4 * (i % per_leaf)}"
+            self.nic_up[i] = self._add(Link(nic, leaf, nic, port, topo.nic_gbps))
+            self.nic_down[i] = self._add(Link(leaf, nic, port, nic, topo.nic_gbps))
+        n_sp = len(self.spine_names)
+        self.leaf_up = np.zeros((n_leaf, max(n_sp, 1)), dtype=np.int64)
+        self.spine_down = np.zeros((max(n_sp, 1), n_leaf), dtype=np.int64)
+        for li, leaf in enumerate(self.leaf_names):
+            for si, spine in enumerate(self.spine_names):
+                lp = f"{leaf}/Ethernet{4 * (per_leaf + si)}"
+                sp = f"{spine}/Ethernet{4 * li}"
+                self.leaf_up[li, si] = self._add(Link(leaf, spine, lp, sp, topo.uplink_gbps))
+                self.spine_down[si, li] = self._add(Link(spine, leaf, sp, lp, topo.uplink_gbps))
+        self._ecn: dict[tuple[str, int], EcnConfig] = {}
+        default_ecn = EcnConfig()
+        for sw in self.switch_names:
+            self._ecn[(sw, ROCE_TC)] = default_ecn
+        self._dcqcn: dict[str, DcqcnConfig] = {n: DcqcnConfig() for n in self.nic_names}
+
+    def _add(self, link: Link) -> int:
+        self.links.append(link)
+        return len(self.links) - 1
+
+    # ---- names ----
+    def hosts_under(self, leaf: str) -> list[str]:
+        """NIC names attached to a leaf (or to ``sw0``)."""
+        if leaf not in self.leaf_names:
+            raise KeyError(f"unknown leaf {leaf!r}; leaves are {self.leaf_names}")
+        li = self.leaf_names.index(leaf)
+        return [n for i, n in enumerate(self.nic_names) if self.nic_leaf[i] == li]
+
+    def nic_index(self, nic: str) -> int:
+        try:
+            return self._nic_index[nic]
+        except KeyError:
+            raise KeyError(f"unknown NIC {nic!r}; NICs are named like "
+                           f"{self.nic_names[0]!r}") from None
+
+    def switch_index(self, switch: str) -> int:
+        try:
+            return self._sw_index[switch]
+        except KeyError:
+            raise KeyError(f"unknown switch {switch!r}; switches are "
+                           f"{self.switch_names}") from None
+
+    @property
+    def port_names(self) -> list[str]:
+        """Every counter key: NIC names, then switch ports."""
+        seen: dict[str, None] = {}
+        for ln in self.links:
+            seen.setdefault(ln.src_port, None)
+        return list(seen)
+
+    # ---- settings ----
+    def set_ecn(self, switch: str, cfg: EcnConfig, tc: int = ROCE_TC) -> None:
+        self.switch_index(switch)
+        if not isinstance(cfg, EcnConfig):
+            raise TypeError(f"set_ecn({switch!r}): expected EcnConfig, got {type(cfg).__name__}")
+        self._ecn[(switch, int(tc))] = cfg
+
+    def ecn(self, switch: str, tc: int = ROCE_TC) -> EcnConfig:
+        self.switch_index(switch)
+        return self._ecn.get((switch, int(tc)), EcnConfig(enabled=False))
+
+    def set_dcqcn(self, nic: str, cfg: DcqcnConfig) -> None:
+        self.nic_index(nic)
+        if not isinstance(cfg, DcqcnConfig):
+            raise TypeError(f"set_dcqcn({nic!r}): expected DcqcnConfig, "
+                            f"got {type(cfg).__name__}")
+        self._dcqcn[nic] = cfg
+
+    def dcqcn(self, nic: str) -> DcqcnConfig:
+        self.nic_index(nic)
+        return self._dcqcn[nic]
+
+    def xoff_bytes(self, switch: str) -> int:
+        """Bytes one ingress port/priority may hold before XOFF, with the shared buffer
+        otherwise empty: reserve + min(static XOFF, alpha x buffer). With N ingress ports
+        feeding one egress queue the queue reaches about N times this before pauses start, so
+        Kmax below this value keeps ECN ahead of PFC for any fan-in."""
+        self.switch_index(switch)
+        t = self.topo
+        thr = (2.0 ** t.pfc_alpha_log2) * t.buffer_bytes
+        if t.pfc_static_xoff_bytes is not None:
+            thr = min(thr, float(t.pfc_static_xoff_bytes))
+        return int(t.reserve_bytes + thr)
+
+    # ---- routing ----
+    def routes(self, src: np.ndarray, dst: np.ndarray, sport: np.ndarray,
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Paths (link ids, -1 padded to 4 hops) and hop counts for flows (NIC indices)."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if np.any(src == dst):
+            raise ValueError("a flow needs distinct source and destination NICs")
+        n = src.shape[0]
+        path = np.full((n, 4), -1, dtype=np.int64)
+        hops = np.full(n, 2, dtype=np.int64)
+        ls = self.nic_leaf[src]
+        ld = self.nic_leaf[dst]
+        path[:, 0] = self.nic_up[src]
+        same = ls == ld
+        path[same, 1] = self.nic_down[dst[same]]
+        cross = ~same
+        if np.any(cross):
+            n_sp = len(self.spine_names)
+            key = (np.uint64(self.seed) * np.uint64(0x100000001B3)
+                   ^ mix64(ls[cross].astype(np.uint64) * np.uint64(1_000_003)
+                           + src[cross].astype(np.uint64) * np.uint64(65_537)
+                           + dst[cross].astype(np.uint64) * np.uint64(257)
+                           + sport[cross].astype(np.uint64) * np.uint64(0x9E37)))
+            spine = (mix64(key) % np.uint64(n_sp)).astype(np.int64)
+            path[cross, 1] = self.leaf_up[ls[cross], spine]
+            path[cross, 2] = self.spine_down[spine, ld[cross]]
+            path[cross, 3] = self.nic_down[dst[cross]]
+            hops[cross] = 4
+        return path, hops
