@@ -1,0 +1,438 @@
+"""Pre-flight: the checks a field engineer makes before touching congestion control.
+
+Pure: facts in (``PreflightFacts``, collected by ``tuner.preflight_facts`` from the simulated
+fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per finding out. A
+``fail`` anywhere stops ``ecntune run`` before any change. The checks, and why each exists:
+
+* ``facts``           a target whose facts could not be collected (unreachable, tool missing);
+* ``mtu``             one MTU on every canary host and switch port (a mismatch silently turns
+                      RoCE into retransmissions, and no ECN setting fixes that);
+* ``df_ping``         a don't-fragment ping at the RoCE MTU between host pairs (proves the path);
+* ``pfc_priority``    PFC on exactly the RoCE priority on hosts (``mlnx_qos``) and on every
+                      canary switch port (extra lossless priorities on a switch are a warning:
+                      SONiC ships ``pfc_enable 3,4``);
+* ``dscp_trust``      DSCP trust, RoCE DSCP -> RoCE priority and CNP DSCP as expected;
+* ``dcqcn_enabled``   DCQCN reaction and notification point enabled on the RoCE priority;
+* ``link``            links up, at the expected speed and FEC;
+* ``error_counters``  CRC/symbol errors not rising over a short sample;
+* ``versions``        driver/firmware recorded (mixed firmware is a warning);
+* ``blast_radius``    a canary switch that also serves hosts outside the canary is refused
+                      unless the experiment acknowledges that switch;
+* ``shared_priority`` nothing but the tuned workload on the RoCE priority: a declared job, or
+                      traffic seen on that priority while the canary is idle (the storage or
+                      backup job that shares the RoCE PFC priority is a classic incident).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from objectives.parsers import MlnxQos
+
+Status = Literal["pass", "warn", "fail"]
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+# Error counters that must not rise on an idle, healthy link (mlx5 ethtool names; SONiC/NVUE
+# port counters are mapped onto the same names by the collectors).
+ERROR_COUNTERS = ("rx_crc_errors_phy", "rx_symbol_err_phy", "rx_crc_errors", "rx_symbol_errors")
+
+
+class SharedJob(BaseModel):
+    """Traffic other than the tuner's that is known to run on the fabric."""
+
+    model_config = _FROZEN
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    priority: int = Field(ge=0, le=7)
+    hosts: list[str] = Field(default_factory=list)
+
+
+class PreflightSpec(BaseModel):
+    """The experiment file's ``preflight:`` section: what the fabric is expected to look like."""
+
+    model_config = _FROZEN
+    enabled: bool = True
+    mtu: int | None = Field(default=None, ge=576, le=9216)  # None: all equal is enough
+    roce_dscp: int = Field(default=26, ge=0, le=63)  # ToS 106 = DSCP 26 + ECT(0)
+    cnp_dscp: int = Field(default=48, ge=0, le=63)  # ConnectX factory value
+    trust: Literal["dscp", "pcp"] = "dscp"
+    speed_mbps: int | None = Field(default=None, gt=0)  # None: the NIC line rate if known
+    fec: str | None = None  # e.g. "rs"; None: not checked
+    error_sample_s: float = Field(default=2.0, ge=0, le=60)
+    max_error_increase: int = Field(default=0, ge=0)
+    idle_traffic_packets: int = Field(default=1000, ge=0)  # RoCE-priority packets while idle
+    acknowledge_shared_switches: list[str] = Field(default_factory=list)
+    shared_jobs: list[SharedJob] = Field(default_factory=list)
+    df_ping: bool = True
+
+
+class HostFacts(BaseModel):
+    """What was read on one canary host; ``None`` = not available on this host/layout."""
+
+    model_config = _FROZEN
+    name: str
+    nic: str  # Settings key, ``host0/mlx5_0``
+    error: str | None = None  # facts could not be collected at all
+    mtu: int | None = None
+    link_up: bool | None = None
+    speed_mbps: int | None = None
+    fec: str | None = None
+    qos: MlnxQos | None = None
+    rp_enabled: dict[int, bool] | None = None  # roce_rp/enable/<prio> (OFED sysfs only)
+    np_enabled: dict[int, bool] | None = None
+    roce_tos: int | None = None  # verbs traffic class / cma_roce_tos (ToS byte)
+    cnp_dscp: int | None = None
+    driver: str | None = None
+    firmware: str | None = None
+    counters_before: dict[str, int] = Field(default_factory=dict)
+    counters_after: dict[str, int] = Field(default_factory=dict)
+    sample_s: float = 0.0
+    ping: dict[str, str] = Field(default_factory=dict)  # peer -> "ok" or the failure text
+
+
+class SwitchFacts(BaseModel):
+    """What was read on one canary switch, per port facing canary hosts."""
+
+    model_config = _FROZEN
+    name: str
+    error: str | None = None
+    port_mtu: dict[str, int] = Field(default_factory=dict)
+    port_up: dict[str, bool] = Field(default_factory=dict)
+    port_speed_mbps: dict[str, int] = Field(default_factory=dict)
+    lossless: dict[str, list[int]] = Field(default_factory=dict)  # port -> PFC priorities
+    outside_ports: list[str] = Field(default_factory=list)  # ports serving non-canary hosts
+    counters_before: dict[str, dict[str, int]] = Field(default_factory=dict)
+    counters_after: dict[str, dict[str, int]] = Field(default_factory=dict)
+    sample_s: float = 0.0
+    version: str | None = None
+
+
+class PreflightFacts(BaseModel):
+    """Everything the checks look at; ``workload_on_roce`` = the tuned workload itself puts
+    background traffic in the RoCE priority (declared, so only a warning)."""
+
+    model_config = _FROZEN
+    backend: str
+    roce_priority: int = Field(ge=0, le=7)
+    hosts: list[HostFacts] = Field(default_factory=list)
+    switches: list[SwitchFacts] = Field(default_factory=list)
+    line_rate_mbps: int | None = None
+    workload_on_roce: bool = False
+
+
+class CheckResult(BaseModel):
+    """One line of the pre-flight table."""
+
+    model_config = _FROZEN
+    check: str
+    target: str
+    status: Status
+    evidence: str
+
+
+def _r(check: str, target: str, status: Status, evidence: str) -> CheckResult:
+    return CheckResult(check=check, target=target, status=status, evidence=evidence)
+
+
+def _reachable(facts: PreflightFacts) -> tuple[list[HostFacts], list[SwitchFacts]]:
+    return ([h for h in facts.hosts if h.error is None],
+            [s for s in facts.switches if s.error is None])
+
+
+def check_facts(facts: PreflightFacts) -> list[CheckResult]:
+    out = [_r("facts", t.name, "fail", f"facts not collected: {t.error}")
+           for t in (*facts.hosts, *facts.switches) if t.error is not None]
+    if not facts.hosts:
+        out.append(_r("facts", "canary", "fail", "no canary hosts"))
+    return out
+
+
+def check_mtu(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    hosts, switches = _reachable(facts)
+    seen: list[tuple[str, int]] = [(h.name, h.mtu) for h in hosts if h.mtu is not None]
+    seen += [(f"{s.name}/{p}", m) for s in switches for p, m in sorted(s.port_mtu.items())]
+    if not seen:
+        return [_r("mtu", "canary", "warn", "no MTU readable on any target")]
+    want = spec.mtu if spec.mtu is not None else Counter(m for _, m in seen).most_common(1)[0][0]
+    basis = "expected" if spec.mtu is not None else "most common"
+    out = []
+    for name, mtu in seen:
+        if mtu != want:
+            out.append(_r("mtu", name, "fail", f"MTU {mtu}, {basis} {want}: fix the MTU on this "
+                                               "port/host before tuning"))
+    missing = [h.name for h in hosts if h.mtu is None]
+    out += [_r("mtu", n, "warn", "MTU not readable") for n in missing]
+    if not out:
+        out.append(_r("mtu", "canary", "pass", f"MTU {want} on {len(seen)} hosts/ports"))
+    return out
+
+
+def check_df_ping(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    if not spec.df_ping:
+        return []
+    hosts, _ = _reachable(facts)
+    pairs = [(h.name, peer, res) for h in hosts for peer, res in sorted(h.ping.items())]
+    if not pairs:
+        return [_r("df_ping", "canary", "warn", "no don't-fragment ping was run")]
+    bad = [_r("df_ping", f"{a}->{b}", "fail", f"ping -M do at the RoCE MTU failed: {res}")
+           for a, b, res in pairs if res != "ok"]
+    return bad or [_r("df_ping", "canary", "pass",
+                      f"{len(pairs)} host pairs pass a don't-fragment ping at the RoCE MTU")]
+
+
+def check_pfc(facts: PreflightFacts) -> list[CheckResult]:
+    prio = facts.roce_priority
+    hosts, switches = _reachable(facts)
+    out: list[CheckResult] = []
+    for h in hosts:
+        if h.qos is None or not h.qos.pfc_enabled:
+            out.append(_r("pfc_priority", h.name, "warn", "PFC configuration not readable"))
+            continue
+        on = h.qos.pfc_priorities
+        if on == [prio]:
+            out.append(_r("pfc_priority", h.name, "pass", f"PFC on priority {prio} only"))
+        elif prio not in on:
+            out.append(_r("pfc_priority", h.name, "fail",
+                          f"PFC on priorities {on or 'none'}, not on the RoCE priority {prio}: "
+                          f"mlnx_qos -i <if> --pfc with 1 at position {prio} only"))
+        else:
+            out.append(_r("pfc_priority", h.name, "fail",
+                          f"PFC on priorities {on}: must be {prio} only (other classes would "
+                          "pause RoCE's upstream)"))
+    for s in switches:
+        for port, on in sorted(s.lossless.items()):
+            name = f"{s.name}/{port}"
+            if prio not in on:
+                out.append(_r("pfc_priority", name, "fail",
+                              f"lossless priorities {on or 'none'}, RoCE priority {prio} is "
+                              "lossy here"))
+            elif on != [prio]:
+                out.append(_r("pfc_priority", name, "warn",
+                              f"lossless priorities {on}; only {prio} carries RoCE"))
+        if not s.lossless:
+            out.append(_r("pfc_priority", s.name, "warn", "switch PFC configuration not "
+                                                          "readable"))
+    sw_ok = [s.name for s in switches if s.lossless and all(
+        prio in v for v in s.lossless.values())]
+    if sw_ok:
+        out.append(_r("pfc_priority", ",".join(sw_ok), "pass",
+                      f"priority {prio} lossless on every canary port"))
+    return out
+
+
+def check_dscp(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    prio = facts.roce_priority
+    hosts, _ = _reachable(facts)
+    out: list[CheckResult] = []
+    for h in hosts:
+        problems: list[str] = []
+        notes: list[str] = []
+        if h.qos is None or h.qos.trust is None:
+            out.append(_r("dscp_trust", h.name, "warn", "trust state not readable"))
+        else:
+            if h.qos.trust != spec.trust:
+                problems.append(f"trust {h.qos.trust}, expected {spec.trust}")
+            if spec.trust == "dscp" and h.qos.dscp2prio:
+                got = h.qos.dscp2prio.get(spec.roce_dscp)
+                if got != prio:
+                    problems.append(f"DSCP {spec.roce_dscp} maps to priority {got}, "
+                                    f"expected {prio}")
+                else:
+                    notes.append(f"DSCP {spec.roce_dscp} -> priority {prio}")
+        if h.roce_tos is not None:
+            if h.roce_tos >> 2 != spec.roce_dscp:
+                problems.append(f"RoCE ToS {h.roce_tos} is DSCP {h.roce_tos >> 2}, expected "
+                                f"DSCP {spec.roce_dscp} (ToS {spec.roce_dscp * 4 + 2})")
+            else:
+                notes.append(f"ToS {h.roce_tos}")
+        if h.cnp_dscp is not None:
+            if h.cnp_dscp != spec.cnp_dscp:
+                problems.append(f"cnp_dscp {h.cnp_dscp}, expected {spec.cnp_dscp}")
+            else:
+                notes.append(f"cnp_dscp {h.cnp_dscp}")
+        if problems:
+            out.append(_r("dscp_trust", h.name, "fail", "; ".join(problems)))
+        elif h.qos is not None and h.qos.trust is not None:
+            out.append(_r("dscp_trust", h.name, "pass",
+                          f"trust {h.qos.trust}" + "".join(f", {n}" for n in notes)))
+    return out
+
+
+def check_dcqcn(facts: PreflightFacts) -> list[CheckResult]:
+    prio = facts.roce_priority
+    hosts, _ = _reachable(facts)
+    out = []
+    for h in hosts:
+        if h.rp_enabled is None and h.np_enabled is None:
+            out.append(_r("dcqcn_enabled", h.name, "warn",
+                          "per-priority DCQCN enable not visible (debugfs layout); firmware "
+                          "default is all priorities"))
+            continue
+        off = [side for side, m in (("reaction point", h.rp_enabled),
+                                    ("notification point", h.np_enabled))
+               if m is not None and not m.get(prio, False)]
+        if off:
+            out.append(_r("dcqcn_enabled", h.name, "fail",
+                          f"DCQCN {' and '.join(off)} disabled on priority {prio}: echo 1 > "
+                          f"ecn/roce_rp/enable/{prio} and ecn/roce_np/enable/{prio}"))
+        else:
+            out.append(_r("dcqcn_enabled", h.name, "pass",
+                          f"roce_rp and roce_np enabled on priority {prio}"))
+    return out
+
+
+def check_link(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    hosts, switches = _reachable(facts)
+    want_speed = spec.speed_mbps or facts.line_rate_mbps
+    out = []
+    for h in hosts:
+        problems = []
+        if h.link_up is False:
+            problems.append("link down")
+        if want_speed and h.speed_mbps is not None and h.speed_mbps != want_speed:
+            problems.append(f"speed {h.speed_mbps} Mb/s, expected {want_speed}")
+        if spec.fec and h.fec is not None and h.fec.lower() != spec.fec.lower():
+            problems.append(f"FEC {h.fec}, expected {spec.fec}")
+        if problems:
+            out.append(_r("link", h.name, "fail", "; ".join(problems)))
+        else:
+            speed = f" at {h.speed_mbps} Mb/s" if h.speed_mbps else ""
+            state = "up" if h.link_up else "state unknown"
+            out.append(_r("link", h.name, "pass" if h.link_up else "warn", f"{state}{speed}"))
+    for s in switches:
+        down = sorted(p for p, up in s.port_up.items() if not up)
+        slow = sorted(p for p, sp in s.port_speed_mbps.items()
+                      if want_speed and sp != want_speed)
+        if down or slow:
+            out.append(_r("link", s.name, "fail",
+                          "; ".join(x for x in (f"ports down: {down}" if down else "",
+                                                f"ports not at {want_speed} Mb/s: {slow}"
+                                                if slow else "") if x)))
+        elif s.port_up:
+            out.append(_r("link", s.name, "pass", f"{len(s.port_up)} canary ports up"))
+    return out
+
+
+def _rising(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in ERROR_COUNTERS
+            if k in after and after[k] - before.get(k, 0) > 0}
+
+
+def check_errors(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    hosts, switches = _reachable(facts)
+    rows: list[tuple[str, dict[str, int], dict[str, int], float]] = [
+        (h.name, h.counters_before, h.counters_after, h.sample_s) for h in hosts]
+    rows += [(f"{s.name}/{p}", s.counters_before.get(p, {}), after, s.sample_s)
+             for s in switches for p, after in sorted(s.counters_after.items())]
+    out = []
+    sampled = 0
+    for name, before, after, sample_s in rows:
+        if not after:
+            continue
+        sampled += 1
+        up = _rising(before, after)
+        if sum(up.values()) > spec.max_error_increase:
+            out.append(_r("error_counters", name, "fail",
+                          f"rising over {sample_s:g} s: "
+                          + ", ".join(f"{k} +{v}" for k, v in sorted(up.items()))
+                          + " (check cable/optic; tuning cannot fix a bad link)"))
+    if not out:
+        out.append(_r("error_counters", "canary", "pass" if sampled else "warn",
+                      f"no CRC/symbol errors rising on {sampled} ports" if sampled
+                      else "no error counters sampled"))
+    return out
+
+
+def check_versions(facts: PreflightFacts) -> list[CheckResult]:
+    hosts, switches = _reachable(facts)
+    out = []
+    fw = {h.firmware for h in hosts if h.firmware}
+    for h in hosts:
+        out.append(_r("versions", h.name, "pass",
+                      f"driver {h.driver or '?'}, firmware {h.firmware or '?'}"))
+    for s in switches:
+        if s.version:
+            out.append(_r("versions", s.name, "pass", s.version))
+    if len(fw) > 1:
+        out.append(_r("versions", "canary", "warn",
+                      f"mixed NIC firmware {sorted(fw)}: results may not carry over"))
+    return out
+
+
+def check_blast_radius(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        if not s.outside_ports:
+            out.append(_r("blast_radius", s.name, "pass", "serves only canary hosts"))
+        elif s.name in spec.acknowledge_shared_switches:
+            out.append(_r("blast_radius", s.name, "warn",
+                          f"also serves non-canary ports {s.outside_ports} (acknowledged)"))
+        else:
+            out.append(_r("blast_radius", s.name, "fail",
+                          f"also serves non-canary ports {s.outside_ports}: a switch ECN change "
+                          "hits them too; add it to preflight.acknowledge_shared_switches or "
+                          "pick a canary switch without them"))
+    return out
+
+
+def roce_packets(row: dict[str, int], prio: int) -> int:
+    """Packets on priority ``prio`` in one counter row (mlx5 and SONiC names)."""
+    return sum(row.get(k, 0) for k in (f"rx_prio{prio}_packets", f"tx_prio{prio}_packets",
+                                       f"queue{prio}_tx_pkts"))
+
+
+def check_shared_priority(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    prio = facts.roce_priority
+    hosts, switches = _reachable(facts)
+    out = []
+    for job in spec.shared_jobs:
+        if job.priority == prio:
+            out.append(_r("shared_priority", job.name, "fail",
+                          f"job {job.name} runs on the RoCE priority {prio}"
+                          + (f" ({', '.join(job.hosts)})" if job.hosts else "")
+                          + ": move it to another priority or stop it while tuning"))
+    rows = [(h.name, h.counters_before, h.counters_after, h.sample_s) for h in hosts]
+    rows += [(f"{s.name}/{p}", s.counters_before.get(p, {}), a, s.sample_s)
+             for s in switches for p, a in sorted(s.counters_after.items())]
+    for name, before, after, sample_s in rows:
+        if not after or not before:
+            continue
+        seen = roce_packets(after, prio) - roce_packets(before, prio)
+        if seen > spec.idle_traffic_packets:
+            out.append(_r("shared_priority", name, "fail",
+                          f"{seen} packets on RoCE priority {prio} in {sample_s:g} s while the "
+                          "canary is idle: another job (storage/backup?) shares the priority"))
+    if facts.workload_on_roce:
+        out.append(_r("shared_priority", "workload", "warn",
+                      f"the experiment's own background traffic uses priority {prio} (tuned "
+                      "for on purpose)"))
+    if not out:
+        out.append(_r("shared_priority", "canary", "pass",
+                      f"no other traffic on priority {prio}"))
+    return out
+
+
+def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    """Every check, in the order of the table."""
+    return [*check_facts(facts), *check_mtu(facts, spec), *check_df_ping(facts, spec),
+            *check_pfc(facts), *check_dscp(facts, spec), *check_dcqcn(facts),
+            *check_link(facts, spec), *check_errors(facts, spec), *check_versions(facts),
+            *check_blast_radius(facts, spec), *check_shared_priority(facts, spec)]
+
+
+def worst(results: Iterable[CheckResult]) -> Status:
+    statuses = {r.status for r in results}
+    return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
+
+
+def failures(results: Iterable[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if r.status == "fail"]
+
+
+def summary(results: list[CheckResult]) -> str:
+    """One line per failure, for the ``SafetyAbort`` that stops ``run``."""
+    return "; ".join(f"{r.check} {r.target}: {r.evidence}" for r in failures(results))

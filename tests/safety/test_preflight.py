@@ -1,0 +1,214 @@
+"""Pre-flight checks on facts built from real tool output (shared/reference)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from objectives.parsers import parse_ethtool_info, parse_ethtool_stats, parse_mlnx_qos
+from safety.preflight import (
+    HostFacts,
+    PreflightFacts,
+    PreflightSpec,
+    SharedJob,
+    SwitchFacts,
+    failures,
+    run_checks,
+    summary,
+    worst,
+)
+
+REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
+if not REF.exists():
+    REF = Path("/work/shared/reference")
+QOS_PFC3 = REF / "mlx5-dcqcn-config" / "mlnx_qos-show-fw-dcbx-dscp-trust-pfc3.txt"
+SPIDERPOOL = REF / "mlx5-dcqcn-config" / "sysfs-ecn-enable-cnp_dscp-traffic_class-readback-" \
+    "spiderpool.txt"
+ETHTOOL_I = REF / "mlx5-ethtool" / "cx4-kernel4.15-ethtool-S-head-ethq-issue8.txt"
+DISCARDS = REF / "mlx5-ethtool" / "cx4lx-discards-and-global-pause-grep.txt"
+
+
+def qos_pfc3():
+    # Real mlnx_qos: trust dscp, DSCP 26 -> prio 3, PFC on prio 3 only.
+    return parse_mlnx_qos(QOS_PFC3.read_text())
+
+
+def qos_spiderpool():
+    # Real set-rdma-qos.sh output: its mlnx_qos part shows PFC on prio 5 only.
+    lines = SPIDERPOOL.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "Priority trust state" in ln)
+    return parse_mlnx_qos("\n".join(lines[start:start + 5]))
+
+
+def firmware():
+    text = ETHTOOL_I.read_text().split("# ethtool -S output")[0]
+    return parse_ethtool_info(text)
+
+
+def host(name: str, **kw) -> HostFacts:
+    info = firmware()
+    base = dict(name=name, nic=f"{name}/mlx5_0", mtu=9000, link_up=True, speed_mbps=100_000,
+                qos=qos_pfc3(), rp_enabled={p: True for p in range(8)},
+                np_enabled={p: True for p in range(8)}, roce_tos=106, cnp_dscp=48,
+                driver=info.driver, firmware=info.firmware_version,
+                counters_before={"rx_crc_errors_phy": 5, "rx_prio3_packets": 10},
+                counters_after={"rx_crc_errors_phy": 5, "rx_prio3_packets": 10}, sample_s=2.0,
+                ping={"peer": "ok"})
+    base.update(kw)
+    return HostFacts(**base)
+
+
+def switch(name: str = "leaf0", **kw) -> SwitchFacts:
+    base = dict(name=name, port_mtu={"Ethernet0": 9000, "Ethernet4": 9000},
+                port_up={"Ethernet0": True, "Ethernet4": True},
+                lossless={"Ethernet0": [3], "Ethernet4": [3]})
+    base.update(kw)
+    return SwitchFacts(**base)
+
+
+def facts(hosts=None, switches=None, **kw) -> PreflightFacts:
+    return PreflightFacts(backend="test", roce_priority=3,
+                          hosts=hosts if hosts is not None else [host("h0"), host("h1")],
+                          switches=switches if switches is not None else [switch()],
+                          line_rate_mbps=100_000, **kw)
+
+
+def by_check(results, check):
+    return [r for r in results if r.check == check]
+
+
+def test_samples_parse_as_expected():
+    q = qos_pfc3()
+    assert q.trust == "dscp" and q.pfc_priorities == [3] and q.dscp2prio[26] == 3
+    assert qos_spiderpool().pfc_priorities == [5]
+    assert firmware().firmware_version.startswith("14.23.1020")
+
+
+def test_healthy_fabric_passes_every_check():
+    res = run_checks(facts(), PreflightSpec())
+    assert worst(res) == "pass", [r for r in res if r.status != "pass"]
+    checks = {r.check for r in res}
+    assert {"mtu", "df_ping", "pfc_priority", "dscp_trust", "dcqcn_enabled", "link",
+            "error_counters", "versions", "blast_radius", "shared_priority"} <= checks
+    v = by_check(res, "versions")[0]
+    assert "mlx5_core" in v.evidence and "14.23.1020" in v.evidence
+
+
+def test_mtu_mismatch_on_host_and_switch_port():
+    f = facts(hosts=[host("h0"), host("h1"), host("h2", mtu=1500)],
+              switches=[switch(port_mtu={"Ethernet0": 9000, "Ethernet4": 9216})])
+    bad = failures(by_check(run_checks(f, PreflightSpec()), "mtu"))
+    assert sorted(r.target for r in bad) == ["h2", "leaf0/Ethernet4"]
+    assert "MTU 1500, most common 9000" in next(r for r in bad if r.target == "h2").evidence
+
+
+def test_mtu_expected_value_wins_over_majority():
+    bad = failures(run_checks(facts(), PreflightSpec(mtu=4200)))
+    assert len([r for r in bad if r.check == "mtu"]) == 4  # 2 hosts + 2 switch ports
+
+
+def test_pfc_on_wrong_priority_from_real_sample():
+    f = facts(hosts=[host("h0"), host("h1", qos=qos_spiderpool())])
+    bad = failures(run_checks(f, PreflightSpec()))
+    pfc = [r for r in bad if r.check == "pfc_priority"]
+    assert [r.target for r in pfc] == ["h1"]
+    assert "priorities [5]" in pfc[0].evidence and "RoCE priority 3" in pfc[0].evidence
+
+
+def test_pfc_extra_priority_on_host_fails_but_on_switch_warns():
+    q = qos_pfc3().model_copy(update={"pfc_enabled": [False, False, False, True, True,
+                                                      False, False, False]})
+    f = facts(hosts=[host("h0", qos=q), host("h1")],
+              switches=[switch(lossless={"Ethernet0": [3, 4], "Ethernet4": [3, 4]})])
+    res = by_check(run_checks(f, PreflightSpec()), "pfc_priority")
+    assert [(r.target, r.status) for r in res if r.status != "pass"] == [
+        ("h0", "fail"), ("leaf0/Ethernet0", "warn"), ("leaf0/Ethernet4", "warn")]
+
+
+def test_switch_port_without_roce_priority_lossless_fails():
+    f = facts(switches=[switch(lossless={"Ethernet0": [3], "Ethernet4": [4]})])
+    bad = failures(run_checks(f, PreflightSpec()))
+    assert [(r.check, r.target) for r in bad] == [("pfc_priority", "leaf0/Ethernet4")]
+
+
+def test_trust_pcp_and_wrong_tos_and_cnp_dscp():
+    q = qos_pfc3().model_copy(update={"trust": "pcp"})
+    f = facts(hosts=[host("h0", qos=q), host("h1", roce_tos=160, cnp_dscp=24)])
+    bad = {r.target: r.evidence for r in failures(run_checks(f, PreflightSpec()))
+           if r.check == "dscp_trust"}
+    assert "trust pcp" in bad["h0"]
+    # spiderpool's tclass 160 is DSCP 40 (INDEX.md 3.1: ToS = DSCP*4 + ECN bits)
+    assert "DSCP 40" in bad["h1"] and "cnp_dscp 24" in bad["h1"]
+
+
+def test_dcqcn_disabled_on_roce_priority():
+    rp = {p: p != 3 for p in range(8)}
+    f = facts(hosts=[host("h0", rp_enabled=rp), host("h1", rp_enabled=None, np_enabled=None)])
+    res = by_check(run_checks(f, PreflightSpec()), "dcqcn_enabled")
+    assert [(r.target, r.status) for r in res] == [("h0", "fail"), ("h1", "warn")]
+    assert "reaction point" in res[0].evidence
+
+
+def test_link_down_slow_and_fec():
+    f = facts(hosts=[host("h0", link_up=False), host("h1", speed_mbps=25_000, fec="baser")],
+              switches=[switch(port_up={"Ethernet0": False, "Ethernet4": True})])
+    bad = {r.target: r.evidence for r in failures(run_checks(f, PreflightSpec(fec="rs")))
+           if r.check == "link"}
+    assert bad["h0"] == "link down"
+    assert "speed 25000" in bad["h1"] and "FEC baser" in bad["h1"]
+    assert "Ethernet0" in bad["leaf0"]
+
+
+def test_rising_crc_errors_fail_and_static_ones_pass():
+    # The real grep'ed counters of a CX-4 Lx: zero discards; add CRC errors that rise.
+    row = parse_ethtool_stats(DISCARDS.read_text()).counters
+    before = {**row, "rx_crc_errors_phy": 7}
+    after = {**row, "rx_crc_errors_phy": 19, "rx_symbol_err_phy": 3}
+    f = facts(hosts=[host("h0", counters_before=before, counters_after=after), host("h1")])
+    bad = failures(run_checks(f, PreflightSpec()))
+    assert [(r.check, r.target) for r in bad] == [("error_counters", "h0")]
+    assert "rx_crc_errors_phy +12" in bad[0].evidence and "rx_symbol_err_phy +3" in \
+        bad[0].evidence
+    assert not failures(run_checks(f, PreflightSpec(max_error_increase=15)))
+
+
+def test_blast_radius_refused_unless_acknowledged():
+    f = facts(switches=[switch(outside_ports=["Ethernet8"])])
+    bad = failures(run_checks(f, PreflightSpec()))
+    assert [(r.check, r.target) for r in bad] == [("blast_radius", "leaf0")]
+    res = run_checks(f, PreflightSpec(acknowledge_shared_switches=["leaf0"]))
+    assert worst(res) == "warn"
+
+
+def test_shared_priority_declared_job_and_idle_traffic():
+    spec = PreflightSpec(shared_jobs=[SharedJob(name="backup", priority=3, hosts=["h1"]),
+                                      SharedJob(name="logs", priority=0)])
+    bad = failures(run_checks(facts(), spec))
+    assert [(r.check, r.target) for r in bad] == [("shared_priority", "backup")]
+    busy = host("h1", counters_before={"rx_prio3_packets": 100},
+                counters_after={"rx_prio3_packets": 250_100})
+    bad = failures(run_checks(facts(hosts=[host("h0"), busy]), PreflightSpec()))
+    assert [(r.check, r.target) for r in bad] == [("shared_priority", "h1")]
+    assert "250000 packets" in bad[0].evidence
+
+
+def test_workload_background_on_roce_is_a_warning_only():
+    res = run_checks(facts(workload_on_roce=True), PreflightSpec())
+    assert worst(res) == "warn"
+
+
+def test_unreachable_target_fails_and_is_skipped_by_other_checks():
+    f = facts(hosts=[host("h0"), HostFacts(name="h1", nic="h1/mlx5_0",
+                                            error="cannot connect to 10.0.0.2:22")])
+    res = run_checks(f, PreflightSpec())
+    assert [(r.check, r.target) for r in failures(res)] == [("facts", "h1")]
+    assert "h1" in summary(res)
+
+
+@pytest.mark.parametrize("ping,status", [({"h1": "ok"}, "pass"),
+                                         ({"h1": "Message too long, mtu=1500"}, "fail")])
+def test_df_ping(ping, status):
+    f = facts(hosts=[host("h0", ping=ping), host("h1", ping={})])
+    res = by_check(run_checks(f, PreflightSpec()), "df_ping")
+    assert worst(res) == status
