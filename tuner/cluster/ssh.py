@@ -49,7 +49,11 @@ def _failures(outcomes: dict[str, Outcome[Any]]) -> dict[str, Exception]:
 
 
 def _describe_failures(failed: dict[str, Exception]) -> str:
-    return "; ".join(f"{name}: {exc}" for name, exc in sorted(failed.items()))
+    parts = []
+    for name, exc in sorted(failed.items()):
+        text = str(exc)
+        parts.append(text if text.startswith(f"{name}") else f"{name}: {text}")
+    return "; ".join(parts)
 
 
 class SshCluster(Cluster):

@@ -103,6 +103,11 @@ class Mlx5Driver(Driver[DcqcnSettings]):
         return self.parse_values(self.runner.run(self.read_command()).stdout)
 
     def write(self, settings: DcqcnSettings, current: DcqcnSettings | None = None) -> None:
+        """Write only what differs from ``current`` (read first when not given), read back."""
+        if current is None:
+            current = self.read()
+        if current == settings:
+            return
         got = self.parse_values(self.runner.run(self.write_command(settings, current)).stdout)
         if got != settings:
             diff = {k: (v, getattr(got, k)) for k, v in settings.model_dump().items()

@@ -1,0 +1,180 @@
+"""The SSH backend against the emulated cluster: real sshd per target on 127.0.10.x, stand-in
+tools keeping state on disk, faults injected through faults.json (tuner.emulated)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.cluster.ssh import SshCluster
+from tuner.emulated.cluster import EmulatedCluster, sshd_available
+from tuner.errors import ApplyError
+from tuner.inventory import Inventory, parse_inventory
+from tuner.settings import DcqcnSettings, EcnSettings, Settings
+from tuner.ssh.transport import CommandError, Connection, HostKeyError
+
+pytestmark = [pytest.mark.ssh,
+              pytest.mark.skipif(not sshd_available(), reason="openssh-server not installed")]
+
+NEW = {"kmin_bytes": 200_000, "kmax_bytes": 800_000, "pmax_percent": 20,
+       "rpg_time_reset": 150, "min_time_between_cnps": 4, "rpg_ai_rate": 10}
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
+    with EmulatedCluster(tmp_path_factory.mktemp("emu"), hosts=4,
+                         switches=[("leaf0", "sonic")]) as cluster:
+        yield cluster
+
+
+def _inventory(emu: EmulatedCluster, **ssh: Any) -> Inventory:
+    data = yaml.safe_load(Path(emu.inventory_path).read_text())
+    data["ssh"].update({"connect_retries": 2, "retry_backoff_s": 0.05, **ssh})
+    return parse_inventory(data, str(emu.inventory_path))
+
+
+@pytest.fixture
+def cluster(emu: EmulatedCluster) -> Iterator[SshCluster]:
+    emu.reset()
+    with SshCluster(_inventory(emu)) as c:
+        yield c
+    emu.reset()
+
+
+def _new(base: Settings) -> Settings:
+    return Settings.uniform(list(base.switches), list(base.nics), NEW)
+
+
+def test_snapshot_apply_read_back_on_both_layouts_and_both_switches(
+        cluster: SshCluster, emu: EmulatedCluster) -> None:
+    base = cluster.snapshot()
+    assert sorted(base.switches) == ["leaf0"]
+    assert sorted(base.nics) == [f"host{i}/mlx5_0" for i in range(4)]
+    assert base.nics["host1/mlx5_0"] == DcqcnSettings()  # factory values everywhere
+    assert base.switches["leaf0"] == EcnSettings()
+    layouts = {k: d.layout for k, d in cluster.drivers().items() if hasattr(d, "layout")}
+    assert layouts == {"host0/mlx5_0": "sysfs", "host1/mlx5_0": "debugfs",
+                       "host2/mlx5_0": "sysfs", "host3/mlx5_0": "debugfs"}
+    new = _new(base)
+    cluster.apply(new)
+    assert cluster.read_back() == new
+    # The devices' own files hold the values, under each layout's real names.
+    h0, h1 = emu.target_dir("host0"), emu.target_dir("host1")
+    assert (h0 / "sys/class/net/ens1f0np0/ecn/roce_rp/rpg_time_reset").read_text() == "150\n"
+    assert (h0 / "sys/class/net/ens1f0np0/ecn/roce_np/min_time_between_cnps").read_text() \
+        == "4\n"
+    assert (h1 / "sys/kernel/debug/mlx5/0000:3b:00.0/cc_params/rp_time_reset").read_text() \
+        == "150\n"
+    cluster.apply(base)
+    assert cluster.read_back() == base
+
+
+def test_a_refused_nic_write_rolls_every_target_back(cluster: SshCluster,
+                                                     emu: EmulatedCluster) -> None:
+    base = cluster.snapshot()
+    emu.inject("host2", refuse_write={"rpg_ai_rate": "EINVAL"})
+    with pytest.raises(ApplyError) as err:
+        cluster.apply(_new(base))
+    msg = str(err.value)
+    assert "apply failed on ['host2/mlx5_0']" in msg and "Invalid argument" in msg
+    assert "restored [" in msg and "'leaf0'" in msg and "'host0/mlx5_0'" in msg
+    emu.clear_faults("host2")
+    assert cluster.read_back() == base
+
+
+def test_a_failing_ecnconfig_rolls_back(cluster: SshCluster, emu: EmulatedCluster) -> None:
+    base = cluster.snapshot()
+    emu.inject("leaf0", exit_code={"ecnconfig": 1})
+    with pytest.raises(ApplyError, match=r"leaf0"):
+        cluster.apply(_new(base))
+    emu.clear_faults("leaf0")
+    assert cluster.read_back() == base
+
+
+def test_a_hanging_command_times_out_and_dies_remotely(cluster: SshCluster,
+                                                       emu: EmulatedCluster) -> None:
+    emu.inject("host0", hang={"ethtool": 60})
+    conn = cluster.pool["host0"]
+    t0 = time.monotonic()
+    with pytest.raises(CommandError, match="timed out") as err:
+        conn.run("ethtool -S ens1f0np0", timeout_s=1)
+    assert time.monotonic() - t0 < 5
+    assert err.value.target == "host0"
+    time.sleep(0.3)
+    left = subprocess.run(["pgrep", "-f", "tuner.emulated.tools.ethtool"], capture_output=True,
+                          text=True, check=False).stdout.split()
+    assert left == [], "the hung stand-in must be killed on the remote side"
+    emu.clear_faults("host0")
+    assert conn.run("echo still-usable").stdout == "still-usable\n"
+
+
+def test_nonzero_exit_and_stderr_are_reported(cluster: SshCluster) -> None:
+    conn = cluster.pool["host1"]
+    with pytest.raises(CommandError) as err:
+        conn.run("echo oops >&2; exit 3")
+    assert err.value.status == 3 and "oops" in str(err.value)
+    res = conn.run("echo oops >&2; exit 3", check=False)
+    assert (res.status, res.stderr) == (3, "oops\n")
+
+
+def test_a_dropped_connection_is_reopened(cluster: SshCluster, emu: EmulatedCluster) -> None:
+    conn = cluster.pool["host1"]
+    assert conn.run("echo one").stdout == "one\n"
+    assert emu.kill_sessions("host1") > 0
+    time.sleep(0.2)
+    assert conn.run("echo two").stdout == "two\n"
+
+
+def test_one_unreachable_target_is_one_failed_outcome(emu: EmulatedCluster) -> None:
+    emu.reset()
+    with SshCluster(_inventory(emu)) as c:
+        emu.stop_target("host3")
+        try:
+            res = c.pool.fan_out(lambda conn: conn.run("hostname; echo ok").stdout)
+        finally:
+            emu.start_target("host3")
+    assert sorted(n for n, o in res.items() if not o.ok) == ["host3"]
+    assert "cannot connect to 127.0.10.14:22 after 2 attempts" in str(res["host3"].error)
+    assert all(o.value and o.value.endswith("ok\n") for n, o in res.items() if n != "host3")
+
+
+def test_a_changed_host_key_is_refused_with_its_fingerprint(emu: EmulatedCluster) -> None:
+    emu.reset()
+    emu.rotate_host_key("host1")
+    try:
+        conn = Connection(_endpoint(emu, "host1"))
+        with pytest.raises(HostKeyError) as err:
+            conn.connect()
+    finally:
+        emu.restore_host_key("host1")
+    msg = str(err.value)
+    assert msg.startswith("host1: host key for 127.0.10.12:22 CHANGED")
+    assert msg.count("SHA256:") == 2
+
+
+def test_unknown_keys_need_trust_on_first_use(emu: EmulatedCluster, tmp_path: Path) -> None:
+    emu.reset()
+    known = tmp_path / "known_hosts"
+    with pytest.raises(HostKeyError, match="is not in .*trust_on_first_use"):
+        Connection(_endpoint(emu, "host0", known_hosts=str(known))).connect()
+    assert not known.exists()
+    conn = Connection(_endpoint(emu, "host0", known_hosts=str(known), trust_on_first_use=True))
+    assert conn.run("echo hi").stdout == "hi\n"
+    conn.close()
+    assert known.read_text().startswith("127.0.10.11 ssh-ed25519 ")
+    # Now the remembered key is verified the normal way.
+    Connection(_endpoint(emu, "host0", known_hosts=str(known))).connect()
+
+
+def _endpoint(emu: EmulatedCluster, name: str, **over: Any) -> Any:
+    from dataclasses import replace
+
+    from tuner.cluster.ssh import endpoints
+
+    return replace(endpoints(_inventory(emu))[name], **over)
