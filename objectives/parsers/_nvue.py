@@ -214,7 +214,13 @@ def parse_nvue(text: str) -> NvueShow:
             headers = cut(lines[i][1], cols)
             headers = [h or "id" for h in headers]
             rows, i = _read_rows(lines, i + 2, cols)
-            tables[title] = [dict(zip(headers, cut(r, cols), strict=True)) for _, r in rows]
+            table = []
+            for rlineno, r in rows:
+                cells = cut(r, cols)
+                if sum(1 for c in cells if c) < min(2, len(cols)):
+                    raise fail(TOOL, rlineno, r, f"too few cells for table {title!r}")
+                table.append(dict(zip(headers, cells, strict=True)))
+            tables[title] = table
             found = True
             continue
         if i + 1 < len(lines) and is_dash_line(lines[i + 1][1]):

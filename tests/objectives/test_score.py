@@ -19,21 +19,39 @@ from objectives.score import (
 
 
 def _coll(name: str, busbw: float, weight: float, line: float = 12.5) -> CollectiveResult:
-    return CollectiveResult(name=name, size_bytes=1 << 20, ranks=4, time_us=100.0,
-                            algbw_gbytes_per_s=busbw, busbw_gbytes_per_s=busbw, weight=weight,
-                            line_rate_gbytes_per_s=line)
+    return CollectiveResult(
+        name=name,
+        size_bytes=1 << 20,
+        ranks=4,
+        time_us=100.0,
+        algbw_gbytes_per_s=busbw,
+        busbw_gbytes_per_s=busbw,
+        weight=weight,
+        line_rate_gbytes_per_s=line,
+    )
 
 
-def _m(colls: list[CollectiveResult], p99: float | None, pause_us: list[int],
-       duration_s: float = 0.01) -> Measurement:
-    before = Counters(ports={f"host{i}/mlx5_0": {"rx_prio3_pause_duration": 0}
-                             for i in range(len(pause_us))})
-    after = Counters(ports={f"host{i}/mlx5_0": {"rx_prio3_pause_duration": v}
-                            for i, v in enumerate(pause_us)})
-    lat = (LatencyResult(count=100, p50_us=p99 / 2, p99_us=p99, p999_us=p99 * 2, max_us=p99 * 3)
-           if p99 is not None else None)
-    return Measurement(collectives=colls, latency=lat, counters_before=before,
-                       counters_after=after, duration_s=duration_s)
+def _m(
+    colls: list[CollectiveResult], p99: float | None, pause_us: list[int], duration_s: float = 0.01
+) -> Measurement:
+    before = Counters(
+        ports={f"host{i}/mlx5_0": {"rx_prio3_pause_duration": 0} for i in range(len(pause_us))}
+    )
+    after = Counters(
+        ports={f"host{i}/mlx5_0": {"rx_prio3_pause_duration": v} for i, v in enumerate(pause_us)}
+    )
+    lat = (
+        LatencyResult(count=100, p50_us=p99 / 2, p99_us=p99, p999_us=p99 * 2, max_us=p99 * 3)
+        if p99 is not None
+        else None
+    )
+    return Measurement(
+        collectives=colls,
+        latency=lat,
+        counters_before=before,
+        counters_after=after,
+        duration_s=duration_s,
+    )
 
 
 def test_busbw_is_weighted_mean_of_line_rate_share() -> None:
@@ -49,8 +67,13 @@ def test_pause_rate_is_mean_over_nic_ports_per_second() -> None:
 
 
 def test_scalar_combines_the_three_terms() -> None:
-    cfg = ScoreConfig(busbw_weight=1.0, latency_weight=0.5, pfc_weight=0.5, p99_target_us=10.0,
-                      pfc_budget_us_per_s=1000.0)
+    cfg = ScoreConfig(
+        busbw_weight=1.0,
+        latency_weight=0.5,
+        pfc_weight=0.5,
+        p99_target_us=10.0,
+        pfc_budget_us_per_s=1000.0,
+    )
     m = _m([_coll("alltoall", 10.0, 1.0)], 20.0, [10, 10], duration_s=0.01)  # 1000 µs/s
     s = score(m, cfg)
     assert s.busbw_term == pytest.approx(0.8)

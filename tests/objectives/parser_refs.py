@@ -1,0 +1,67 @@
+"""Helpers for the parser tests: find shared/reference/, cut sections out of captured sessions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = Path(__file__).resolve().parent / "cases"
+
+# Derived descriptions (not tool output) that no parser is meant to read.
+DERIVED_SUFFIXES = ("-from-source.txt", "-layout.txt", "-schema.txt")
+DERIVED_NAMES = {"FORMAT-NOTES.md", "INDEX.md", "eos-random-detect-ecn-pfc-note.txt"}
+
+
+def reference_dir() -> Path:
+    """``$ECNTUNE_REFERENCE`` or ``<repo>/../shared/reference``; skip the test if absent."""
+    env = os.environ.get("ECNTUNE_REFERENCE")
+    path = Path(env) if env else REPO.parent / "shared" / "reference"
+    if not (path / "INDEX.md").is_file():
+        pytest.skip(
+            f"reference samples not found at {path} (set ECNTUNE_REFERENCE or copy shared/ "
+            "beside the repository)"
+        )
+    return path
+
+
+def sample_files(root: Path) -> list[Path]:
+    """Every tool-output sample under ``root`` (derived descriptions excluded)."""
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in DERIVED_NAMES and not p.name.endswith(DERIVED_SUFFIXES)
+    )
+
+
+def body(path: Path) -> str:
+    """The sample without its ``# source: ...`` provenance line."""
+    first, _, rest = path.read_text(encoding="utf-8").partition("\n")
+    assert first.startswith("# source:"), path
+    return rest
+
+
+def is_truncated(path: Path) -> bool:
+    """The provenance line says the public excerpt stopped early."""
+    return "TRUNCATED" in path.read_text(encoding="utf-8").partition("\n")[0]
+
+
+def between(text: str, start: str | None, end: str | None = None, *, nth: int = 0) -> str:
+    """Lines after the ``nth`` line containing ``start`` (or from the top) up to ``end``."""
+    lines = text.split("\n")
+    i = 0
+    if start is not None:
+        hits = [k for k, ln in enumerate(lines) if start in ln]
+        assert len(hits) > nth, f"{start!r} not found {nth + 1} times"
+        i = hits[nth] + 1
+    j = len(lines)
+    if end is not None:
+        for k in range(i, len(lines)):
+            if end in lines[k]:
+                j = k
+                break
+        else:
+            raise AssertionError(f"{end!r} not found after {start!r}")
+    return "\n".join(lines[i:j])
