@@ -1,0 +1,137 @@
+"""The dead-man timer commands, run for real with the local POSIX ``sh`` (dash on Debian)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from safety.deadman import DeadmanTimer, new_token, parse_reply
+
+
+def sh(cmd: str, timeout: float = 5.0) -> str:
+    """Run like the transport does (a shell on the target); returns stdout, checks rc 0."""
+    t0 = time.monotonic()
+    res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr
+    # nohup'd timer must not hold our pipes: the arm command returns at once.
+    assert time.monotonic() - t0 < 2.0
+    return res.stdout
+
+
+def wait_for(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def knob(tmp_path: Path):
+    """A fake knob file on the trial value, the restore that puts the baseline back, and
+    clean-up of any timer a failing test left behind."""
+    path = tmp_path / "knob with space" / "rpg_time_reset"
+    path.parent.mkdir()
+    path.write_text("17\n")
+    restore = [f"printf '%s\\n' 300 > '{path}'"]
+    timers: list[DeadmanTimer] = []
+    yield path, restore, timers, tmp_path / "dm"
+    for t in timers:
+        pidfile = Path(t.base + ".pid")
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def make(tmp_dir: Path, timers: list[DeadmanTimer]) -> DeadmanTimer:
+    t = DeadmanTimer.new("host0/mlx5_0", directory=str(tmp_dir))
+    timers.append(t)
+    return t
+
+
+def test_arm_fires_and_restores_after_timeout(knob):
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    out = sh(t.arm_command(restore, 1))
+    assert parse_reply(out)[0] == "armed" and t.token in out
+    assert path.read_text() == "17\n"  # nothing restored before the deadline
+    assert wait_for(Path(t.base + ".fired"), 4.0)
+    assert path.read_text() == "300\n"
+    assert Path(t.base + ".rc").read_text().strip() == "0"
+    assert parse_reply(sh(t.status_command())) == ("fired", 0)
+    # a tuner that disarms too late learns that the timer fired
+    assert parse_reply(sh(t.disarm_command())) == ("fired", 0)
+
+
+def test_arm_then_disarm_never_restores(knob):
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    sh(t.arm_command(restore, 1))
+    pid = int(Path(t.base + ".pid").read_text())
+    assert alive(pid)
+    assert parse_reply(sh(t.disarm_command()))[0] == "disarmed"
+    time.sleep(2.5)  # well past the deadline
+    assert path.read_text() == "17\n"
+    assert not alive(pid)
+    assert parse_reply(sh(t.status_command()))[0] == "disarmed"
+    assert not Path(t.base + ".fired").exists()
+    sh(t.cleanup_command())
+    assert not Path(t.base + ".disarmed").exists()
+
+
+def test_renew_postpones_the_restore(knob):
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    sh(t.arm_command(restore, 2))
+    for _ in range(3):  # renewed every second for 3 s: the 2 s timer must not fire
+        time.sleep(1.0)
+        assert parse_reply(sh(t.renew_command(2)))[0] == "renewed"
+    assert path.read_text() == "17\n"
+    # renewals stop (the tuner died): it fires within the timeout plus one poll
+    assert wait_for(Path(t.base + ".fired"), 4.5)
+    assert path.read_text() == "300\n"
+    assert parse_reply(sh(t.renew_command(2)))[0] == "fired"
+
+
+def test_two_timers_are_independent_and_a_failed_step_does_not_stop_the_rest(knob):
+    path, restore, timers, d = knob
+    other = path.parent / "rpg_ai_rate"
+    other.write_text("1\n")
+    a, b = make(d, timers), make(d, timers)
+    assert a.token != b.token
+    steps = ["false", f"printf '%s\\n' 5 > '{other}'", *restore]
+    sh(a.arm_command(steps, 1))
+    sh(b.arm_command(["printf x > /dev/null"], 30))
+    assert parse_reply(sh(b.disarm_command()))[0] == "disarmed"  # b only
+    assert wait_for(Path(a.base + ".fired"), 4.0)
+    assert other.read_text() == "5\n" and path.read_text() == "300\n"
+    assert parse_reply(sh(a.status_command())) == ("fired", 1)
+
+
+def test_tokens_and_paths_are_checked():
+    assert new_token("host0/mlx5_0").startswith("host0_mlx5_0-")
+    with pytest.raises(ValueError):
+        DeadmanTimer("h", "a;rm -rf /")
+    with pytest.raises(ValueError):
+        DeadmanTimer("h", "tok", directory="/tmp/../etc")
+    with pytest.raises(ValueError):
+        DeadmanTimer.new("h").arm_command([], 5)
+    with pytest.raises(ValueError):
+        parse_reply("bash: syntax error")
