@@ -118,3 +118,41 @@ def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
 
 def test_hw_counters_mark_is_not_a_counter_line() -> None:
     assert ":" not in HW_COUNTERS_MARK
+
+
+def _nvue_block(relpath: str, command: str) -> str:
+    """The output printed after ``cumulus@switch:~$ <command>`` in a documentation sample."""
+    lines = sample(relpath).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.rstrip().endswith(command))
+    body = []
+    for ln in lines[start + 1:]:
+        if ln.startswith(("cumulus@", "## [annotation")) or ln.strip() == "...":
+            break
+        body.append(ln)
+    return "\n".join(body) + "\n"
+
+
+def test_nvue_reads_one_traffic_class_from_the_documented_output(inv: Any) -> None:
+    sw = inv.switches[1].model_copy(update={"lossless_queue": 4})
+    drv = NvueDriver(None, sw)  # type: ignore[arg-type]
+    text = _nvue_block("cumulus-nvue/nvue-ecn-pfc-pfcwd-set-and-show-cl512-doc.txt",
+                       "nv show qos congestion-control default-global traffic-class 4")
+    assert drv.settings_from(text) == EcnSettings(kmin_bytes=40000, kmax_bytes=200000,
+                                                  pmax_percent=100, enabled=True)
+    profile = _nvue_block("cumulus-nvue/nvue-ecn-pfc-pfcwd-set-and-show-cl512-doc.txt",
+                          "nv show qos congestion-control default-global")
+    assert drv.settings_from(profile).kmax_bytes == 200000
+    with pytest.raises(ApplyError, match="shows no"):
+        NvueDriver(None, inv.switches[1]).settings_from(profile)  # type: ignore[arg-type]
+
+
+def test_nvue_counters_per_port_from_the_documented_output(inv: Any) -> None:
+    drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    one = _nvue_block("cumulus-nvue/nvue-show-interface-counters-qos-doc.txt",
+                      "nv show interface swp1 counters qos")
+    text = "--- ecntune port swp1 ---\n" + one + "--- ecntune port swp2 ---\n" + one
+    got = drv.counters_from(text)
+    assert sorted(got) == ["leaf1/swp1", "leaf1/swp2"]
+    row = got["leaf1/swp1"]
+    assert row["pfc3_rx_pkts"] == 0 and row["pfc3_tx_pkts"] == 0
+    assert row["queue3_wred_drop_pkts"] == 0 and row["ecn_marked_pkts"] == 0

@@ -66,28 +66,35 @@ class NvueDriver(Driver[EcnSettings]):
 
     # -- parsing (pure) ----------------------------------------------------------------
     def settings_from(self, text: str) -> EcnSettings:
+        """Read-back of one traffic class (key/value view, text or ``-o json``)."""
         from objectives.parsers import parse_nvue
 
-        table: dict[str, Any] = parse_nvue(text)
-        rows = _rows(table)
+        show = parse_nvue(text)
+        tc = self.switch.lossless_queue
+        prof = show.ecn_profiles().get(tc)  # whole-profile views
+        if prof is None:
+            prof = {"ecn": _enabled(show.values.get("ecn")),
+                    "min_threshold_bytes": _int(show.values.get("min-threshold")),
+                    "max_threshold_bytes": _int(show.values.get("max-threshold")),
+                    "probability": _int(show.values.get("probability"))}
+        missing = sorted(k for k, v in prof.items() if v is None)
+        if missing:
+            raise ApplyError(f"{self.target}: `{self.read_command()}` shows no {missing}")
         try:
-            return EcnSettings(
-                kmin_bytes=_num(rows, "min-threshold"), kmax_bytes=_num(rows, "max-threshold"),
-                pmax_percent=_num(rows, "probability"),
-                enabled=str(_value(rows, "ecn")).lower() in ("enable", "enabled", "on", "true"))
-        except KeyError as exc:
-            raise ApplyError(f"{self.target}: `{self.read_command()}` shows no "
-                             f"{exc.args[0]}") from None
+            return EcnSettings(kmin_bytes=int(prof["min_threshold_bytes"]),  # type: ignore[arg-type]
+                               kmax_bytes=int(prof["max_threshold_bytes"]),  # type: ignore[arg-type]
+                               pmax_percent=int(prof["probability"]),  # type: ignore[arg-type]
+                               enabled=bool(prof["ecn"]))
         except ValueError as exc:
-            raise ApplyError(f"{self.target}: invalid ECN values on traffic-class "
-                             f"{self.switch.lossless_queue}: {exc}") from None
+            raise ApplyError(f"{self.target}: invalid ECN values on traffic-class {tc}: "
+                             f"{exc}") from None
 
     def counters_from(self, text: str) -> dict[str, dict[str, int]]:
+        """One ``nv show interface <swp> counters qos`` per port, between markers."""
         from objectives.parsers import parse_nvue
 
-        out: dict[str, dict[str, int]] = {}
-        port: str | None = None
         chunks: dict[str, list[str]] = {}
+        port: str | None = None
         for line in text.splitlines():
             stripped = line.strip()
             if stripped.startswith("--- ecntune port ") and stripped.endswith(" ---"):
@@ -95,10 +102,9 @@ class NvueDriver(Driver[EcnSettings]):
                 chunks[port] = []
             elif port is not None:
                 chunks[port].append(line)
-        tc = self.switch.lossless_queue
+        out: dict[str, dict[str, int]] = {}
         for port, lines in chunks.items():
-            parsed = parse_nvue("\n".join(lines) + "\n")
-            out[f"{self.target}/{port}"] = _port_counters(parsed, tc)
+            out[f"{self.target}/{port}"] = parse_nvue("\n".join(lines) + "\n").to_counters()
         return out
 
     # -- Driver ------------------------------------------------------------------------
@@ -117,17 +123,11 @@ class NvueDriver(Driver[EcnSettings]):
         return self.counters_from(self.runner.run(self.counters_command()).stdout)
 
 
-def _rows(table: Any) -> dict[str, Any]:
-    return table  # adapted to parse_nvue's shape below
+def _int(v: Any) -> int | None:
+    return None if v is None else v.as_int()
 
 
-def _value(rows: dict[str, Any], key: str) -> Any:
-    return rows[key]
-
-
-def _num(rows: dict[str, Any], key: str) -> int:
-    return int(_value(rows, key))
-
-
-def _port_counters(parsed: Any, tc: int) -> dict[str, int]:
-    return {}
+def _enabled(v: Any) -> bool | None:
+    if v is None or v.value is None:
+        return None
+    return str(v.value).lower() in ("enable", "enabled", "on", "true", "yes")
