@@ -95,8 +95,7 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
 
 
 @njit(cache=True)
-def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
-              timer_event: bool) -> None:
+def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -> None:
     """One DCQCN increase event (timer or byte counter), ConnectX stage semantics."""
     thr = par[n, P_THRESHOLD]
     ts = fi[f, TSTAGE]
@@ -114,8 +113,7 @@ def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
     if rc > cap:
         rc = cap
     ff[f, RC] = rc
-    if timer_event:
-        fi[f, INCSINCE] = 1
+    fi[f, INCSINCE] = 1  # any increase since the last cut (issue #2 semantics)
 
 
 @njit(cache=True)
@@ -297,14 +295,14 @@ def run(
                 if ff[f, TTIMER] >= npar[n, P_TIME_RESET] - 1e-9:
                     ff[f, TTIMER] -= npar[n, P_TIME_RESET]
                     fi[f, TSTAGE] += 1
-                    _increase(ff, fi, f, npar, n, True)
+                    _increase(ff, fi, f, npar, n)
                 br = npar[n, P_BYTE_RESET]
                 if br > 0.0:
                     guard = 0
                     while ff[f, BYTECNT] >= br and guard < 64:
                         ff[f, BYTECNT] -= br
                         fi[f, BSTAGE] += 1
-                        _increase(ff, fi, f, npar, n, False)
+                        _increase(ff, fi, f, npar, n)
                         guard += 1
 
         # ---- 4. PFC: per (ingress port, priority) accounting at every switch ----
