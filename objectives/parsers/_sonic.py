@@ -159,10 +159,12 @@ def parse_ecnconfig(text: str) -> EcnConfig:
     total = None
     namespace: str | None = None
     queues: list[QueueEcnStatus] = []
+    last_line = total_line = (1, "")
     for lineno, line in numbered(text):
         s = line.strip()
         if not s or is_prompt(line) or s.startswith("#"):
             continue
+        last_line = (lineno, line)
         if m := _PROFILE.match(s):
             current = profiles.setdefault(m.group("name"), {})
             rules = 0
@@ -181,6 +183,7 @@ def parse_ecnconfig(text: str) -> EcnConfig:
             continue
         if m := _TOTAL.match(s):
             total = int(m.group("n"))
+            total_line = (lineno, line)
             continue
         if m := _ECN_STATUS.match(s):
             namespace = m.group("ns")
@@ -197,11 +200,11 @@ def parse_ecnconfig(text: str) -> EcnConfig:
             continue
         raise fail(tool, lineno, line, "not part of an ecnconfig profile table")
     if current is not None:
-        raise fail_empty(tool, text, "profile table is not closed by a dash line (truncated?)")
+        raise fail(tool, *last_line, "profile table is not closed by a dash line (truncated?)")
     if not profiles and not queues:
         raise fail_empty(tool, text, "no 'Profile:' table found")
     if total is not None and total != len(profiles):
-        raise fail_empty(tool, text, f"'Total profiles: {total}' but {len(profiles)} printed")
+        raise fail(tool, *total_line, f"{len(profiles)} profiles printed")
     return EcnConfig(profiles=profiles, total_profiles=total, queue_status=queues)
 
 
