@@ -57,11 +57,23 @@ class FabricSpec(BaseModel):
     """Where the study runs: ``sim`` (rocesim) is built in; ``ssh`` lands with its own file."""
 
     model_config = _STRICT
-    backend: Literal["sim"] = "sim"
+    backend: Literal["sim", "ssh"] = "sim"
     topology: TopologySpec = Field(default_factory=TopologySpec)
     seed: int = Field(default=0, ge=0)
     max_time_us: float = Field(default=50_000.0, gt=0)  # simulated-time cap of one measurement
     step_us: float = Field(default=500.0, gt=0)  # simulated time between live safety polls
+    # ssh backend (tuner.inventory): the inventory inline, or a YAML file ($VARS expanded).
+    inventory: dict[str, Any] | None = None
+    inventory_file: str | None = None
+
+    @model_validator(mode="after")
+    def _ssh_inventory(self) -> FabricSpec:
+        given = (self.inventory is not None) + (self.inventory_file is not None)
+        if self.backend == "ssh" and given != 1:
+            raise ValueError("backend ssh needs exactly one of inventory / inventory_file")
+        if self.backend != "ssh" and given:
+            raise ValueError("inventory / inventory_file only apply to backend ssh")
+        return self
 
 
 class CanarySpec(BaseModel):

@@ -111,7 +111,7 @@ def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
     new = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
     pre = "nv set qos congestion-control default-global traffic-class 3"
     assert drv.write_command(cur, new).split(" && ") == [
-        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", "nv config apply -y",
+        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", "nv config apply -y >&2",
         "nv show qos congestion-control default-global traffic-class 3"]
     assert drv.counters_command().count("nv show interface") == 2
 

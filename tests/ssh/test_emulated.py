@@ -28,8 +28,7 @@ NEW = {"kmin_bytes": 200_000, "kmax_bytes": 800_000, "pmax_percent": 20,
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
-    with EmulatedCluster(tmp_path_factory.mktemp("emu"), hosts=4,
-                         switches=[("leaf0", "sonic")]) as cluster:
+    with EmulatedCluster(tmp_path_factory.mktemp("emu"), hosts=4) as cluster:
         yield cluster
 
 
@@ -54,7 +53,7 @@ def _new(base: Settings) -> Settings:
 def test_snapshot_apply_read_back_on_both_layouts_and_both_switches(
         cluster: SshCluster, emu: EmulatedCluster) -> None:
     base = cluster.snapshot()
-    assert sorted(base.switches) == ["leaf0"]
+    assert sorted(base.switches) == ["leaf0", "leaf1"]
     assert sorted(base.nics) == [f"host{i}/mlx5_0" for i in range(4)]
     assert base.nics["host1/mlx5_0"] == DcqcnSettings()  # factory values everywhere
     assert base.switches["leaf0"] == EcnSettings()

@@ -11,13 +11,20 @@ back to what it held before, and ``ApplyError`` names the failed and the restore
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from objectives.measurement import Counters, Measurement
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
 from tuner.drivers import nic_driver, switch_driver
-from tuner.errors import ApplyError, MeasurementError, RollbackError, TunerError
+from tuner.errors import (
+    ApplyError,
+    ConfigError,
+    MeasurementError,
+    RollbackError,
+    TunerError,
+)
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
 from tuner.ssh.measure import run_measurement
 from tuner.ssh.transport import Endpoint, Outcome, Pool
@@ -66,6 +73,19 @@ class SshCluster(Cluster):
                          workers=inventory.ssh.fanout_workers)
         self._drivers: dict[str, Driver[Any]] | None = None
         self._conn_of: dict[str, str] = {}
+
+    @classmethod
+    def from_fabric(cls, fabric: Any, *, name: str = "ssh") -> SshCluster:
+        """From an experiment's ``fabric:`` (``inventory:`` inline or ``inventory_file:``)."""
+        from tuner.inventory import load_inventory, parse_inventory
+
+        if fabric.inventory_file is not None:
+            path = os.path.expandvars(os.path.expanduser(fabric.inventory_file))
+            if "$" in path:
+                raise ConfigError(f"fabric.inventory_file: {fabric.inventory_file!r} uses an "
+                                  "unset environment variable")
+            return cls(load_inventory(path), name=name)
+        return cls(parse_inventory(fabric.inventory, "fabric.inventory"), name=name)
 
     # -- connections and drivers ------------------------------------------------------
     def connect(self) -> None:

@@ -52,7 +52,8 @@ class NvueDriver(Driver[EcnSettings]):
         if settings.enabled != current.enabled:
             steps.append(f"nv set {self._prefix} ecn "
                          f"{'enable' if settings.enabled else 'disable'}")
-        return " && ".join([*steps, "nv config apply -y", self.read_command()])
+        # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
+        return " && ".join([*steps, "nv config apply -y >&2", self.read_command()])
 
     def counters_command(self) -> str:
         ports = [*self.switch.canary_ports, *self.switch.other_ports]
