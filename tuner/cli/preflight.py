@@ -1,0 +1,99 @@
+"""``ecntune preflight EXPERIMENT``: the baseline checks before touching congestion control.
+
+Prints a pass/warn/fail table with the evidence for every line. ``gate`` is what ``run`` calls
+before it changes anything: a ``fail`` raises ``SafetyAbort`` (exit code 3) and nothing is
+applied.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tuner.cli import handle_errors
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from safety.preflight import CheckResult, PreflightSpec
+    from tuner.cluster.base import Cluster
+    from tuner.experiment import Experiment
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def spec_of(exp: Experiment) -> PreflightSpec:
+    """The experiment's ``preflight:`` section (defaults when the file has none)."""
+    from safety.preflight import PreflightSpec
+
+    spec = getattr(exp, "preflight", None)
+    return spec if isinstance(spec, PreflightSpec) else PreflightSpec()
+
+
+def check(exp: Experiment, cluster: Cluster) -> list[CheckResult]:
+    from safety.preflight import run_checks
+    from tuner.preflight_facts import collect
+
+    spec = spec_of(exp)
+    return run_checks(collect(exp, cluster, spec), spec)
+
+
+def render(console: Console, results: list[CheckResult], title: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for col in ("check", "target", "status", "evidence"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        table.add_row(r.check, r.target, f"[{STYLE[r.status]}]{r.status}[/]", r.evidence)
+    console.print(table)
+
+
+def gate(exp: Experiment, cluster: Cluster, console: Console | None = None) -> list[CheckResult]:
+    """Run pre-flight before a study; raise ``SafetyAbort('preflight', ...)`` on any fail."""
+    from safety.preflight import failures, summary
+    from tuner.errors import SafetyAbort
+
+    if not spec_of(exp).enabled:
+        return []
+    results = check(exp, cluster)
+    if console is not None and failures(results):
+        render(console, results, f"pre-flight of {exp.name}: FAILED, nothing was changed")
+    if failures(results):
+        raise SafetyAbort("preflight", f"{summary(results)} (nothing was changed; "
+                                       f"`ecntune preflight` shows every check)")
+    return results
+
+
+@click.command("preflight")
+@click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
+@handle_errors
+def command(experiment: Path, as_json: bool) -> None:
+    """Check the canary of EXPERIMENT before tuning: MTU, PFC priority, DSCP trust, DCQCN
+    enable, links, error counters, versions, blast radius, shared RoCE priority.
+
+    Reads only; changes nothing. Exit 0 when no check fails (warnings allowed), 3 when one
+    does; `ecntune run` refuses to start in that case.
+    """
+    from rich.console import Console
+
+    from safety.preflight import failures, summary, worst
+    from tuner.errors import SafetyAbort
+    from tuner.experiment import load_experiment
+    from tuner.loop import build_cluster
+
+    exp = load_experiment(experiment)
+    with build_cluster(exp) as cluster:
+        results = check(exp, cluster)
+    if as_json:
+        for r in results:
+            click.echo(json.dumps(r.model_dump()))
+    else:
+        render(Console(), results, f"pre-flight of {exp.name}: {worst(results).upper()}")
+    if failures(results):
+        raise SafetyAbort("preflight", summary(results))
+

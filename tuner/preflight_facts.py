@@ -1,0 +1,244 @@
+"""Collecting pre-flight facts: from the simulated fabric, or over SSH from real devices.
+
+The checks themselves are pure (``safety.preflight``); this module is the I/O edge. Over SSH
+every host answers one command (sections separated by markers, each tool allowed to fail on
+its own so one missing tool does not hide the rest), error counters are read twice
+``error_sample_s`` apart, and consecutive host pairs run one don't-fragment ping at the RoCE
+MTU. Switch facts come from the inventory (which ports serve hosts outside the canary) and,
+where the platform answers them, ``show interfaces status``/``show pfc priority`` (SONiC).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from typing import TYPE_CHECKING, Any
+
+from safety.preflight import HostFacts, PreflightFacts, PreflightSpec, SwitchFacts
+from tuner.ssh.shell import check, q
+
+if TYPE_CHECKING:
+    from tuner.cluster.base import Cluster
+    from tuner.experiment import Experiment
+    from tuner.inventory import HostEntry, Inventory, SwitchEntry
+    from tuner.ssh.transport import Connection
+
+MARK = "--- ecntune preflight {} ---"
+SECTIONS = ("ip", "ethtool", "driver", "fec", "qos", "cc", "tos", "stats")
+_MARK = re.compile(r"^--- ecntune preflight (\w+) ---$")
+
+
+# -- simulated fabric ---------------------------------------------------------------------
+def sim_facts(exp: Experiment, cluster: Cluster) -> PreflightFacts:
+    """Facts of a ``sim`` canary, from what rocesim actually models.
+
+    One frame size on every port (the topology's payload plus RoCEv2 headers), links up at the
+    topology's speeds, PFC on the RoCE class (and class 4 on switches when the workload sends
+    lossless "other" traffic), DCQCN on the RoCE class; counters read twice (the fabric is idle
+    between measurements, so they must not move). DSCP trust, ToS and firmware do not exist in
+    the simulator and are reported as not readable rather than invented.
+    """
+    from rocesim.config import ROCEV2_HEADER_BYTES
+    from rocesim.fabric import OTHER_LOSSLESS_TC, ROCE_TC
+
+    desc = cluster.describe()
+    topo = exp.fabric.topology
+    frame = topo.payload_bytes + ROCEV2_HEADER_BYTES
+    speed = int(topo.nic_gbps * 1000)
+    before = cluster.counters()
+    after = cluster.counters()
+    lossless = [ROCE_TC] + ([OTHER_LOSSLESS_TC] if any(
+        b.priority == "other" and b.lossless for b in exp.workload.background) else [])
+    hosts = []
+    for nic in desc.canary_nics:
+        hosts.append(HostFacts(
+            name=nic.split("/", 1)[0], nic=nic, mtu=frame, link_up=True, speed_mbps=speed,
+            rp_enabled={p: p == ROCE_TC for p in range(8)},
+            np_enabled={p: p == ROCE_TC for p in range(8)}, driver="rocesim",
+            counters_before=dict(before.ports.get(nic, {})),
+            counters_after=dict(after.ports.get(nic, {}))))
+    fabric: Any = getattr(cluster, "_fabric", None) or getattr(
+        getattr(cluster, "inner", None), "_fabric", None)
+    switches = []
+    for sw in desc.canary_switches:
+        under = list(fabric.hosts_under(sw)) if fabric is not None else []
+        ports = {f"port{i}": nic for i, nic in enumerate(under)}
+        switches.append(SwitchFacts(
+            name=sw, port_mtu={p: frame for p in ports},
+            port_up={p: True for p in ports}, port_speed_mbps={p: speed for p in ports},
+            lossless={p: lossless for p in ports},
+            outside_ports=[p for p, nic in ports.items() if nic not in desc.canary_nics],
+            version="rocesim"))
+    return PreflightFacts(
+        backend="sim", roce_priority=ROCE_TC, hosts=hosts, switches=switches,
+        line_rate_mbps=speed,
+        workload_on_roce=any(b.priority == "roce" for b in exp.workload.background))
+
+
+# -- SSH ----------------------------------------------------------------------------------
+def host_command(h: HostEntry) -> str:
+    """One command printing every section (each tool may fail alone: ``|| true``)."""
+    dev = q("netdev", h.netdev)
+    net = h.sys_path(f"/sys/class/net/{check('netdev', h.netdev)}")
+    dbg = h.sys_path(f"/sys/kernel/debug/mlx5/{check('pci', h.pci)}/cc_params")
+    ib = h.sys_path(f"/sys/class/infiniband/{check('rdma_device', h.rdma_device)}/tc/1")
+    parts = {
+        "ip": f"ip link show dev {dev}",
+        "ethtool": f"ethtool {dev}",
+        "driver": f"ethtool -i {dev}",
+        "fec": f"ethtool --show-fec {dev}",
+        "qos": f"mlnx_qos -i {dev}",
+        "cc": (f"cd {q('path', net + '/ecn')} 2>/dev/null && grep -H '' roce_rp/enable/* "
+               "roce_np/enable/* roce_np/cnp_dscp"),
+        "tos": (f"cat {q('path', ib + '/traffic_class')}; "
+                f"cat {q('path', dbg + '/np_cnp_dscp')} 2>/dev/null | sed 's/^/np_cnp_dscp:/'"),
+        "stats": f"ethtool -S {dev}",
+    }
+    return "; ".join(f"echo {shlex.quote(MARK.format(k))}; {{ {cmd}; }} 2>&1 || true"
+                     for k, cmd in parts.items())
+
+
+def split_sections(text: str) -> dict[str, str]:
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _MARK.match(line.strip())
+        if m:
+            current = m.group(1)
+            out[current] = []
+        elif current:
+            out[current].append(line)
+    return {k: "\n".join(v) for k, v in out.items()}
+
+
+def _stats(text: str) -> dict[str, int]:
+    from objectives.parsers import parse_ethtool_stats
+    from tuner.errors import ParseError
+
+    try:
+        return dict(parse_ethtool_stats(text).counters)
+    except ParseError:
+        return {}
+
+
+def parse_host(h: HostEntry, text: str) -> dict[str, Any]:
+    """HostFacts fields from one ``host_command`` answer (missing sections stay ``None``)."""
+    from objectives.parsers import parse_ethtool_info, parse_mlnx_qos
+    from tuner.errors import ParseError
+
+    sec = split_sections(text)
+    f: dict[str, Any] = {}
+    if m := re.search(r"\bmtu (\d+)\b", sec.get("ip", "")):
+        f["mtu"] = int(m.group(1))
+    if m := re.search(r"\bstate (UP|DOWN|UNKNOWN)\b", sec.get("ip", "")):
+        f["link_up"] = m.group(1) == "UP"
+    eth = sec.get("ethtool", "")
+    if m := re.search(r"Speed:\s*(\d+)\s*Mb/s", eth):
+        f["speed_mbps"] = int(m.group(1))
+    if m := re.search(r"Link detected:\s*(yes|no)", eth):
+        f["link_up"] = f.get("link_up", True) and m.group(1) == "yes"
+    if m := re.search(r"Active FEC encoding:\s*(\S+)", sec.get("fec", "")):
+        f["fec"] = m.group(1)
+    try:
+        info = parse_ethtool_info(sec.get("driver", ""))
+        f["driver"] = " ".join(x for x in (info.driver, info.version) if x) or None
+        f["firmware"] = info.firmware_version
+    except ParseError:
+        pass
+    try:
+        f["qos"] = parse_mlnx_qos(sec.get("qos", ""))
+    except ParseError:
+        pass
+    rp: dict[int, bool] = {}
+    np_: dict[int, bool] = {}
+    for line in sec.get("cc", "").splitlines():
+        name, _, value = line.strip().rpartition(":")
+        if m := re.fullmatch(r"roce_(rp|np)/enable/(\d)", name):
+            (rp if m.group(1) == "rp" else np_)[int(m.group(2))] = value.strip() == "1"
+        elif name.endswith("cnp_dscp") and value.strip().isdigit():
+            f["cnp_dscp"] = int(value)
+    if rp:
+        f["rp_enabled"] = rp
+    if np_:
+        f["np_enabled"] = np_
+    tos = sec.get("tos", "")
+    if m := re.search(r"tclass=(\d+)", tos):
+        f["roce_tos"] = int(m.group(1))
+    if "cnp_dscp" not in f and (m := re.search(r"np_cnp_dscp:(\d+)", tos)):
+        f["cnp_dscp"] = int(m.group(1))
+    f["counters_before"] = _stats(sec.get("stats", ""))
+    return f
+
+
+def _ping(conn: Connection, peer: HostEntry, mtu: int) -> str | None:
+    """``ok``, the failure text, or ``None`` when the host has no ``ping``."""
+    size = max(0, mtu - 28)  # ICMP payload = MTU - 20 (IPv4) - 8 (ICMP)
+    addr = q("host", peer.data_address or peer.address)
+    res = conn.run(f"ping -M do -c 1 -W 1 -s {size} {addr}", check=False, timeout_s=10)
+    if res.status == 127:
+        return None
+    if res.status == 0:
+        return "ok"
+    text = (res.stdout + res.stderr).strip().splitlines()
+    return f"{text[-1] if text else 'no reply'} (size {size})"
+
+
+def switch_facts(inv: Inventory, sw: SwitchEntry) -> SwitchFacts:
+    """What the inventory says; ``outside_ports`` are the ports serving non-canary hosts."""
+    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports))
+
+
+def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
+    """Facts of an SSH canary (``cluster`` is a ``tuner.cluster.ssh.SshCluster``)."""
+    inv: Inventory = cluster.inventory
+    pool = cluster.pool
+    hosts = {h.name: h for h in inv.hosts}
+    t0 = time.monotonic()
+    first = pool.fan_out(lambda c: c.run(host_command(hosts[c.name]), check=False).stdout,
+                         list(hosts))
+    parsed: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    for name, o in first.items():
+        if o.error is not None:
+            errors[name] = str(o.error)
+        else:
+            parsed[name] = parse_host(hosts[name], o.value or "")
+    wait = spec.error_sample_s - (time.monotonic() - t0)
+    if wait > 0 and parsed:
+        time.sleep(wait)
+    sample_s = time.monotonic() - t0
+    second = pool.fan_out(
+        lambda c: c.run(f"ethtool -S {q('netdev', hosts[c.name].netdev)}", check=False).stdout,
+        list(parsed))
+    for name, o in second.items():
+        parsed[name]["counters_after"] = _stats(o.value or "") if o.error is None else {}
+        parsed[name]["sample_s"] = sample_s
+    if spec.df_ping:
+        names = list(parsed)
+        mtu = spec.mtu or max((p.get("mtu") or 0 for p in parsed.values()), default=0)
+        pairs = {a: b for a, b in zip(names, names[1:] + names[:1], strict=True) if a != b}
+        if mtu and pairs:
+            pings = pool.fan_out(lambda c: _ping(c, hosts[pairs[c.name]], mtu), list(pairs))
+            for a, o in pings.items():
+                res = o.value if o.error is None else str(o.error)
+                if res is not None:
+                    parsed[a]["ping"] = {pairs[a]: res}
+    out_hosts = [HostFacts(name=h.name, nic=h.nic, error=errors.get(h.name),
+                           **(parsed.get(h.name) or {})) for h in inv.hosts]
+    prios = {h.roce_priority for h in inv.hosts}
+    return PreflightFacts(
+        backend="ssh", roce_priority=min(prios), hosts=out_hosts,
+        switches=[switch_facts(inv, s) for s in inv.switches],
+        line_rate_mbps=int(max((h.nic_gbps for h in inv.hosts), default=0) * 1000) or None)
+
+
+def collect(exp: Experiment, cluster: Cluster, spec: PreflightSpec) -> PreflightFacts:
+    """Facts for ``cluster``'s backend."""
+    backend = cluster.describe().backend
+    if backend == "sim":
+        return sim_facts(exp, cluster)
+    if backend == "ssh":
+        inner = getattr(cluster, "inner", cluster)
+        return ssh_facts(inner, spec)
+    raise ValueError(f"no pre-flight facts collector for backend {backend!r}")
