@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from safety.limits import SafetyLimits
+from safety.preflight import PreflightSpec
 from tuner.errors import ConfigError
 from tuner.settings import KNOBS
 from tuner.workload import Workload
@@ -205,6 +206,7 @@ class Experiment(BaseModel):
     search: SearchSpec = Field(default_factory=SearchSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     safety: SafetyLimits = Field(default_factory=SafetyLimits)
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     storage: str | None = None  # Optuna storage URL; default sqlite:///<results_dir>/optuna.db
