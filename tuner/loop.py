@@ -72,6 +72,10 @@ def build_cluster(exp: Experiment) -> Cluster:
 
         return SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current),
                           name=exp.name)
+    if exp.fabric.backend == "ssh":
+        from tuner.cluster.ssh import SshCluster
+
+        return SshCluster.from_fabric(exp.fabric, name=exp.name)
     raise ConfigError(f"fabric.backend: value {exp.fabric.backend!r} -- not available")
 
 
@@ -305,20 +309,27 @@ class StudyRunner:
             self.study.set_user_attr("mlflow_parent_run_id", rid)
 
     def backfill(self) -> int:
-        """Log finished trials that have no MLflow run yet (tracking was down). Returns count."""
+        """Log finished trials MLflow does not have yet (tracking was down). Returns count.
+
+        The source of truth is MLflow itself: nested runs carry ``ecntune.trial``; every
+        finished Optuna trial without one is logged again from its Optuna user attrs.
+        """
         if self.tracker.parent_run_id is None:
+            return 0
+        try:
+            logged = {int(r.data.tags.get("ecntune.trial", -1))
+                      for r in self.tracker.nested_runs()}
+        except Exception as exc:  # still down: try again later
+            self.tracker._fail("back-fill", exc)
             return 0
         n = 0
         for t in optuna_io.trials(self.study):
-            if t.state.name not in ("COMPLETE", "PRUNED", "FAIL"):
-                continue
-            if t.user_attrs.get("mlflow_run_id"):
+            if t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged:
                 continue
             rid = self.tracker.log_trial(self._record(t.number, t.state.name, t.user_attrs,
                                                       t.params))
             if rid is None:
                 break
-            optuna_io.set_attrs(self.study, t.number, {"mlflow_run_id": rid})
             n += 1
         return n
 
@@ -369,11 +380,8 @@ class StudyRunner:
         with self.guard.shield():
             optuna_io.tell(self.study, asked, state=state, values=tell_values,
                            constraint=constraint, attrs=attrs)
-            rid = self.tracker.log_trial(self._record(asked.number, state.name,
-                                                      {**attrs, "verdict": verdict},
-                                                      asked.params))
-            if rid:
-                optuna_io.set_attrs(self.study, asked.number, {"mlflow_run_id": rid})
+            self.tracker.log_trial(self._record(asked.number, state.name, attrs,
+                                                asked.params))
         out = TrialOutcome(number=asked.number, state=state.name, verdict=verdict,
                            values=values, score=sc.scalar if sc else None,
                            objective=tell_values, metrics=metrics, is_baseline=baseline)

@@ -7,7 +7,8 @@ needs beyond Optuna's own records rides in attributes:
   ``mode``, ``created_at``, ``mlflow_parent_run_id``, ``kept_trial``;
 * trial user attrs: ``verdict`` (``ok``, ``baseline``, ``rejected:<code>``,
   ``rolled_back:<code>``, ``failed:<reason>``, ``interrupted``), ``values`` (every knob value),
-  ``metrics``, ``score``, ``measurement`` (JSON, baseline only), ``mlflow_run_id``.
+  ``metrics``, ``score``, ``measurement_path``; the study keeps ``baseline_measurement``
+  (JSON) and ``canary``.
 
 Optuna 5 notes: ``create_study``/``load_study`` take keyword arguments only; the PFC budget
 is ``trial.set_constraint("pfc_budget", v)`` (feasible when <= 0); an ask/tell loop gets no
@@ -176,3 +177,13 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def directions(study: optuna.Study) -> list[str]:
     return [d.name.lower() for d in study.directions]
+
+
+def plot(study: optuna.Study, kind: str, **kwargs: Any) -> Any:
+    """An ``optuna.visualization.matplotlib`` plot (``kind``: ``param_importances``,
+    ``parallel_coordinate``, ``slice`` ...) as its matplotlib Axes (for ``tuner.plots``)."""
+    from optuna.visualization import matplotlib as vis
+
+    with warnings.catch_warnings():  # the matplotlib backend is marked experimental
+        warnings.simplefilter("ignore")
+        return getattr(vis, f"plot_{kind}")(study, **kwargs)

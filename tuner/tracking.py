@@ -27,8 +27,8 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   Artifact: ``measurement.json`` (the raw ``Measurement``).
 
 A tracking failure never stops tuning: every call here catches, logs a warning and returns
-``None``; the loop then leaves the trial's ``mlflow_run_id`` unset in Optuna and back-fills it
-from the Optuna storage later (next trial, end of study, or ``ecntune resume``).
+``None``; the loop back-fills every finished Optuna trial that has no nested run (tag
+``ecntune.trial``) from the Optuna storage at the end of the study and on ``ecntune resume``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 LEVEL_SUFFIXES = ("_watermark_bytes", "_storm_detected")
 
 
+def timeseries_json(res: Any, points: int = 400) -> str:
+    """The busiest port's queue/pause/rate time series of a run, at most ``points`` samples
+    (JSON; drawn per trial by ``tuner.plots.timeseries``)."""
+    ts = res.timeseries or {}
+    n = len(ts.get("t_us", []))
+    step = max(1, -(-n // points))
+    cols = {k: [round(float(x), 3) for x in ts[k][::step]] for k in ts}
+    return json.dumps({"port": res.timeseries_port, **cols})
+
+
 def _ecn_to_sim(e: EcnSettings) -> Any:
     from rocesim import EcnConfig
 
@@ -225,7 +235,7 @@ class SimCluster(Cluster):
         for part, c in zip(workload.collectives, res.collectives, strict=True):
             times = [float(x) for x in c.iteration_times_us]
             colls.append(CollectiveResult(
-                name=c.op, size_bytes=int(c.size_bytes), ranks=len(c.ranks),
+                name=c.op, size_bytes=int(c.size_bytes), ranks=int(c.ranks),
                 time_us=sum(times) / len(times) if times else 0.0,
                 algbw_gbytes_per_s=float(c.algbw_gbytes_per_s),
                 busbw_gbytes_per_s=float(c.busbw_gbytes_per_s), iteration_times_us=times,
@@ -243,6 +253,7 @@ class SimCluster(Cluster):
         return Measurement(
             collectives=colls, latency=latency, counters_before=before,
             counters_after=self.counters(), duration_s=sim_s,
-            raw={"rocesim": json.dumps(summary, sort_keys=True)},
+            raw={"rocesim": json.dumps(summary, sort_keys=True),
+                 "rocesim_timeseries": timeseries_json(res)},
             extra={"wall_s": wall_s, "sim_time_us": float(res.sim_time_us),
                    "steps": float(res.steps), "storms": float(len(res.storms or []))})

@@ -1,0 +1,45 @@
+"""Simulated backend specifics: the canary is a real subset; the rest keeps the baseline."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.cluster.sim import SimCluster
+from tuner.errors import ConfigError
+from tuner.experiment import FabricSpec, TopologySpec
+from tuner.settings import Settings
+
+SPEC = FabricSpec(topology=TopologySpec(leaves=2, spines=1, hosts_per_leaf=3),
+                  max_time_us=5_000, step_us=250)
+
+
+def test_canary_is_leaf0_and_its_hosts() -> None:
+    c = SimCluster(SPEC, ["leaf0"])
+    d = c.describe()
+    assert d.canary_switches == ["leaf0"]
+    assert len(d.canary_nics) == 3 and len(d.other_nics) == 3
+    assert "leaf1" in d.other_switches
+    assert int(d.facts["xoff_bytes"]) > 0
+
+
+def test_trials_never_touch_the_rest_of_the_fabric() -> None:
+    c = SimCluster(SPEC, ["leaf0"], {"rpg_ai_rate": 7})
+    before = c.read_all()
+    d = c.describe()
+    trial = Settings.uniform(d.canary_switches, d.canary_nics,
+                             {"kmin_bytes": 10_000, "kmax_bytes": 90_000, "pmax_percent": 30,
+                              "rpg_ai_rate": 100})
+    c.apply(trial)
+    after = c.read_all()
+    for s in d.other_switches:
+        assert after.switches[s] == before.switches[s]
+    for n in d.other_nics:
+        assert after.nics[n] == before.nics[n]
+        assert after.nics[n].rpg_ai_rate == 7  # the experiment's `current:` baseline
+    assert after.switches["leaf0"].kmin_bytes == 10_000
+    assert after.switches["leaf0"].pmax_percent == 30  # 0.30 in rocesim, percent here
+
+
+def test_unknown_canary_switch_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="canary.switches"):
+        SimCluster(SPEC, ["leaf9"])
