@@ -69,9 +69,14 @@ def build_cluster(exp: Experiment) -> Cluster:
     """The experiment's backend, with its baseline (vendor defaults + ``current:``)."""
     if exp.fabric.backend == "sim":
         from tuner.cluster.sim import SimCluster
+        from tuner.cluster.statefile import StateFileCluster
 
-        return SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current),
-                          name=exp.name)
+        # The simulated devices' state outlives the process, as real devices' does: a killed
+        # run leaves the canary dirty until `ecntune recover` (tuner/cluster/statefile.py).
+        return StateFileCluster(
+            SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current),
+                       name=exp.name),
+            exp.results_path / "sim-state.json", exp.results_path / "journal.jsonl")
     if exp.fabric.backend == "ssh":
         from tuner.cluster.ssh import SshCluster
 

@@ -31,6 +31,13 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     name = study or default_study_name(exp)
     console = Console(stderr=False)
     cluster = build_cluster(exp)
+    try:  # pre-flight: a failed check stops the study before any change
+        from tuner.cli.preflight import gate
+
+        gate(exp, cluster, console)
+    except BaseException:
+        cluster.close()
+        raise
     with cluster, LiveProgress(console, enabled=not quiet) as progress:
         runner = StudyRunner(exp, exp_text, cluster, study_name=name, keep_best=keep_best,
                              on_event=progress)

@@ -3,9 +3,10 @@
 Real switches and NICs keep whatever the tuner last wrote when the tuner dies; a simulated fabric
 would forget it and quietly come back clean, which would make crash recovery untestable and
 ``ecntune recover`` meaningless. ``StateFileCluster`` wraps such a backend: every successful
-``apply`` writes the canary's settings to ``path`` (atomically, fsync'd), and a new process that
-finds the file puts the canary back on those settings before anything else, exactly as a real
-fabric would still hold them.
+``apply`` writes the canary's settings to ``path`` (atomically, fsync'd). A new process puts
+the canary back on those settings before anything else, exactly as a real fabric would still
+hold them, when the change journal says a change was left open; with a clean journal the canary
+is known to be on its baseline, so the backend's own start state (``current:``) stands.
 """
 
 from __future__ import annotations
@@ -51,11 +52,15 @@ def write_state(path: str | os.PathLike[str], settings: Settings) -> None:
 class StateFileCluster(Cluster):
     """``inner`` with its canary settings persisted in ``path`` (see the module docstring)."""
 
-    def __init__(self, inner: Cluster, path: str | os.PathLike[str]) -> None:
+    def __init__(self, inner: Cluster, path: str | os.PathLike[str],
+                 journal: str | os.PathLike[str] | None = None) -> None:
+        from safety.journal import Journal
+
         self.inner = inner
         self.path = Path(path)
         left = read_state(self.path)
-        if left is not None:
+        dirty = journal is None or Journal(journal).dirty() is not None
+        if left is not None and dirty:
             self.inner.apply(left)  # the devices still hold what the last process wrote
 
     def describe(self) -> ClusterDescription:
