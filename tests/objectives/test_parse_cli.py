@@ -89,3 +89,12 @@ def test_ecntune_parse_end_to_end_error() -> None:
     )
     assert res.returncode == 2
     assert "pfcstat: line 1: not part of any table: 'Error: counters DB not ready'" in res.stderr
+
+
+def test_pfcwd_kind_reads_stats_and_config() -> None:
+    cfg = CASES / "pfcwd_config" / "old-format-without-history-column" / "input.txt"
+    stats = CASES / "pfcwd_stats" / "na-status-and-backplane-ports" / "input.txt"
+    res = CliRunner().invoke(command, ["pfcwd", str(cfg)])
+    assert res.exit_code == 0 and json.loads(res.output)["polling_interval_ms"] == 100
+    res = CliRunner().invoke(command, ["pfcwd", str(stats)])
+    assert res.exit_code == 0 and json.loads(res.output)["rows"][1]["port"] == "Ethernet-BP256"

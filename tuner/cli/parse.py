@@ -36,9 +36,11 @@ KINDS: dict[str, str] = {
 }
 
 
-def _parser(kind: str) -> Callable[..., Any]:
+def _parser(kind: str, text: str) -> Callable[..., Any]:
     from objectives import parsers
 
+    if kind == "pfcwd" and "DETECTION TIME" in text:
+        return parsers.parse_pfcwd_config  # `pfcwd` reads either view
     return getattr(parsers, KINDS[kind])  # type: ignore[no-any-return]
 
 
@@ -53,8 +55,8 @@ def _parser(kind: str) -> Callable[..., Any]:
 @handle_errors
 def command(kind: str, source: Any, allow_truncated: bool) -> None:
     """Parse tool output in SOURCE (a file, or - for stdin) and print it as JSON."""
-    fn = _parser(kind)
     text = source.read()
+    fn = _parser(kind, text)
     kwargs = {}
     if "allow_truncated" in inspect.signature(fn).parameters:
         kwargs["allow_truncated"] = allow_truncated
