@@ -345,7 +345,8 @@ class StudyRunner:
             p["kmax_ratio"] = round(float(params["kmax_ratio"]), 4)
         return TrialRecord(number=number, state=state, verdict=ua.get("verdict", "?"),
                            params=p, metrics=dict(ua.get("metrics", {})),
-                           measurement_path=ua.get("measurement_path"))
+                           measurement_path=ua.get("measurement_path"),
+                           detail=str(ua.get("detail", "")))
 
     # One trial -----------------------------------------------------------------------------
     def _budget_used(self) -> int:
@@ -368,9 +369,11 @@ class StudyRunner:
     def _finish_trial(self, asked: optuna_io.Asked, *, verdict: str, values: dict[str, int],
                       state: Any, m: Measurement | None = None, sc: Score | None = None,
                       extra_metrics: dict[str, float] | None = None,
-                      baseline: bool = False) -> TrialOutcome:
+                      baseline: bool = False, detail: str = "") -> TrialOutcome:
         metrics: dict[str, float] = {}
         attrs: dict[str, Any] = {"verdict": verdict, "values": values}
+        if detail:
+            attrs["detail"] = detail[:1000]
         if m is not None:
             metrics.update(trial_metrics(m))
             attrs["measurement_path"] = self._save_measurement(asked.number, m)
@@ -425,16 +428,17 @@ class StudyRunner:
                                     limits=self.exp.safety)
         if violations:
             return self._finish_trial(asked, verdict=f"rejected:{violations[0].code}",
-                                      values=values, state=optuna_io.PRUNED)
+                                      values=values, state=optuna_io.PRUNED,
+                                      detail="; ".join(str(v) for v in violations))
         try:
             settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
                                         values)
-        except ValueError:  # a model invariant check_proposal does not know about
+        except ValueError as exc:  # a model invariant check_proposal does not know about
             return self._finish_trial(asked, verdict="rejected:invalid_settings",
-                                      values=values, state=optuna_io.PRUNED)
+                                      values=values, state=optuna_io.PRUNED, detail=str(exc))
         entry = self.journal.begin(self.study_name, asked.number, settings.targets(),
                                    self.baseline_settings, settings)
-        verdict, m, restore_s = "ok", None, 0.0
+        verdict, m, restore_s, detail = "ok", None, 0.0, ""
         monitor = LiveMonitor(self.exp.safety)
         try:
             self.cluster.apply(settings)
@@ -445,11 +449,11 @@ class StudyRunner:
                 raise ApplyError(f"read-back differs from what was applied: {diffs}")
             m = self._measure(monitor)
         except SafetyAbort as exc:
-            verdict = f"rolled_back:{exc.reason}"
-        except ApplyError:
-            verdict = "failed:apply"
-        except MeasurementError:
-            verdict = "failed:measurement"
+            verdict, detail = f"rolled_back:{exc.reason}", exc.detail
+        except ApplyError as exc:
+            verdict, detail = "failed:apply", str(exc)
+        except MeasurementError as exc:
+            verdict, detail = "failed:measurement", str(exc)
         except KeyboardInterrupt:
             restore_s = self._restore()
             self.journal.end(entry, "restored")
@@ -465,6 +469,7 @@ class StudyRunner:
             found = judge(m, self.exp.safety, self.baseline_measurement)
             if found:
                 verdict = f"rolled_back:{found[0].code}"
+                detail = "; ".join(str(v) for v in found)
         restore_s = self._restore()
         self.journal.end(entry, "restored")
         extra = {"restore_s": restore_s}
@@ -476,7 +481,7 @@ class StudyRunner:
         state = optuna_io.PRUNED if verdict.startswith("rolled_back") else optuna_io.FAIL
         sc = score(m, self.cfg) if m is not None else None
         return self._finish_trial(asked, verdict=verdict, values=values, state=state, m=m,
-                                  sc=sc, extra_metrics=extra)
+                                  sc=sc, extra_metrics=extra, detail=detail)
 
     # The study -----------------------------------------------------------------------------
     def _promote_best(self) -> str:

@@ -23,7 +23,8 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   ``np_ecn_marked_roce_packets``, ``cnp_sent``, ``cnp_handled``, ``lossless_drops``,
   ``duration_s``, ``wall_s``, ``restore_s``. Tags: ``ecntune.trial``, ``ecntune.state``
   (COMPLETE/PRUNED/FAIL), ``ecntune.verdict`` (``baseline``, ``ok``, ``rejected:<code>``,
-  ``rolled_back:<code>``, ``failed:<reason>``, ``interrupted``), ``ecntune.role=trial``.
+  ``rolled_back:<code>``, ``failed:<reason>``, ``interrupted``), ``ecntune.role=trial``,
+  ``ecntune.detail`` (the violation text, when there is one).
   Artifact: ``measurement.json`` (the raw ``Measurement``).
 
 A tracking failure never stops tuning: every call here catches, logs a warning and returns
@@ -62,6 +63,7 @@ class TrialRecord:
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     measurement_path: str | None = None
+    detail: str = ""  # what a rejection/rollback was about (safety.limits.Violation text)
 
 
 def trial_metrics(m: Any) -> dict[str, float]:
@@ -175,6 +177,8 @@ class Tracker:
             tags = {"mlflow.parentRunId": self.parent_run_id, "ecntune.role": "trial",
                     "ecntune.trial": str(rec.number), "ecntune.state": rec.state,
                     "ecntune.verdict": rec.verdict}
+            if rec.detail:
+                tags["ecntune.detail"] = rec.detail[:5000]
             run = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
                                tags=tags)
             rid = run.info.run_id

@@ -1,0 +1,134 @@
+"""The ``ecntune`` commands end to end: run, SIGTERM/SIGINT in a real process, resume, show,
+export; exit codes as documented in ``tuner/cli/__init__.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from safety.journal import Journal
+from tuner import optuna_io
+from tuner.cli import main
+from tuner.cli.export import render
+from tuner.experiment import Experiment
+
+Tiny = Callable[..., tuple[Experiment, str]]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "tiny.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_bad_experiment_file_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nworkload: {parts: []}\n")
+    r = CliRunner().invoke(main, ["run", str(bad)])
+    assert r.exit_code == 2
+    assert "bad.yaml: workload.parts" in r.output
+
+
+def test_run_show_export_in_process(tiny: Tiny, tmp_path: Path) -> None:
+    exp, text = tiny(trials=3)
+    path = _write(tmp_path, text)
+    r = CliRunner().invoke(main, ["run", str(path), "--study", "cli1", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "baseline (trial 0) vs best" in r.output
+    assert "recommended settings" in r.output
+    assert "canary: baseline restored" in r.output
+    res = str(exp.results_path)
+    r = CliRunner().invoke(main, ["show", "cli1", "--results", res])
+    assert r.exit_code == 0, r.output
+    assert "baseline (trial 0) score" in r.output
+    r = CliRunner().invoke(main, ["export", "cli1", "--results", res, "--format", "sonic",
+                                  "--trial", "0", "--all-knobs"])
+    assert r.exit_code == 0, r.output
+    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gmax 2097152 -gdrop 5" in r.output
+    r = CliRunner().invoke(main, ["export", "cli1", "--results", res, "--trial", "99"])
+    assert r.exit_code == 2
+
+
+def test_export_render_golden() -> None:
+    base = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5,
+            "rpg_ai_rate": 5, "min_time_between_cnps": 0, "rpg_gd": 11}
+    best = {**base, "kmin_bytes": 40_000, "kmax_bytes": 120_000, "pmax_percent": 20,
+            "rpg_ai_rate": 50, "min_time_between_cnps": 4}
+    text = render(best, base, ["leaf0"], ["host0/mlx5_0", "host0/mlx5_1"])
+    assert text == "\n".join([
+        "# mlx5 DCQCN (MLNX_OFED sysfs, runtime: not persistent across reboot; as root)",
+        "# on host0",
+        "IF=$(ls /sys/class/infiniband/mlx5_0/device/net/ | head -n1)",
+        "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
+        "echo 4 > /sys/class/net/$IF/ecn/roce_np/min_time_between_cnps",
+        "IF=$(ls /sys/class/infiniband/mlx5_1/device/net/ | head -n1)",
+        "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
+        "echo 4 > /sys/class/net/$IF/ecn/roce_np/min_time_between_cnps",
+        "",
+        "# SONiC WRED/ECN on the lossless queues (profile AZURE_LOSSLESS must exist)",
+        "# on leaf0",
+        "sudo ecnconfig -p AZURE_LOSSLESS -gmin 40000 -gmax 120000 -gdrop 20",
+        "",
+        "# Cumulus Linux NVUE ECN on the RoCE traffic class",
+        "# on leaf0",
+        "nv set qos congestion-control default-global traffic-class 3 min-threshold 40000",
+        "nv set qos congestion-control default-global traffic-class 3 max-threshold 120000",
+        "nv set qos congestion-control default-global traffic-class 3 probability 20",
+        "nv set qos congestion-control default-global traffic-class 3 ecn enable",
+        "nv config apply",
+    ]) + "\n"
+
+
+def _journal_begins(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return path.read_text().count('"event":"begin"')
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_a_real_run_then_resume(tiny: Tiny, tmp_path: Path, sig: int) -> None:
+    exp, text = tiny(trials=400)
+    path = _write(tmp_path, text)
+    journal = exp.results_path / "journal.jsonl"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(path), "--study", "sig",
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _journal_begins(journal) < 3 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Interrupted" in err
+    assert Journal(journal).dirty() is None  # every change closed: canary restored
+    entries = Journal(journal).entries()
+    assert all(e.outcomes == ["restored"] for e in entries)
+    st = optuna_io.load_study("sig", exp.storage_url)
+    done = {t.number: t.params for t in st.trials if t.state.name in ("COMPLETE", "PRUNED")}
+    assert 0 in done and len(done) >= 2
+    assert not [t for t in st.trials if t.state.name == "RUNNING"]
+    used = len([t for t in st.trials if t.number > 0 and t.state.name != "WAITING"
+                and t.user_attrs.get("verdict") != "interrupted"])
+    r = CliRunner().invoke(main, ["resume", "sig", "--results", str(exp.results_path),
+                                  "--trials", str(used + 2), "--quiet"])
+    assert r.exit_code == 0, r.output
+    st = optuna_io.load_study("sig", exp.storage_url)
+    after = {t.number: t.params for t in st.trials if t.state.name in ("COMPLETE", "PRUNED")}
+    assert {n: after[n] for n in done} == done  # no completed trial lost
+    counted = [t for t in st.trials if t.number > 0 and t.state.name != "WAITING"
+               and t.user_attrs.get("verdict") != "interrupted"]
+    assert len(counted) == used + 2  # the budget counts every finished proposal exactly once
