@@ -187,7 +187,7 @@ def parse_nvue(text: str) -> NvueShow:
     """Parse one ``nv show ...`` output (text or ``-o json``)."""
     if text.lstrip().startswith(("{", "[")):
         return _parse_json(text)
-    lines = [(n, ln) for n, ln in numbered(text) if not is_prompt(ln)]
+    lines = [(n, ln) for n, ln in numbered(text) if not is_prompt(ln) and not ln.startswith("#")]
     values: dict[str, NvueValue] = {}
     tables: dict[str, list[dict[str, str]]] = {}
     found = False

@@ -276,11 +276,13 @@ def parse_perftest(text: str, *, allow_truncated: bool = False) -> PerftestResul
             if unit not in _UNIT_TO_GBPS:
                 raise fail(TOOL, lineno, line, f"unknown bandwidth unit {unit!r}")
             cur["kind"], cur["unit"], table = "bw", unit, "bw"
+            cur["_header"] = (lineno, line)
             continue
         if _LAT_HDR.search(s):
             if cur is None or cur["bandwidth"] or cur["latency"]:
                 cur = new_run()
             cur["kind"] = "lat"
+            cur["_header"] = (lineno, line)
             table = "lat" if "t_min" in s else "lat-D"
             continue
         if s.startswith("#bytes"):
@@ -309,14 +311,13 @@ def parse_perftest(text: str, *, allow_truncated: bool = False) -> PerftestResul
         # Prompts, "Waiting for client to connect", separators: not part of a run.
     results = []
     for run in runs:
+        header = run.pop("_header", None)
+        if header and not allow_truncated and not run["bandwidth"] and not run["latency"]:
+            raise fail(TOOL, *header, "result table without a data row (truncated or failed?)")
         fields = run["banner"]["fields"]
         run["banner"].update(_apply_banner(fields))
         results.append(PerftestRun(**{**run, "banner": PerftestBanner(**run["banner"])}))
     tables = [r for r in results if r.kind is not None]
     if not tables and not (allow_truncated and results):
         raise fail_empty(TOOL, text, "no perftest result table found")
-    if not allow_truncated:
-        for r in results:
-            if r.kind is not None and not r.bandwidth and not r.latency:
-                raise fail_empty(TOOL, text, "perftest table without a data row (truncated?)")
     return PerftestResult(runs=[r for r in results if r.kind is not None or allow_truncated])
