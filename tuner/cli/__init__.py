@@ -34,7 +34,8 @@ from tuner.errors import (
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_FAILED, EXIT_DIRTY, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 # Module names under tuner/cli/ whose ``command`` is registered on the group.
-COMMANDS: tuple[str, ...] = ("run", "resume", "show", "export", "parse", "preflight", "recover")
+COMMANDS: tuple[str, ...] = ("run", "resume", "show", "export", "parse", "preflight", "recover",
+                             "report")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
