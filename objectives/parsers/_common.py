@@ -22,6 +22,7 @@ _PROMPT = re.compile(
     r"|~[\w/]*[$#]\s)"
 )
 _NA = {"N/A", "n/a", "NA", "-"}
+_QUOTE_MAX = 240
 
 
 class Model(BaseModel):
@@ -37,7 +38,10 @@ def numbered(text: str) -> list[tuple[int, str]]:
 
 def fail(tool: str, lineno: int, line: str, why: str) -> ParseError:
     """Build the one error shape every parser raises: tool, line number, reason, quoted line."""
-    return ParseError(f"{tool}: line {lineno}: {why}: {line.strip()!r}")
+    quoted = line.strip()
+    if len(quoted) > _QUOTE_MAX:  # one-line `rdma statistic` dumps run to 1 kB
+        quoted = quoted[:_QUOTE_MAX] + "..."
+    return ParseError(f"{tool}: line {lineno}: {why}: {quoted!r}")
 
 
 def fail_empty(tool: str, text: str, why: str) -> ParseError:

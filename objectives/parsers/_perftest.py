@@ -2,8 +2,10 @@
 
 A capture may hold several runs (one banner + table each). Rows contain TABs and latency values
 can run together (``2465.901216.65``), so floats are tokenised by their fixed two decimals.
-Bandwidth is normalised to Gb/s (1e9 bit/s): perftest's ``MB/sec`` was always MiB/s (renamed
-``MiB/sec`` in 24.07, commit 1d202bb), ``Gb/sec`` comes from ``--report_gbits``.
+Bandwidth is normalised to Gb/s (1e9 bit/s). perftest divides bytes/s by
+``format_factor = (report_fmt == MBS) ? 0x100000 : 125000000`` (src/perftest_resources.c), so
+``MB/sec`` was always MiB/s (relabelled ``MiB/sec`` in 24.07, commit 1d202bb) and ``Gb/sec``
+(``--report_gbits``) is 1e9 bit/s.
 """
 
 from __future__ import annotations
