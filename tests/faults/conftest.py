@@ -1,0 +1,111 @@
+"""Fault-injection suite: shared fixtures and the reliability recorder.
+
+Every fault test ends by calling ``reliability.record(...)`` with what it *measured*: how many
+canary targets were left off the baseline, how many completed trials were lost, the time from
+the fault to the verified restore. With ``ECNTUNE_RELIABILITY_JSON=<file>`` set (as
+``bench/reliability.py`` does) the rows are appended to that file as JSON lines, together with
+the test's node id, so the report can join them with pytest's own pass/fail verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+ENV = "ECNTUNE_RELIABILITY_JSON"
+ECNTUNE = [sys.executable, "-m", "tuner"]
+
+SIM_YAML = """
+name: {name}
+fabric:
+  backend: sim
+  topology: {{kind: leaf_spine, leaves: 2, spines: 1, hosts_per_leaf: 4, nic_gbps: 100,
+             uplink_gbps: 100, buffer_bytes: 12582912}}
+  seed: 1
+  max_time_us: {max_time_us}
+  step_us: 250
+canary: {{switches: [leaf0]}}
+workload:
+  time_limit_s: 120
+  parts:
+    - {{kind: collective, op: alltoall, size_bytes: 4194304, iterations: {iterations}}}
+    - {{kind: probe, size_bytes: 64, interval_us: 20, pairs: 2}}
+search:
+  knobs:
+    kmin_bytes: {{low: 20000, high: 200000, log: true}}
+    kmax_ratio: {{low: 1.5, high: 4, log: true}}
+    pmax_percent: {{low: 5, high: 50}}
+    rpg_ai_rate: {{low: 1, high: 100, log: true}}
+safety:
+  max_pause_fraction: 1.0
+  min_busbw_ratio: 0.0
+  poll_interval_s: 0.00025
+budget: {{trials: {trials}, wall_time_s: 600}}
+sampler: {{name: random, seed: 3}}
+tracking: {{enabled: false}}
+results_dir: {results}
+"""
+
+
+@dataclass
+class Row:
+    fault: str
+    action: str
+    dirty_targets: int
+    trials_lost: int
+    restore_s: float | None
+    backend: str
+    nodeid: str = ""
+
+
+class Recorder:
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+        self.rows: list[Row] = []
+
+    def record(self, fault: str, action: str, *, dirty_targets: int, trials_lost: int,
+               restore_s: float | None, backend: str = "sim") -> None:
+        row = Row(fault, action, dirty_targets, trials_lost,
+                  None if restore_s is None else round(restore_s, 3), backend, self.nodeid)
+        self.rows.append(row)
+        path = os.environ.get(ENV)
+        if path:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(asdict(row)) + "\n")
+
+
+@pytest.fixture
+def reliability(request: pytest.FixtureRequest) -> Recorder:
+    return Recorder(request.node.nodeid)
+
+
+def sim_experiment(tmp_path: Path, *, name: str = "faults", trials: int = 6,
+                   max_time_us: int = 20_000, iterations: int = 3) -> Path:
+    """A small sim experiment whose proposals all pass the static limits (so they apply)."""
+    results = tmp_path / "results"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SIM_YAML.format(name=name, trials=trials, max_time_us=max_time_us,
+                                    iterations=iterations, results=results))
+    return path
+
+
+def start_run(exp: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*ECNTUNE, "run", str(exp), "--quiet", "--no-mlflow", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=exp.parent)
+
+
+def wait_until(pred, timeout_s: float, interval_s: float = 0.005) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval_s)
+    return False
