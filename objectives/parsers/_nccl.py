@@ -47,8 +47,6 @@ _VERSION = re.compile(
     r"^nccl-tests version (?P<v>\S+)(?: nccl-headers=(?P<h>\d+))?(?: nccl-library=(?P<l>\d+))?"
 )
 _NTHREAD_KV = re.compile(r"([A-Za-z][A-Za-z ]*?):?\s+(\d+)(?:\((\w+)\))?(?=\s|$)")
-# Per-half column names; `time` may be `cputime` (-C 1).
-_HALF = ("time", "algbw", "busbw")
 
 
 class NcclDevice(Model):
@@ -208,8 +206,8 @@ def _parse_row(lineno: int, line: str, columns: list[str]) -> NcclRow:
         for col, tok in zip(columns, tokens, strict=True):
             if col == "timestamp":
                 timestamp = tok
-            elif col in ("time", "cputime") or not halves and col in _HALF:
-                halves.append({"time": tok} if col in ("time", "cputime") else {col: tok})
+            elif col in ("time", "cputime"):  # each half starts with its time column
+                halves.append({"time": tok})
             elif halves:
                 halves[-1][col] = tok
             else:
