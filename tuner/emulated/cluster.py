@@ -154,6 +154,7 @@ class EmulatedCluster:
         """Factory settings, zero counters, no faults; the sshd listeners keep running."""
         self._write_states()
         self._write_refused_all()
+        (self.root / "last_probes.json").unlink(missing_ok=True)
         for name, t in self.targets.items():
             if (self.keys_dir / f"{name}_host_ed25519.orig").exists():
                 self.restore_host_key(name)
@@ -313,7 +314,8 @@ class EmulatedCluster:
             ports_fn = swmod.sonic_ports if t.platform == "sonic" else swmod.nvue_ports
             host_ports, up_ports = ports_fn(self.hosts_per_leaf, uplinks)
             state: dict[str, Any] = {
-                "kind": "switch", "name": sw, "platform": t.platform, "lossless_queue": 3,
+                "kind": "switch", "name": sw, "address": t.address, "platform": t.platform,
+                "lossless_queue": 3,
                 "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine)],
                 "uplink_ports": up_ports, "hosts": dict(zip(mine, host_ports, strict=False)),
                 "xoff_bytes": 1_000_000, "rocesim_name": f"leaf{j}",
@@ -332,7 +334,8 @@ class EmulatedCluster:
         for h in host_names:
             t = self.targets[h]
             state = {
-                "kind": "host", "name": h, "netdev": NETDEV, "rdma_device": RDMA_DEVICE,
+                "kind": "host", "name": h, "address": t.address, "netdev": NETDEV,
+                "rdma_device": RDMA_DEVICE,
                 "pci": PCI, "nic_layout": t.nic_layout, "mtu": 9000,
                 "speed_mbps": int(self.topology["nic_gbps"]) * 1000,
                 "firmware": "22.41.1000", "roce_priority": 3,
@@ -421,7 +424,10 @@ class EmulatedCluster:
         env = " ".join(f'"{k}={v}"' for k, v in (
             (st.ENV_ROOT, str(self.root)), (st.ENV_NAME, t.name),
             ("PATH", f"{self.bin_dir}:/usr/bin:/bin"),
-            ("BASH_ENV", str(self.root / "bashenv.sh"))))
+            ("BASH_ENV", str(self.root / "bashenv.sh")),
+            # sshd's login bash reads ~/.bashrc; the machine's root .bashrc costs ~200 ms
+            # (pyenv init) per command. HOME here keeps sessions independent of it.
+            ("HOME", str(self.run_dir))))
         cfg.write_text("\n".join([
             f"ListenAddress {t.address}:{self.port}",
             f"HostKey {self.keys_dir / (t.name + '_host_ed25519')}",

@@ -1,0 +1,177 @@
+"""Stand-in Open MPI ``mpirun`` launching nccl-tests across emulated hosts.
+
+``mpirun [--allow-run-as-root] -np N -H h0,h1[:slots],... [-x VAR[=v]] [--tag-output]
+[--bind-to X] [--map-by X] [--mca k v] <all_reduce_perf|alltoall_perf> [nccl-tests args]``.
+Ranks map one per host (emulated hosts have one GPU and one NIC); hosts may be given by name
+or address. Numbers come from rocesim with the settings applied on the devices right now.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tuner.emulated import fabric
+from tuner.emulated import state as st
+from tuner.emulated.tools import nccl_tests
+from tuner.emulated.tools._base import target
+
+_WITH_ARG = {"-np", "-n", "-H", "--host", "-host", "-x", "--bind-to", "--map-by", "--rank-by",
+             "-npernode", "--npernode", "-wdir", "--wdir", "--prefix", "-hostfile",
+             "--hostfile"}
+_WITH_TWO = {"--mca", "-mca", "-gmca", "--gmca"}
+
+
+class MpiError(Exception):
+    pass
+
+
+def _parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    o: dict[str, Any] = {"np": None, "hosts": [], "env": {}, "tag": False}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("-"):
+            return o, argv[i:]
+        if a in _WITH_TWO:
+            i += 3
+            continue
+        if a in _WITH_ARG:
+            if i + 1 >= len(argv):
+                raise MpiError(f"mpirun: option {a} requires an argument")
+            v = argv[i + 1]
+            if a in ("-np", "-n"):
+                o["np"] = int(v)
+            elif a in ("-H", "--host", "-host"):
+                o["hosts"] += [h for h in v.split(",") if h]
+            elif a == "-x":
+                k, eq, val = v.partition("=")
+                o["env"][k] = val if eq else os.environ.get(k, "")
+            i += 2
+            continue
+        if a in ("--tag-output", "-tag-output"):
+            o["tag"] = True
+        i += 1
+    raise MpiError("mpirun: no executable specified")
+
+
+def _resolve(root: Path, hosts: list[str]) -> list[str]:
+    by_addr = {s.get("address"): n for n, s in fabric.targets(root).items()}
+    names = set(fabric.targets(root))
+    out = []
+    for h in hosts:
+        name, _, slots = h.partition(":")
+        name = by_addr.get(name, name)
+        if name not in names or not name.startswith("host"):
+            raise MpiError(
+                "--------------------------------------------------------------------------\n"
+                f"ORTE was unable to reliably start one or more daemons.\n"
+                f"Could not resolve host: {name}\n"
+                "--------------------------------------------------------------------------")
+        out += [name] * (int(slots) if slots else 1)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    t = target("mpirun")
+    try:
+        o, program = _parse(argv)
+        prog = Path(program[0]).name.removesuffix("_mpi")
+        if prog not in nccl_tests.PROGRAMS:
+            raise MpiError(
+                "--------------------------------------------------------------------------\n"
+                "mpirun was unable to find the specified executable file, and therefore\n"
+                f"did not launch the job.  Executable: {program[0]}\n"
+                "--------------------------------------------------------------------------")
+        slots = _resolve(t.root, o["hosts"] or [t.name])
+        np_ = o["np"] or len(slots)
+        if np_ > len(slots):
+            raise MpiError(
+                "--------------------------------------------------------------------------\n"
+                f"There are not enough slots available in the system to satisfy the {np_}\n"
+                f"slots that were requested by the application:\n\n  {program[0]}\n\n"
+                "--------------------------------------------------------------------------")
+        ranks_hosts = slots[:np_]
+        if len(set(ranks_hosts)) != len(ranks_hosts):
+            raise MpiError("emulated hosts have one GPU each: list each host once (-H h0,h1)")
+        args = nccl_tests.parse_args(program[1:])
+    except (MpiError, nccl_tests.UsageError, ValueError) as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    return _run(t.root, prog, ranks_hosts, args, o)
+
+
+def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
+         o: dict[str, Any]) -> int:
+    op = nccl_tests.PROGRAMS[prog]
+    states = {h: st.load_state(root / h) for h in ranks_hosts}
+    faults = {h: st.load_faults(root / h) for h in ranks_hosts}
+    prefix = "[1,0]<stdout>:" if o["tag"] else ""
+    pid = os.getpid()
+
+    def out(line: str = "") -> None:
+        sys.stdout.write(f"{prefix}{line}\n")
+
+    for h in ranks_hosts:
+        st.apply_command_faults(prog, faults[h])
+    down = [h for h in ranks_hosts if faults[h].get("link_down")]
+    if down:
+        h = down[0]
+        print(f"{h}:{pid}:{pid + 3} [0] transport/net_ib.cc:1234 NCCL WARN NET/IB : "
+              f"{states[h]['rdma_device']}:1 port is not active (state DOWN)",
+              file=sys.stderr)
+        print(f"{h}: Test NCCL failure common.cu:1005 'unhandled system error (run with "
+              "NCCL_DEBUG=INFO for details) / '", file=sys.stderr)
+        return 1
+    n = len(ranks_hosts)
+    szs = nccl_tests.sizes(a, n, op)
+    results = fabric.run_collective(root, op, [states[h]["rocesim_nic"] for h in ranks_hosts],
+                                    szs, a.iters)
+    wrong = sum(int(faults[h].get("nccl_wrong", 0) or 0) for h in ranks_hosts)
+    out("# nccl-tests version 2.18.0 nccl-headers=22703 nccl-library=22703")
+    out(f"# Collective test starting: {prog}")
+    out(f"# nThread {a.nthreads} nGpus {a.ngpus} minBytes {a.min_bytes} maxBytes {a.max_bytes} "
+        f"step: {a.step_factor}(factor) warmup iters: {a.warmup} iters: {a.iters} "
+        f"agg iters: 1 validation: {a.check} graph: 0")
+    out("#")
+    out("# Using devices")
+    for r, h in enumerate(ranks_hosts):
+        out(f"#  Rank {r:2d} Group  0 Pid {pid + r:6d} on {h:>10} device  0 [0000:1b:00] "
+            "NVIDIA H100 80GB HBM3")
+    out("#")
+    for line in nccl_tests.HEADER.splitlines():
+        out(line)
+    for h in ranks_hosts:
+        if faults[h].get("nccl_warn"):
+            print(f"{h}:{pid}:{pid + 7} [0] NCCL WARN {faults[h]['nccl_warn']}", flush=True)
+    busbws: list[float] = []
+    failed = False
+    for res in results:
+        if not res.completed or not math.isfinite(res.time_us):
+            failed = True
+            break
+        w = str(wrong) if a.check else "N/A"
+        # In-place runs the same transfers; rocesim gives one time for both halves.
+        half = (res.time_us, res.algbw, res.busbw, w)
+        out(nccl_tests.row(res.size_bytes, op, n, [half, half]))
+        busbws += [res.busbw, res.busbw]
+    if failed:
+        print(f"{ranks_hosts[0]}:{pid}:{pid + 3} [0] NCCL WARN NET/IB : Got completion from "
+              "peer with error 12, opcode 1, len 0, vendor err 129 (Send)", file=sys.stderr)
+        return 1
+    oob = wrong if a.check else 0
+    out(f"# Out of bounds values : {oob} {'FAILED' if oob else 'OK'}")
+    avg = sum(busbws) / len(busbws) if busbws else 0.0
+    out(f"# Avg bus bandwidth    : {avg:g} ")
+    out("#")
+    out(f"# Collective test concluded: {prog}")
+    out("#")
+    out()
+    return 1 if oob else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+"""Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``queue counters [-j]``,
+``queue wredcounters``, ``pfcwd stats`` (formats: shared/reference/sonic/*.txt, produced by
+pfcstat, queuestat, wredstat and pfcwd in sonic-utilities @691b1bbc4)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tuner.emulated.tools._base import Target, target
+from tuner.emulated.tools._fmt import comma, simple_table
+
+UC = 8  # Mellanox SONiC: UC0-7 and MC8-15 per port
+
+
+def _ports(t: Target) -> list[str]:
+    return [*t.state["host_ports"], *t.state["uplink_ports"]]
+
+
+def pfc_counters(t: Target) -> str:
+    c = t.counters()
+    out = []
+    for side, key in (("Rx", "pfc_rx"), ("Tx", "pfc_tx")):
+        rows = [[p, *(comma(c.get(p, {}).get(f"{key}_{q}", 0)) for q in range(8))]
+                for p in _ports(t)]
+        out.append(simple_table([f"Port {side}", *(f"PFC{q}" for q in range(8))], rows,
+                                stralign="right"))
+    return "\n\n".join(out) + "\n"
+
+
+def _queue_rows(t: Target, fields: tuple[str, ...], port: str | None
+                ) -> dict[str, list[list[str]]]:
+    c = t.counters()
+    out: dict[str, list[list[str]]] = {}
+    for p in [port] if port else _ports(t):
+        pc = c.get(p, {})
+        rows = []
+        for q in range(2 * UC):
+            name = f"UC{q}" if q < UC else f"MC{q}"
+            rows.append([p, name, *(str(pc.get(f"q{q}_{f}", 0) if q < UC else 0)
+                                    for f in fields)])
+        out[p] = rows
+    return out
+
+
+def queue_counters(t: Target, as_json: bool, port: str | None = None) -> str:
+    fields = ("pkts", "bytes", "drop_pkts", "drop_bytes")
+    per_port = _queue_rows(t, fields, port)
+    if as_json:
+        doc = {p: {r[1]: {"dropbytes": r[5], "droppacket": r[4], "totalbytes": r[3],
+                          "totalpacket": r[2]} for r in rows} for p, rows in per_port.items()}
+        return json.dumps(doc, indent=4, sort_keys=True) + "\n"
+    head = ["Port", "TxQ", "Counter/pkts", "Counter/bytes", "Drop/pkts", "Drop/bytes"]
+    return "".join(f"For namespace :\n{simple_table(head, rows, stralign='right')}\n\n"
+                   for rows in per_port.values())
+
+
+def wred_counters(t: Target, port: str | None = None) -> str:
+    fields = ("wred_drop_pkts", "wred_drop_bytes", "ecn_marked_pkts", "ecn_marked_bytes")
+    head = ["Port", "TxQ", "WredDrp/pkts", "WredDrp/bytes", "EcnMarked/pkts",
+            "EcnMarked/bytes"]
+    return "".join(f"{simple_table(head, rows, stralign='right')}\n\n"
+                   for rows in _queue_rows(t, fields, port).values())
+
+
+def pfcwd_stats(t: Target) -> str:
+    c = t.counters()
+    q = t.state["lossless_queue"]
+    rows = []
+    for p in _ports(t):
+        pc = c.get(p, {})
+        det, res = pc.get("pfcwd_storm_detected", 0), pc.get("pfcwd_storm_restored", 0)
+        status = "stormed" if det > res else "operational"
+        rows.append([f"{p}:{q}", status, f"{det}/{res}",
+                     f"{pc.get(f'q{q}_pkts', 0)}/{pc.get(f'q{q}_pfcwd_tx_drop', 0)}",
+                     f"{pc.get(f'q{q}_rx_pkts', 0)}/{pc.get(f'q{q}_pfcwd_rx_drop', 0)}",
+                     f"0/{pc.get(f'q{q}_pfcwd_tx_drop', 0) if status == 'stormed' else 0}",
+                     f"0/{pc.get(f'q{q}_pfcwd_rx_drop', 0) if status == 'stormed' else 0}"])
+    head = ["QUEUE", "STATUS", "STORM DETECTED/RESTORED", "TX OK/DROP", "RX OK/DROP",
+            "TX LAST OK/DROP", "RX LAST OK/DROP"]
+    return simple_table(head, rows, stralign="right") + "\n"
+
+
+def main(argv: list[str]) -> int:
+    t = target("show")
+    if t.state.get("platform") != "sonic":
+        print("bash: show: command not found", file=sys.stderr)
+        return 127
+    words = [a for a in argv if not a.startswith("-")]
+    flags = [a for a in argv if a.startswith("-")]
+    if words[:1] == ["ecn"]:
+        from tuner.emulated.tools import ecnconfig
+
+        return ecnconfig.main(["-l", *flags])
+    t.tick_counter_faults()
+    port = words[2] if len(words) == 3 and words[:1] == ["queue"] else None
+    if port is not None and port not in _ports(t):
+        print(f"Port doesn't exist! {port}")
+        return 1
+    if words == ["pfc", "counters"]:
+        sys.stdout.write(pfc_counters(t))
+    elif words[:2] == ["queue", "counters"] and len(words) <= 3:
+        sys.stdout.write(queue_counters(t, bool({"-j", "--json"} & set(flags)), port))
+    elif words[:2] == ["queue", "wredcounters"] and len(words) <= 3:
+        sys.stdout.write(wred_counters(t, port))
+    elif words == ["pfcwd", "stats"]:
+        sys.stdout.write(pfcwd_stats(t))
+    else:
+        print("Usage: show [OPTIONS] COMMAND [ARGS]...\nTry \"show -h\" for help.\n\n"
+              f"Error: No such command \"{' '.join(words) or '?'}\".", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
