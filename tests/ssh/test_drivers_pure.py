@@ -35,26 +35,27 @@ def test_sysfs_layout_reads_the_ofed_file_names(inv: Any) -> None:
 def test_debugfs_layout_uses_the_kernel_names(inv: Any) -> None:
     drv = Mlx5DebugfsDriver(None, inv.hosts[1])  # type: ignore[arg-type]
     assert drv.folder() == "/sys/kernel/debug/mlx5/0000:3b:00.0/cc_params"
-    cmd = drv.write_command(DcqcnSettings(rpg_time_reset=150, min_time_between_cnps=4),
-                            DcqcnSettings())
-    # Only the two knobs that change are written, each with its debugfs name, then read back.
+    cmd = drv.write_command(DcqcnSettings(),
+                            DcqcnSettings(rpg_time_reset=150, min_time_between_cnps=4))
+    # Only the two knobs that change are written, each with its debugfs name, between two
+    # reads of every knob.
     assert "printf '%s\\n' 150 > rp_time_reset" in cmd
     assert "printf '%s\\n' 4 > np_min_time_between_cnps" in cmd
     assert cmd.count("printf") == 2
-    assert "rp_clamp_tgt_rate_ati" in cmd  # in the read-back list
+    assert cmd.count("grep -H '' rp_clamp_tgt_rate rp_clamp_tgt_rate_ati") == 2
     assert "clamp_tgt_rate_after_time_inc" not in cmd
 
 
 def test_mlx5_values_parse_and_bad_values_are_refused(inv: Any) -> None:
     drv = Mlx5DebugfsDriver(None, inv.hosts[1])  # type: ignore[arg-type]
     ok = "\n".join(f"{drv.names[k]}:{v}" for k, v in DcqcnSettings(rpg_gd=7).model_dump().items())
-    assert drv.parse_values(ok + "\n").rpg_gd == 7
+    assert drv.parse(ok + "\n").rpg_gd == 7
     with pytest.raises(ApplyError, match="rp_gd unreadable"):
-        drv.parse_values(ok.replace("rp_gd:7", ""))
+        drv.parse(ok.replace("rp_gd:7", ""))
     with pytest.raises(ApplyError, match="holds 'x1'"):
-        drv.parse_values(ok.replace("rp_gd:7", "rp_gd:x1"))
+        drv.parse(ok.replace("rp_gd:7", "rp_gd:x1"))
     with pytest.raises(ApplyError, match="out-of-range"):
-        drv.parse_values(ok.replace("rp_gd:7", "rp_gd:99"))
+        drv.parse(ok.replace("rp_gd:7", "rp_gd:99"))
 
 
 def test_mlx5_counters_merge_ethtool_and_hw_counters(inv: Any) -> None:
@@ -86,23 +87,31 @@ def test_sonic_counters_from_the_real_show_outputs(inv: Any) -> None:
 def test_sonic_reads_the_green_fields_and_refuses_unknown_profiles(inv: Any) -> None:
     drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
     text = sample("sonic/ecnconfig-l-show-ecn-single-profile.txt")
-    assert drv.settings_from(text) == EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152,
+    assert drv.parse(text) == EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152,
                                                   pmax_percent=5, enabled=True)
     with pytest.raises(ApplyError, match="'AZURE_LOSSLESS' does not exist"):
-        drv.settings_from(text.replace("AZURE_LOSSLESS", "OTHER"))
+        drv.parse(text.replace("AZURE_LOSSLESS", "OTHER"))
 
 
-def test_sonic_write_is_one_ecnconfig_call_per_field_in_safe_order(inv: Any) -> None:
+def test_sonic_writes_one_ecnconfig_call_per_field_in_safe_order(inv: Any) -> None:
     drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
     cur = EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5)
     low = EcnSettings(kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
+    # Lowering: -gmin first (one ecnconfig call with both would write gmax first).
+    assert drv.write_steps(cur, low) == ["ecnconfig -p AZURE_LOSSLESS -gmin 100000",
+                                         "ecnconfig -p AZURE_LOSSLESS -gmax 400000",
+                                         "ecnconfig -p AZURE_LOSSLESS -gdrop 10"]
+    assert drv.write_steps(low, cur)[:2] == ["ecnconfig -p AZURE_LOSSLESS -gmax 2097152",
+                                             "ecnconfig -p AZURE_LOSSLESS -gmin 1048576"]
+    assert drv.write_steps(cur, cur) == []
+    # The whole write is one remote command: state before, the writes, state after.
     assert drv.write_command(cur, low).split(" && ") == [
+        "ecnconfig -l", "echo '--- ecntune before-write ---'",
         "ecnconfig -p AZURE_LOSSLESS -gmin 100000",
-        "ecnconfig -p AZURE_LOSSLESS -gmax 400000",
-        "ecnconfig -p AZURE_LOSSLESS -gdrop 10",
-        "ecnconfig -l"]
-    assert drv.write_command(low, cur).split(" && ")[:2] == [
-        "ecnconfig -p AZURE_LOSSLESS -gmax 2097152", "ecnconfig -p AZURE_LOSSLESS -gmin 1048576"]
+        "ecnconfig -p AZURE_LOSSLESS -gmax 400000", "ecnconfig -p AZURE_LOSSLESS -gdrop 10",
+        "echo '--- ecntune after-write ---'", "ecnconfig -l"]
+    with pytest.raises(ApplyError, match="on/off is not done by this driver"):
+        drv.write_steps(cur, cur.model_copy(update={"enabled": False}))
 
 
 def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
@@ -110,9 +119,11 @@ def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
     cur = EcnSettings(kmin_bytes=150000, kmax_bytes=1500000, pmax_percent=100)
     new = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
     pre = "nv set qos congestion-control default-global traffic-class 3"
-    assert drv.write_command(cur, new).split(" && ") == [
-        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", "nv config apply -y >&2",
-        "nv show qos congestion-control default-global traffic-class 3"]
+    assert drv.write_steps(cur, new) == [
+        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", "nv config apply -y >&2"]
+    assert drv.write_steps(new, new.model_copy(update={"enabled": False}))[-2:] == [
+        f"{pre} ecn disable", "nv config apply -y >&2"]
+    assert drv.write_steps(new, new) == []
     assert drv.counters_command().count("nv show interface") == 2
 
 
@@ -137,13 +148,13 @@ def test_nvue_reads_one_traffic_class_from_the_documented_output(inv: Any) -> No
     drv = NvueDriver(None, sw)  # type: ignore[arg-type]
     text = _nvue_block("cumulus-nvue/nvue-ecn-pfc-pfcwd-set-and-show-cl512-doc.txt",
                        "nv show qos congestion-control default-global traffic-class 4")
-    assert drv.settings_from(text) == EcnSettings(kmin_bytes=40000, kmax_bytes=200000,
+    assert drv.parse(text) == EcnSettings(kmin_bytes=40000, kmax_bytes=200000,
                                                   pmax_percent=100, enabled=True)
     profile = _nvue_block("cumulus-nvue/nvue-ecn-pfc-pfcwd-set-and-show-cl512-doc.txt",
                           "nv show qos congestion-control default-global")
-    assert drv.settings_from(profile).kmax_bytes == 200000
+    assert drv.parse(profile).kmax_bytes == 200000
     with pytest.raises(ApplyError, match="shows no"):
-        NvueDriver(None, inv.switches[1]).settings_from(profile)  # type: ignore[arg-type]
+        NvueDriver(None, inv.switches[1]).parse(profile)  # type: ignore[arg-type]
 
 
 def test_nvue_counters_per_port_from_the_documented_output(inv: Any) -> None:

@@ -22,13 +22,16 @@ from tuner.ssh.transport import CommandError, Connection, HostKeyError
 pytestmark = [pytest.mark.ssh,
               pytest.mark.skipif(not sshd_available(), reason="openssh-server not installed")]
 
+BASE = "127.0.12."
 NEW = {"kmin_bytes": 200_000, "kmax_bytes": 800_000, "pmax_percent": 20,
        "rpg_time_reset": 150, "min_time_between_cnps": 4, "rpg_ai_rate": 10}
 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
-    with EmulatedCluster(tmp_path_factory.mktemp("emu"), hosts=4) as cluster:
+    # Own loopback range, so these tests never collide with another emulated cluster.
+    with EmulatedCluster(tmp_path_factory.mktemp("emu"), hosts=4,
+                         base_address=BASE) as cluster:
         yield cluster
 
 
@@ -89,11 +92,25 @@ def test_a_refused_nic_write_rolls_every_target_back(cluster: SshCluster,
 
 def test_a_failing_ecnconfig_rolls_back(cluster: SshCluster, emu: EmulatedCluster) -> None:
     base = cluster.snapshot()
-    emu.inject("leaf0", exit_code={"ecnconfig": 1})
-    with pytest.raises(ApplyError, match=r"leaf0"):
+    emu.inject("leaf0", exit_code={"ecnconfig": 1})  # every ecnconfig call fails
+    with pytest.raises(ApplyError, match=r"apply failed on \['leaf0'\]") as err:
         cluster.apply(_new(base))
+    assert "'leaf0'" not in str(err.value).split("restored")[1]  # nothing to undo there
     emu.clear_faults("leaf0")
     assert cluster.read_back() == base
+
+
+def test_a_sonic_write_failing_part_way_is_undone(cluster: SshCluster,
+                                                  emu: EmulatedCluster) -> None:
+    base = cluster.snapshot()
+    new = _new(base)
+    first = new.model_copy(update={"switches": {**base.switches, "leaf1": new.switches["leaf1"]}})
+    cluster.apply(first)  # leaf1 changed, leaf0 still at base
+    emu.inject("leaf0", ecnconfig_fail_after=0)  # CONFIG_DB writes fail, reads work
+    with pytest.raises(ApplyError, match="Unable to connect to redis"):
+        cluster.apply(new)
+    emu.clear_faults("leaf0")
+    assert cluster.read_back() == first  # all or nothing: the previous trial's settings
 
 
 def test_a_hanging_command_times_out_and_dies_remotely(cluster: SshCluster,
@@ -139,7 +156,7 @@ def test_one_unreachable_target_is_one_failed_outcome(emu: EmulatedCluster) -> N
         finally:
             emu.start_target("host3")
     assert sorted(n for n, o in res.items() if not o.ok) == ["host3"]
-    assert "cannot connect to 127.0.10.14:22 after 2 attempts" in str(res["host3"].error)
+    assert f"cannot connect to {BASE}14:22 after 2 attempts" in str(res["host3"].error)
     assert all(o.value and o.value.endswith("ok\n") for n, o in res.items() if n != "host3")
 
 
@@ -153,7 +170,7 @@ def test_a_changed_host_key_is_refused_with_its_fingerprint(emu: EmulatedCluster
     finally:
         emu.restore_host_key("host1")
     msg = str(err.value)
-    assert msg.startswith("host1: host key for 127.0.10.12:22 CHANGED")
+    assert msg.startswith(f"host1: host key for {BASE}12:22 CHANGED")
     assert msg.count("SHA256:") == 2
 
 
@@ -166,7 +183,7 @@ def test_unknown_keys_need_trust_on_first_use(emu: EmulatedCluster, tmp_path: Pa
     conn = Connection(_endpoint(emu, "host0", known_hosts=str(known), trust_on_first_use=True))
     assert conn.run("echo hi").stdout == "hi\n"
     conn.close()
-    assert known.read_text().startswith("127.0.10.11 ssh-ed25519 ")
+    assert known.read_text().startswith(f"{BASE}11 ssh-ed25519 ")
     # Now the remembered key is verified the normal way.
     Connection(_endpoint(emu, "host0", known_hosts=str(known))).connect()
 

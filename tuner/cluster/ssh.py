@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from objectives.measurement import Counters, Measurement
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
 from tuner.drivers import nic_driver, switch_driver
+from tuner.drivers.base import WriteError
 from tuner.errors import (
     ApplyError,
     ConfigError,
@@ -168,15 +169,16 @@ class SshCluster(Cluster):
         before: dict[str, EcnSettings | DcqcnSettings] = {}
         touched: set[str] = set()
 
-        def one(drv: Driver[Any]) -> bool:
-            cur = drv.read()
-            before[drv.target] = cur
-            want = wanted[drv.target]
-            if cur == want:
-                return False
-            touched.add(drv.target)
-            drv.write(want, current=cur)  # type: ignore[call-arg]
-            return True
+        def one(drv: Driver[Any]) -> None:
+            try:
+                before[drv.target] = drv.write(wanted[drv.target])
+            except WriteError as exc:
+                if exc.before is not None:  # the command ran: the device may be half-changed
+                    before[drv.target] = exc.before
+                    touched.add(drv.target)
+                raise
+            if before[drv.target] != wanted[drv.target]:
+                touched.add(drv.target)
 
         res = self._fan(one, list(wanted))
         failed = _failures(res)

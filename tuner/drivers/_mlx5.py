@@ -53,15 +53,11 @@ class Mlx5Driver(Driver[DcqcnSettings]):
         files = " ".join(shlex.quote(self.names[k]) for k in NIC_KNOBS)
         return f"cd {q('path', self.folder())} && grep -H '' {files}"
 
-    def write_command(self, settings: DcqcnSettings, current: DcqcnSettings | None) -> str:
-        """Write the knobs that differ from ``current`` (all if unknown), then read back."""
-        values = settings.model_dump()
-        old = current.model_dump() if current is not None else {}
-        writes = [f"printf '%s\\n' {q('value', int(values[k]))} > {shlex.quote(self.names[k])}"
-                  for k in NIC_KNOBS if old.get(k) != values[k]]
-        files = " ".join(shlex.quote(self.names[k]) for k in NIC_KNOBS)
-        chain = " && ".join([f"cd {q('path', self.folder())}", *writes])
-        return f"{chain} && grep -H '' {files}"
+    def write_steps(self, current: DcqcnSettings, settings: DcqcnSettings) -> list[str]:
+        """One ``printf > file`` per knob that differs (the shell is already in ``folder``)."""
+        values, old = settings.model_dump(), current.model_dump()
+        return [f"printf '%s\\n' {q('value', int(values[k]))} > {shlex.quote(self.names[k])}"
+                for k in NIC_KNOBS if old.get(k) != values[k]]
 
     def counters_command(self) -> str:
         h = self.host
@@ -71,11 +67,12 @@ class Mlx5Driver(Driver[DcqcnSettings]):
                 f" && cd {q('path', hw)} && grep -H '' *")
 
     def commands(self) -> list[str]:
-        return [self.read_command(), self.write_command(DcqcnSettings(), None),
+        return [self.read_command(),
+                self.write_command(DcqcnSettings(), DcqcnSettings(rpg_time_reset=150)),
                 self.counters_command()]
 
     # -- parsing (pure) ----------------------------------------------------------------
-    def parse_values(self, text: str) -> DcqcnSettings:
+    def parse(self, text: str) -> DcqcnSettings:
         by_file = {}
         for line in text.splitlines():
             name, sep, value = line.rpartition(":")
@@ -99,22 +96,6 @@ class Mlx5Driver(Driver[DcqcnSettings]):
                              f"{exc}") from None
 
     # -- Driver ------------------------------------------------------------------------
-    def read(self) -> DcqcnSettings:
-        return self.parse_values(self.runner.run(self.read_command()).stdout)
-
-    def write(self, settings: DcqcnSettings, current: DcqcnSettings | None = None) -> None:
-        """Write only what differs from ``current`` (read first when not given), read back."""
-        if current is None:
-            current = self.read()
-        if current == settings:
-            return
-        got = self.parse_values(self.runner.run(self.write_command(settings, current)).stdout)
-        if got != settings:
-            diff = {k: (v, getattr(got, k)) for k, v in settings.model_dump().items()
-                    if getattr(got, k) != v}
-            raise ApplyError(f"{self.target}: read-back differs after write "
-                             f"(wanted, got): {diff}")
-
     def counters(self) -> dict[str, dict[str, int]]:
         from objectives.parsers import parse_ethtool_stats, parse_hw_counters
 

@@ -3,24 +3,34 @@
 A driver wraps one target's connection and knows one platform's commands::
 
     drv.read()      -> EcnSettings | DcqcnSettings   # never changes anything
-    drv.write(s)                                     # sets s, then reads back and compares
+    drv.write(s)    -> the settings held before      # sets s, reads back, compares
     drv.counters()  -> {"host0/mlx5_0": {"rx_prio3_pause": 12, ...}}   # absent != 0
 
-A new platform (Arista EOS, say) is one new module with one ``Driver`` subclass. Drivers raise
-``ApplyError`` (write/read-back mismatch, refused value) or ``SshError`` (transport).
+``write`` is ONE remote command: read the current state, write only what differs, read back
+(``<read> && echo MARK && <writes> && echo MARK && <read>``). Which fields differ is computed
+from the last state this driver read (``known``); the state printed at the start of the same
+command is what ``write`` returns and what a rollback restores, so a stale ``known`` can make a
+write incomplete (caught by the read-back) but never makes a rollback wrong.
+
+A new platform (Arista EOS, say) is one new module: a ``Driver`` subclass with
+``read_command``, ``parse``, ``write_steps``, ``counters``. Drivers raise ``WriteError`` (an
+``ApplyError``: refused value, read-back mismatch) or ``SshError`` (transport).
 """
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from tuner.errors import ApplyError, TunerError
 from tuner.settings import DcqcnSettings, EcnSettings
 
 if TYPE_CHECKING:
     from tuner.ssh.transport import Result
 
 S = TypeVar("S", EcnSettings, DcqcnSettings)
+BEFORE, AFTER = "--- ecntune before-write ---", "--- ecntune after-write ---"
 
 
 class Runner(Protocol):
@@ -32,6 +42,14 @@ class Runner(Protocol):
             sudo: bool | None = None, retry_dropped: bool = True) -> Result: ...
 
 
+class WriteError(ApplyError):
+    """A write failed; ``before`` is what the device held before it (None if unknown)."""
+
+    def __init__(self, message: str, before: object | None) -> None:
+        super().__init__(message)
+        self.before = before
+
+
 class Driver(ABC, Generic[S]):
     """Read, write and count one device. ``target`` is the Settings/Counters key."""
 
@@ -40,17 +58,21 @@ class Driver(ABC, Generic[S]):
     def __init__(self, runner: Runner, target: str) -> None:
         self.runner = runner
         self.target = target
+        self.known: S | None = None  # the last state read from the device
+
+    # -- what a platform module provides ----------------------------------------------
+    @abstractmethod
+    def read_command(self) -> str:
+        """One command printing the current settings."""
 
     @abstractmethod
-    def read(self) -> S:
-        """The device's current settings, read from the device itself.
-
-        Example: ``EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5)``.
-        """
+    def parse(self, text: str) -> S:
+        """Settings from the output of ``read_command``; raises ``ApplyError``."""
 
     @abstractmethod
-    def write(self, settings: S) -> None:
-        """Set ``settings``; raises ``ApplyError`` if the read-back differs."""
+    def write_steps(self, current: S, settings: S) -> list[str]:
+        """Commands taking ``current`` to ``settings`` (run after ``read_command``, same
+        shell, joined with ``&&``); empty when nothing differs."""
 
     @abstractmethod
     def counters(self) -> dict[str, dict[str, int]]:
@@ -58,6 +80,60 @@ class Driver(ABC, Generic[S]):
 
         Example: ``{"leaf0/Ethernet0": {"pfc3_rx_pkts": 0, "queue3_ecn_marked_pkts": 12}}``.
         """
+
+    # -- shared logic ---------------------------------------------------------------------
+    def read(self) -> S:
+        """The device's current settings, read from the device itself.
+
+        Example: ``EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5)``.
+        """
+        self.known = None
+        self.known = self.parse(self.runner.run(self.read_command()).stdout)
+        return self.known
+
+    def write_command(self, current: S, settings: S) -> str:
+        """The single command of ``write``: read, mark, write what differs, mark, read."""
+        steps = self.write_steps(current, settings)
+        read = self.read_command()
+        return " && ".join([read, f"echo {shlex.quote(BEFORE)}", *steps,
+                            f"echo {shlex.quote(AFTER)}", read])
+
+    def write(self, settings: S) -> S:
+        """Set ``settings``; return the settings held before. Raises ``WriteError``."""
+        current = self.known if self.known is not None else self.read()
+        if current == settings:
+            current = self.read()  # confirm on the device: nothing to write?
+            if current == settings:
+                return current
+        self.known = None
+        try:
+            res = self.runner.run(self.write_command(current, settings), check=False)
+        except TunerError as exc:
+            if getattr(exc, "started", False):  # lost mid-command: it may have changed things
+                raise WriteError(f"{self.target}: {exc}", current) from exc
+            raise
+        head, _, rest = res.stdout.partition(f"{BEFORE}\n")
+        before: S | None = None
+        if _:
+            try:
+                before = self.parse(head)
+            except ApplyError:
+                before = None
+        if res.status != 0:
+            tail = " | ".join(res.stderr.strip().splitlines()[-3:]) or "(no stderr)"
+            # Without the first marker the writes never started: nothing changed.
+            started = bool(_) and before is not None
+            raise WriteError(f"{self.target}: write failed (exit status {res.status}): {tail}",
+                             before if started else None)
+        after = self.parse(rest.partition(f"{AFTER}\n")[2])
+        self.known = after
+        if after != settings:
+            diff = {k: (v, getattr(after, k)) for k, v in settings.model_dump().items()
+                    if getattr(after, k) != v}
+            raise WriteError(f"{self.target}: read-back differs after write (wanted, got): "
+                             f"{diff}", before)
+        assert before is not None
+        return before
 
     def commands(self) -> list[str]:
         """Every command line this driver may run (for docs and audits)."""

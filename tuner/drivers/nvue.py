@@ -46,14 +46,15 @@ class NvueDriver(Driver[EcnSettings]):
     def read_command(self) -> str:
         return f"nv show {self._prefix}"
 
-    def write_command(self, current: EcnSettings, settings: EcnSettings) -> str:
+    def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
+        """Staged ``nv set`` in the min < max-safe order, then one ``nv config apply``."""
         steps = [f"nv set {self._prefix} {NV_NAMES[name]} {q('value', value)}"
                  for name, value in ecn_write_order(current, settings)]
         if settings.enabled != current.enabled:
             steps.append(f"nv set {self._prefix} ecn "
                          f"{'enable' if settings.enabled else 'disable'}")
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
-        return " && ".join([*steps, "nv config apply -y >&2", self.read_command()])
+        return [*steps, "nv config apply -y >&2"] if steps else []
 
     def counters_command(self) -> str:
         ports = [*self.switch.canary_ports, *self.switch.other_ports]
@@ -66,7 +67,7 @@ class NvueDriver(Driver[EcnSettings]):
                 self.counters_command()]
 
     # -- parsing (pure) ----------------------------------------------------------------
-    def settings_from(self, text: str) -> EcnSettings:
+    def parse(self, text: str) -> EcnSettings:
         """Read-back of one traffic class (key/value view, text or ``-o json``)."""
         from objectives.parsers import parse_nvue
 
@@ -109,17 +110,6 @@ class NvueDriver(Driver[EcnSettings]):
         return out
 
     # -- Driver ------------------------------------------------------------------------
-    def read(self) -> EcnSettings:
-        return self.settings_from(self.runner.run(self.read_command()).stdout)
-
-    def write(self, settings: EcnSettings, current: EcnSettings | None = None) -> None:
-        if current is None:
-            current = self.read()
-        got = self.settings_from(self.runner.run(self.write_command(current, settings)).stdout)
-        if got != settings:
-            raise ApplyError(f"{self.target}: read-back {got.model_dump()} differs from "
-                             f"{settings.model_dump()}")
-
     def counters(self) -> dict[str, dict[str, int]]:
         return self.counters_from(self.runner.run(self.counters_command()).stdout)
 

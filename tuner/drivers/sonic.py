@@ -14,7 +14,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from tuner.drivers._ecn import ecn_write_order
-from tuner.drivers.base import Driver, Runner
+from tuner.drivers.base import Driver, Runner, WriteError
 from tuner.errors import ApplyError
 from tuner.settings import EcnSettings
 from tuner.ssh.shell import q
@@ -46,11 +46,20 @@ class SonicDriver(Driver[EcnSettings]):
     def read_command(self) -> str:
         return "ecnconfig -l"
 
-    def write_command(self, current: EcnSettings, settings: EcnSettings) -> str:
+    def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
+        """One ``ecnconfig`` call per field, in the min < max-safe order of ``ecn_write_order``.
+
+        A single call with several fields would write them in ecnconfig's fixed order (gmax,
+        gmin, gdrop; scripts/ecnconfig L372-388), which breaks min < max when lowering; one
+        field per call also limits what a failure part-way leaves changed to one field.
+        """
+        if settings.enabled != current.enabled:
+            raise WriteError(f"{self.target}: switching ECN marking on/off is not done by this "
+                             "driver (`ecnconfig -q` changes every port); set the profile's "
+                             "ecn mode by hand", None)
         profile = q("wred_profile", self.switch.wred_profile)
-        steps = [f"ecnconfig -p {profile} {FLAGS[name]} {q('value', value)}"
-                 for name, value in ecn_write_order(current, settings)]
-        return " && ".join([*steps, "ecnconfig -l"])
+        return [f"ecnconfig -p {profile} {FLAGS[name]} {q('value', value)}"
+                for name, value in ecn_write_order(current, settings)]
 
     def counters_command(self) -> str:
         return " && ".join(f"echo {shlex.quote(_mark(s))} && {SHOW[s]}" for s in SECTIONS)
@@ -61,7 +70,7 @@ class SonicDriver(Driver[EcnSettings]):
                 self.write_command(lower, EcnSettings()), self.counters_command()]
 
     # -- parsing (pure) ----------------------------------------------------------------
-    def settings_from(self, text: str) -> EcnSettings:
+    def parse(self, text: str) -> EcnSettings:
         from objectives.parsers import parse_ecnconfig
 
         profiles: dict[str, dict[str, Any]] = parse_ecnconfig(text).profiles
@@ -106,21 +115,6 @@ class SonicDriver(Driver[EcnSettings]):
         return {f"{self.target}/{port}": row for port, row in out.items()}
 
     # -- Driver ------------------------------------------------------------------------
-    def read(self) -> EcnSettings:
-        return self.settings_from(self.runner.run(self.read_command()).stdout)
-
-    def write(self, settings: EcnSettings, current: EcnSettings | None = None) -> None:
-        if current is None:
-            current = self.read()  # also refuses an unknown profile before any write
-        if settings.enabled != current.enabled:
-            raise ApplyError(f"{self.target}: switching ECN marking on/off is not done by this "
-                             "driver (ecnconfig -q changes every port); set the profile's ecn "
-                             "mode by hand")
-        got = self.settings_from(self.runner.run(self.write_command(current, settings)).stdout)
-        if got != settings:
-            raise ApplyError(f"{self.target}: read-back {got.model_dump()} differs from "
-                             f"{settings.model_dump()}")
-
     def counters(self) -> dict[str, dict[str, int]]:
         return self.counters_from(self.runner.run(self.counters_command()).stdout)
 

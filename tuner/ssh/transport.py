@@ -53,7 +53,7 @@ class CommandError(SshError):
     """A remote command exited nonzero, timed out or lost its connection."""
 
     def __init__(self, target: str, command: str, status: int | None, stderr: str,
-                 reason: str = "") -> None:
+                 reason: str = "", *, started: bool = True) -> None:
         why = reason or f"exit status {status}"
         tail = stderr.strip().splitlines()[-3:] if stderr.strip() else []
         detail = f": {' | '.join(tail)}" if tail else ""
@@ -62,6 +62,7 @@ class CommandError(SshError):
         self.status = status
         self.stderr = stderr
         self.reason = why
+        self.started = started  # False: it never reached the target (nothing ran)
 
 
 def _short(command: str, limit: int = 160) -> str:
@@ -254,7 +255,7 @@ class Connection:
             except (OSError, paramiko.SSHException, EOFError) as exc:
                 if attempt or not retry_dropped:
                     raise CommandError(self.name, command, None, "",
-                                       f"connection lost: {exc}") from None
+                                       f"connection lost: {exc}", started=False) from None
                 log.info("%s: connection dropped (%s); reconnecting", self.name, exc)
                 self.close()
         return RemoteProcess(self, command, chan, limit + 10.0, pid=pid,
