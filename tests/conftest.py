@@ -13,13 +13,27 @@ from tuner.emulated import EmulatedCluster, sshd_available
 @pytest.fixture(scope="session")
 def emulated_cluster_session(tmp_path_factory: pytest.TempPathFactory
                              ) -> Iterator[EmulatedCluster]:
-    """One emulated cluster for the whole run (it owns 127.0.10.x:22); prefer
-    ``emulated_cluster``, which resets it to factory state first."""
+    """One emulated cluster for the whole run, on the first free 127.0.N.x block (127.0.10.x
+    unless another test session holds it); prefer ``emulated_cluster``, which resets it to
+    factory state first. Read addresses from ``targets`` or the inventory, never hard-code."""
     if not sshd_available():
         pytest.skip("/usr/sbin/sshd missing: apt-get install openssh-server "
                     "(.ci/run does) to run the emulated-cluster tests")
-    with EmulatedCluster(tmp_path_factory.mktemp("emulated")) as emu:
+    from tuner.emulated.cluster import EmulatedClusterError, free_base_address
+
+    for attempt in range(5):  # another test session may take the block between check and bind
+        emu = EmulatedCluster(tmp_path_factory.mktemp("emulated"),
+                              base_address=free_base_address())
+        try:
+            emu.start()
+            break
+        except EmulatedClusterError:
+            if attempt == 4:
+                raise
+    try:
         yield emu
+    finally:
+        emu.stop()
 
 
 @pytest.fixture

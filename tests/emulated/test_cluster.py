@@ -12,6 +12,7 @@ import yaml
 
 from tests.emulated.helpers import connect, run
 from tuner.emulated import EmulatedCluster, sshd_available
+from tuner.emulated.cluster import free_base_address
 
 pytestmark = [pytest.mark.ssh, pytest.mark.skipif(
     not sshd_available(), reason="/usr/sbin/sshd missing (apt-get install openssh-server)")]
@@ -30,9 +31,10 @@ def _sshd_pids(root: Path) -> list[int]:
 
 
 def test_up_down_leaves_nothing_behind(tmp_path: Path) -> None:
-    # Own address block so it does not collide with the session cluster on 127.0.10.x.
+    # Own address block so it does not collide with the session cluster (or other runs).
+    base = free_base_address(first=30)
     t0 = time.monotonic()
-    with EmulatedCluster(tmp_path, base_address="127.0.11.") as emu:
+    with EmulatedCluster(tmp_path, base_address=base) as emu:
         startup_s = time.monotonic() - t0
         assert len(_sshd_pids(tmp_path)) == 6
         code, out, _ = run(emu, "host2", "echo $ECNTUNE_EMU_NAME")
@@ -52,12 +54,13 @@ def test_inventory_has_agreed_schema(emulated_cluster: EmulatedCluster) -> None:
     assert inv["ssh"]["trust_on_first_use"] is False
     assert [h["name"] for h in inv["hosts"]] == ["host0", "host1", "host2", "host3"]
     h1 = inv["hosts"][1]
-    assert h1["address"] == "127.0.10.12" and h1["port"] == 22 and h1["user"] == "root"
+    base = emulated_cluster.targets["leaf0"].address.rsplit(".", 1)[0]
+    assert h1["address"] == f"{base}.12" and h1["port"] == 22 and h1["user"] == "root"
     assert h1["nic_layout"] == "debugfs" and inv["hosts"][0]["nic_layout"] == "sysfs"
     assert h1["sysfs_root"] == str(emulated_cluster.root / "host1")
     assert Path(h1["key_file"]).stat().st_mode & 0o077 == 0
     sw = {s["name"]: s for s in inv["switches"]}
-    assert sw["leaf0"]["platform"] == "sonic" and sw["leaf0"]["address"] == "127.0.10.2"
+    assert sw["leaf0"]["platform"] == "sonic" and sw["leaf0"]["address"] == f"{base}.2"
     assert sw["leaf0"]["canary_ports"] == ["Ethernet0", "Ethernet4"]
     assert sw["leaf1"]["platform"] == "nvue" and sw["leaf1"]["canary_ports"] == ["swp1", "swp2"]
     assert inv["launcher"]["host"] == "host0"
@@ -74,8 +77,9 @@ def test_host_key_verified_and_rotation_refused(emulated_cluster: EmulatedCluste
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
-        client.connect("127.0.10.11", username="root", key_filename=str(
-            emulated_cluster.client_key), allow_agent=False, look_for_keys=False)
+        client.connect(emulated_cluster.targets["host0"].address, username="root",
+                       key_filename=str(emulated_cluster.client_key), allow_agent=False,
+                       look_for_keys=False)
     emulated_cluster.restore_host_key("host3")
     assert run(emulated_cluster, "host3", "echo back")[1] == "back\n"
 

@@ -185,7 +185,8 @@ def test_ib_write_lat_client_server(emulated_cluster: EmulatedCluster) -> None:
         while not (emu.target_dir("host2") / "perftest_server.json").exists():
             assert time.monotonic() < deadline, "ib_write_lat server did not start"
             time.sleep(0.05)
-        client = ok(emu, "host0", "ib_write_lat -d mlx5_0 -s 64 -n 1000 127.0.10.13")
+        server_addr = emu.targets["host2"].address  # by address, like a real client
+        client = ok(emu, "host0", f"ib_write_lat -d mlx5_0 -s 64 -n 1000 {server_addr}")
         srv_out, _ = server.communicate(timeout=20)
     finally:
         server.kill()

@@ -48,6 +48,33 @@ class EmulatedClusterError(TunerError):
     """The emulated cluster could not be started or driven."""
 
 
+def block_is_free(base_address: str, hosts: int = 4, switches: int = 2, port: int = 22) -> bool:
+    """True when nothing listens on any address of the block (another cluster, another run)."""
+    addrs = [f"{base_address}{2 + j}" for j in range(switches)]
+    addrs += [f"{base_address}{11 + i}" for i in range(hosts)]
+    for addr in addrs:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((addr, port))
+            except OSError:
+                return False
+    return True
+
+
+def free_base_address(hosts: int = 4, switches: int = 2, port: int = 22,
+                      first: int = 10, last: int = 99) -> str:
+    """The first ``127.0.N.`` block (N from ``first``) where the cluster's addresses are free.
+
+    Test runs of several engineers share one machine; each session picks its own block.
+    """
+    for n in range(first, last + 1):
+        base = f"127.0.{n}."
+        if block_is_free(base, hosts, switches, port):
+            return base
+    raise EmulatedClusterError(f"no free 127.0.N. block for port {port} in {first}..{last}")
+
+
 @dataclass
 class Target:
     name: str
