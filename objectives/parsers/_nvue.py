@@ -40,6 +40,7 @@ class NvueValue(Model):
 
     operational: str | None = None
     applied: str | None = None
+    pending: str | None = None  # `-r pending` views
     description: str | None = None
 
     @property
@@ -146,6 +147,8 @@ def _parse_json(text: str) -> NvueShow:
         lines = text.split("\n")
         bad = lines[exc.lineno - 1] if exc.lineno - 1 < len(lines) else ""
         raise fail(TOOL, exc.lineno, bad, f"invalid JSON ({exc.msg})") from None
+    if not isinstance(doc, dict | list) or not doc:
+        raise fail_empty(TOOL, text, "JSON output is not an object")
     values: dict[str, NvueValue] = {}
     _flatten("", doc, values)
     return NvueShow(values=values)

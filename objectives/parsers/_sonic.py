@@ -512,6 +512,8 @@ def parse_watermark(text: str, *, allow_truncated: bool = False) -> Watermarks:
             rows = {}
             for item in doc:
                 key = item.get("Port") or item.get("Pool")
+                if not isinstance(key, str):
+                    raise ValueError(f"row without a Port/Pool name: {item!r}")
                 rows[key] = {
                     k: parse_opt_int(v) for k, v in item.items() if k not in ("Port", "Pool")
                 }

@@ -215,6 +215,8 @@ CASES: list[tuple[str, Callable[..., Any], str, int, str]] = [
         "fast",
     ),
     ("watermark-prose", P.parse_watermark, "Object map is empty!\n", 1, "Object map"),
+    ("watermark-json-row-without-port", P.parse_watermark, '[{"PG0": "1"}]', 1, "PG0"),
+    ("nvue-json-null", P.parse_nvue, "null\n", 1, "null"),
     ("nvue-prose", P.parse_nvue, "Error: Invalid command\n", 1, "Invalid command"),
     (
         "nvue-title-without-table",
