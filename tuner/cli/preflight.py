@@ -52,14 +52,48 @@ def render(console: Console, results: list[CheckResult], title: str) -> None:
     console.print(table)
 
 
-def gate(exp: Experiment, cluster: Cluster, console: Console | None = None) -> list[CheckResult]:
-    """Run pre-flight before a study; raise ``SafetyAbort('preflight', ...)`` on any fail."""
+def unreachable(exp: Experiment, cluster: Cluster, results: list[CheckResult],
+                source: str) -> None:
+    """A target pre-flight could not reach is an input problem (exit 2): name its entry."""
+    from tuner.errors import ConfigError
+    from tuner.input_checks import inventory_source
+
+    inv = getattr(getattr(cluster, "inner", cluster), "inventory", None)
+    if inv is None:
+        return
+    where = inventory_source(exp, source)
+    lines = []
+    for r in results:
+        if r.check != "facts" or "connect" not in r.evidence:
+            continue
+        for i, h in enumerate(inv.hosts):
+            if h.name == r.target:
+                lines.append(f"{where}: hosts[{i}] ({h.name}).address: {h.address}:{h.port} "
+                             "unreachable -- fix the address/port or remove the host "
+                             f"({r.evidence.removeprefix('facts not collected: ')})")
+    if lines:
+        raise ConfigError("\n".join(lines))
+
+
+def inputs(exp: Experiment, cluster: Cluster, source: str) -> None:
+    """Local checks of the inventory (key files, known_hosts, no secrets in files)."""
+    from tuner.input_checks import check_inputs
+
+    check_inputs(exp, source, getattr(getattr(cluster, "inner", cluster), "inventory", None))
+
+
+def gate(exp: Experiment, cluster: Cluster, console: Console | None = None,
+         source: str = "experiment") -> list[CheckResult]:
+    """Run pre-flight before a study; raise ``SafetyAbort('preflight', ...)`` on any fail
+    (``ConfigError`` when the cause is the input: bad inventory, unreachable host)."""
     from safety.preflight import failures, summary
     from tuner.errors import SafetyAbort
 
+    inputs(exp, cluster, source)
     if not spec_of(exp).enabled:
         return []
     results = check(exp, cluster)
+    unreachable(exp, cluster, results, source)
     if console is not None and failures(results):
         render(console, results, f"pre-flight of {exp.name}: FAILED, nothing was changed")
     if failures(results):
@@ -82,13 +116,22 @@ def command(experiment: Path, as_json: bool) -> None:
     from rich.console import Console
 
     from safety.preflight import failures, summary, worst
-    from tuner.errors import SafetyAbort
+    from tuner.errors import ConfigError, SafetyAbort
     from tuner.experiment import load_experiment
+    from tuner.input_checks import check_inputs, with_source
     from tuner.loop import build_cluster
 
+    source = str(experiment)
     exp = load_experiment(experiment)
-    with build_cluster(exp) as cluster:
+    check_inputs(exp, source)
+    try:
+        cluster = build_cluster(exp)
+    except ConfigError as exc:
+        raise with_source(exc, source) from None
+    with cluster:
+        inputs(exp, cluster, source)
         results = check(exp, cluster)
+        unreachable(exp, cluster, results, source)
     if as_json:
         for r in results:
             click.echo(json.dumps(r.model_dump()))

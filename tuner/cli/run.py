@@ -30,11 +30,17 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         exp = exp.model_copy(update=update)
     name = study or default_study_name(exp)
     console = Console(stderr=False)
-    cluster = build_cluster(exp)
-    try:  # pre-flight: a failed check stops the study before any change
-        from tuner.cli.preflight import gate
+    from tuner.cli.preflight import gate
+    from tuner.errors import ConfigError
+    from tuner.input_checks import check_inputs, with_source
 
-        gate(exp, cluster, console)
+    check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
+    try:
+        cluster = build_cluster(exp)
+    except ConfigError as exc:
+        raise with_source(exc, source) from None
+    try:  # pre-flight: a failed check stops the study before any change
+        gate(exp, cluster, console, source=source)
     except BaseException:
         cluster.close()
         raise

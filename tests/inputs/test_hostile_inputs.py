@@ -1,0 +1,52 @@
+"""Hostile and broken input: every file in ``files/`` is named after what is wrong with it and
+starts with ``# expect: a | b | ...`` -- the field and the fix its error message must name.
+
+Each one goes through ``ecntune run`` (the command that would change the canary) and must give
+exit code 2, a short message naming the file, with every expected piece, no traceback, and no
+change anywhere: no journal, no device state, no Optuna or MLflow store in the results folder.
+The SSH cases point at loopback addresses where nothing listens (127.0.10.25x).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tuner.cli import main
+
+FILES = sorted((Path(__file__).parent / "files").glob("*.yaml"))
+
+
+def expectations(path: Path) -> list[str]:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} lacks its '# expect:' line"
+    return [e.strip() for e in first.removeprefix("# expect: ").split(" | ")]
+
+
+def test_there_are_at_least_thirty_cases() -> None:
+    assert len(FILES) >= 30
+    assert len({p.stem for p in FILES}) == len(FILES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_malformed_file_exits_2_naming_file_field_and_fix(
+        path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request) -> None:
+    monkeypatch.chdir(path.parent)  # relative inventory_file paths resolve next to the file
+    results = tmp_path / "results"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["run", path.name, "--results", str(results), "--quiet",
+                                    "--no-mlflow"])
+    elapsed = time.monotonic() - t0
+    err = res.stderr
+    assert res.exit_code == 2, (res.exit_code, err, res.stdout, res.exception)
+    assert "Traceback" not in err + res.stdout
+    assert path.name in err, err
+    for piece in expectations(path):
+        assert piece in err, f"{piece!r} missing from: {err}"
+    assert len(err) < 1200 and len(err.splitlines()) <= 6, err
+    touched = sorted(p.name for p in results.rglob("*")) if results.exists() else []
+    assert touched == [], f"{path.name} left {touched}"
+    request.node.user_properties.append(("elapsed_s", round(elapsed, 3)))
