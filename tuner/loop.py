@@ -346,7 +346,8 @@ class StudyRunner:
         return TrialRecord(number=number, state=state, verdict=ua.get("verdict", "?"),
                            params=p, metrics=dict(ua.get("metrics", {})),
                            measurement_path=ua.get("measurement_path"),
-                           detail=str(ua.get("detail", "")))
+                           detail=str(ua.get("detail", "")),
+                           artifact_dir=ua.get("artifact_dir"))
 
     # One trial -----------------------------------------------------------------------------
     def _budget_used(self) -> int:
@@ -360,6 +361,29 @@ class StudyRunner:
         path = self.trial_dir / f"trial-{number:04d}.json"
         path.write_text(m.model_dump_json(indent=1), encoding="utf-8")
         return str(path)
+
+    def _trial_files(self, number: int, values: dict[str, int],
+                     m: Measurement | None) -> str | None:
+        """The nested run's extra artifacts (settings diff, raw outputs, sim time series)."""
+        try:
+            from tuner.plots import write_trial_files
+
+            return str(write_trial_files(self.trial_dir / f"trial-{number:04d}", values,
+                                         self.baseline_values, m))
+        except Exception as exc:  # a plot must never cost a trial
+            self.tracker._fail(f"trial {number} artifacts", exc)
+            return None
+
+    def _log_report(self) -> None:
+        """The study report (HTML, Markdown, plots) into the parent run's ``report/``."""
+        try:
+            from tuner.report import load, write_report
+
+            files = write_report(load(self.study_name, self.exp.storage_url),
+                                 self.trial_dir / "report")
+            self.tracker.log_dir(files.html.parent, "report")
+        except Exception as exc:
+            self.tracker._fail("study report", exc)
 
     def _restore(self) -> float:
         assert self.baseline_settings is not None
@@ -382,6 +406,8 @@ class StudyRunner:
             attrs["score"] = sc.scalar
         metrics.update(extra_metrics or {})
         attrs["metrics"] = metrics
+        if self.tracker.enabled:
+            attrs["artifact_dir"] = self._trial_files(asked.number, values, m)
         tell_values = sc.values if sc is not None and state == optuna_io.COMPLETE else None
         constraint = (sc.constraint if sc is not None and self.exp.objective.mode == "multi"
                       else None)
@@ -479,9 +505,9 @@ class StudyRunner:
                                       state=optuna_io.COMPLETE, m=m, sc=sc,
                                       extra_metrics=extra)
         state = optuna_io.PRUNED if verdict.startswith("rolled_back") else optuna_io.FAIL
-        sc = score(m, self.cfg) if m is not None else None
+        bad = score(m, self.cfg) if m is not None else None
         return self._finish_trial(asked, verdict=verdict, values=values, state=state, m=m,
-                                  sc=sc, extra_metrics=extra, detail=detail)
+                                  sc=bad, extra_metrics=extra, detail=detail)
 
     # The study -----------------------------------------------------------------------------
     def _promote_best(self) -> str:
@@ -590,6 +616,8 @@ class StudyRunner:
                    "best_values": best.values if best else None,
                    "interrupted": interrupted, "failed": failed}
         status = "FAILED" if failed else ("KILLED" if interrupted else "FINISHED")
+        if not interrupted:
+            self._log_report()
         self.tracker.end_study(metrics, summary, status=status)
 
     def result(self, final: str = "baseline") -> StudyResult:

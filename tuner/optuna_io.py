@@ -88,7 +88,9 @@ def create_study(name: str, storage: str, directions: list[str],
                  sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     ensure_storage_dir(storage)
     try:
-        return optuna.create_study(study_name=name, storage=storage, directions=directions,
+        dirs = [optuna.study.StudyDirection.MAXIMIZE if d == "maximize"
+                else optuna.study.StudyDirection.MINIMIZE for d in directions]
+        return optuna.create_study(study_name=name, storage=storage, directions=dirs,
                                    sampler=sampler, load_if_exists=False)
     except optuna.exceptions.DuplicatedStudyError:
         raise ConfigError(f"study {name!r} already exists in {storage}; continue it with "

@@ -38,6 +38,7 @@ safety:
   xoff_margin_percent: {xoff_margin}
   min_busbw_ratio: 0.0
   poll_interval_s: 0.00025
+objective: {{mode: {mode}}}
 budget: {{trials: {trials}, wall_time_s: 300}}
 sampler: {{name: random, seed: {seed}}}
 results_dir: {results}
@@ -66,12 +67,13 @@ def tiny(results: Path) -> Callable[..., tuple[Experiment, str]]:
     def make(trials: int = 3, max_pause_fraction: float = 1.0, xoff_margin: float = 20.0,
              seed: int = 0, buffer_bytes: int = 12 * 2**20, kmin: tuple[int, int] = (5000, 10**6),
              ratio: tuple[float, float] = (1.5, 10.0), pmax: tuple[int, int] = (1, 100),
-             ai: tuple[int, int] = (1, 200)) -> tuple[Experiment, str]:
+             ai: tuple[int, int] = (1, 200), mode: str = "scalar"
+             ) -> tuple[Experiment, str]:
         text = TINY_YAML.format(trials=trials, max_pause_fraction=max_pause_fraction,
                                 xoff_margin=xoff_margin, seed=seed, results=results,
                                 buffer_bytes=buffer_bytes, kmin_low=kmin[0], kmin_high=kmin[1],
                                 ratio_low=ratio[0], ratio_high=ratio[1], pmax_low=pmax[0],
-                                pmax_high=pmax[1], ai_low=ai[0], ai_high=ai[1])
+                                pmax_high=pmax[1], ai_low=ai[0], ai_high=ai[1], mode=mode)
         return parse_experiment(text, "tiny.yaml"), text
 
     return make

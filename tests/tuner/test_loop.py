@@ -208,3 +208,23 @@ def test_tracking_outage_is_backfilled_from_optuna(tiny: Tiny, results: Path) ->
     assert sorted(int(r.data.tags["ecntune.trial"]) for r in runs) == [0, 1, 2]
     st = optuna_io.load_study("s1", exp.storage_url)
     assert json.loads(Path(st.trials[0].user_attrs["measurement_path"]).read_text())
+
+
+def test_multi_objective_reports_pareto_front_with_pfc_constraint(tiny: Tiny) -> None:
+    exp, text = tiny(trials=4, mode="multi")
+    res = _runner(exp, text, build_cluster(exp)).run()
+    st = optuna_io.load_study("s1", exp.storage_url)
+    assert optuna_io.directions(st) == ["maximize", "minimize"]
+    done = [t for t in st.trials if t.state.name == "COMPLETE"]
+    assert done and all(len(t.values) == 2 for t in done)
+    for t in done:  # values are (busbw / line rate, p99 µs); the PFC budget is a constraint
+        assert t.values[0] == t.user_attrs["metrics"]["busbw_norm"]
+        assert t.values[1] == t.user_attrs["metrics"]["p99_us"]
+        assert t.constraints == {"pfc_budget": t.user_attrs["metrics"]["pfc_constraint"]}
+    assert res.pareto
+    front = {o.number for o in res.pareto}
+    feasible = [t for t in done if t.constraints["pfc_budget"] <= 0]
+    for t in feasible:  # nothing feasible dominates a front member
+        for f in front:
+            ft = st.trials[f]
+            assert not (t.values[0] > ft.values[0] and t.values[1] < ft.values[1])
