@@ -587,7 +587,7 @@ def _(p: Path) -> None:
 def _(p: Path) -> None:
     w = P.parse_watermark(body(p))
     assert w.merged()["Ethernet8"]["PG7"] == 807
-    assert w == P.parse_watermark(body(p)) and len(w.merged()) == 3
+    assert list(w.tables) == ["Ingress shared pool occupancy per PG:"] and len(w.merged()) == 3
 
 
 @check("show-priority-group-watermark-shared-json.txt")
