@@ -67,6 +67,13 @@ def test_inventory_has_agreed_schema(emulated_cluster: EmulatedCluster) -> None:
     assert "{np}" in inv["launcher"]["mpirun"] and "{hostlist}" in inv["launcher"]["mpirun"]
 
 
+def test_inventory_loads_with_the_inventory_model(emulated_cluster: EmulatedCluster) -> None:
+    inventory = pytest.importorskip("tuner.inventory", reason="tuner.inventory not landed yet")
+    inv = inventory.load_inventory(emulated_cluster.inventory_path)
+    assert [h.nic_layout for h in inv.hosts] == ["sysfs", "debugfs", "sysfs", "debugfs"]
+    assert {s.platform for s in inv.switches} == {"sonic", "nvue"}
+
+
 def test_host_key_verified_and_rotation_refused(emulated_cluster: EmulatedCluster) -> None:
     code, out, _ = run(emulated_cluster, "host3", "echo ok")
     assert (code, out) == (0, "ok\n")
@@ -100,6 +107,12 @@ def test_refused_write_fails_like_firmware(emulated_cluster: EmulatedCluster) ->
     code, out, err = run(emulated_cluster, "host0", f"echo 9 > {knob}")
     assert code == 1
     assert err == "bash: line 1: echo: write error: Invalid argument\n"
+    assert run(emulated_cluster, "host0", f"cat {knob}")[1] == "5\n"
+    # The SSH backend's form: cd into the folder, printf under `timeout ... bash -c`.
+    folder = knob.rsplit("/", 1)[0]
+    code, _, err = run(emulated_cluster, "host0", f"cd {folder} && timeout --kill-after=5 10 "
+                       "bash -c \"printf '%s\\n' 11 > rpg_ai_rate\"")
+    assert code == 1 and err.endswith("printf: write error: Invalid argument\n")
     assert run(emulated_cluster, "host0", f"cat {knob}")[1] == "5\n"
     # Other knobs still write.
     other = knob.replace("rpg_ai_rate", "rpg_hai_rate")

@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 
 
+def _switch_spec(text: str) -> tuple[str, str]:
+    name, _, platform = text.partition(":")
+    return name, platform or "sonic"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.emulated")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -32,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.emulated.cluster import EmulatedCluster, EmulatedClusterError
 
     if args.cmd == "up":
-        switches = None
+        switches: list[tuple[str, str]] | None = None
         if args.switch:
-            switches = [tuple(s.split(":", 1)) for s in args.switch]
-        emu = EmulatedCluster(args.root, hosts=args.hosts, switches=switches,  # type: ignore[arg-type]
+            switches = [_switch_spec(s) for s in args.switch]
+        emu = EmulatedCluster(args.root, hosts=args.hosts, switches=switches,
                               base_address=args.base_address, port=args.port)
         try:
             emu.start()
@@ -58,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                 emu.stop()
         return 0
     saved = json.loads((args.root / "cluster.json").read_text())
-    switches = [tuple(s) for s in saved["switches"]] if saved["switches"] else None
-    emu = EmulatedCluster(args.root, hosts=saved["hosts"], switches=switches,  # type: ignore[arg-type]
+    saved_sw = [(str(a), str(b)) for a, b in saved["switches"]] if saved["switches"] else None
+    emu = EmulatedCluster(args.root, hosts=saved["hosts"], switches=saved_sw,
                           base_address=saved["base_address"], port=saved["port"])
     emu.stop()
     print(f"stopped emulated cluster under {emu.root}")

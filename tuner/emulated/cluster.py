@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +33,48 @@ TOOLS = {
     "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
     "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
 }
+# ForceCommand of every target: sshd runs commands through the login shell, and bash run by
+# sshd reads ~/.bashrc instead of $BASH_ENV; the nested bash started here is no longer "run by
+# sshd" (SHLVL >= 2), so it sources $BASH_ENV (the refused-write hook below).
+SESSION_SH = """#!/bin/sh
+SHLVL=${SHLVL:-0}
+[ "$SHLVL" -ge 1 ] 2>/dev/null || SHLVL=1
+export SHLVL
+if [ -n "$SSH_ORIGINAL_COMMAND" ]; then
+    exec /bin/bash -c "$SSH_ORIGINAL_COMMAND"
+fi
+exec /bin/bash --rcfile "$BASH_ENV" -i
+"""
+# Sourced by every non-interactive bash of a session (BASH_ENV). A knob listed in
+# <root>/<name>/refused_writes rejects writes the way the firmware does: `echo 5 > knob` (or
+# printf) fails with "write error: <errno text>", exit status 1, and the file keeps its value.
+# The redirection has already truncated the file when the builtin runs, so the hook writes the
+# saved value back. Other writers (tee, dd, python) are not intercepted.
+BASHENV_SH = r"""# ecntune emulated cluster: refused-write hook (see tuner/emulated/cluster.py)
+__ecntune_refused_write() {
+    local __builtin=$1 __pid=$2 __list __t __path __value __text
+    __list="$ECNTUNE_EMU_ROOT/$ECNTUNE_EMU_NAME/refused_writes"
+    [ -s "$__list" ] || return 1
+    __t=$(readlink "/proc/$__pid/fd/1" 2>/dev/null) || return 1
+    while read -r __path __value __text; do
+        if [ "$__t" = "$__path" ]; then
+            builtin printf '%s\n' "$__value" >"$__path"
+            builtin printf 'bash: line %s: %s: write error: %s\n' \
+                "${BASH_LINENO[1]:-1}" "$__builtin" "$__text" >&2
+            return 0
+        fi
+    done <"$__list"
+    return 1
+}
+echo() {
+    if __ecntune_refused_write echo "$BASHPID"; then return 1; fi
+    builtin echo "$@"
+}
+printf() {
+    if __ecntune_refused_write printf "$BASHPID"; then return 1; fi
+    builtin printf "$@"
+}
+"""
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
 PCI = "0000:3b:00.0"
@@ -125,9 +166,10 @@ class EmulatedCluster:
             if lay not in ("sysfs", "debugfs"):
                 raise ConfigError(f"nic_layouts: {lay!r} is not sysfs|debugfs")
         self.hosts_per_leaf = -(-hosts // len(switch_specs))
-        self.topology = {"kind": "leaf_spine", "leaves": len(switch_specs), "spines": spines,
-                         "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": 1,
-                         "nic_gbps": nic_gbps, "seed": seed}
+        self.topology: dict[str, Any] = {
+            "kind": "leaf_spine", "leaves": len(switch_specs), "spines": spines,
+            "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": 1, "nic_gbps": nic_gbps,
+            "seed": seed}
         self.targets: dict[str, Target] = {}
         for j, (name, platform) in enumerate(switch_specs):
             self.targets[name] = Target(name, "switch", f"{base_address}{2 + j}", platform)
@@ -322,9 +364,9 @@ class EmulatedCluster:
                 f"PYTHONPATH='{pkg_root}'${{PYTHONPATH:+:$PYTHONPATH}} "
                 f"exec '{sys.executable}' -m tuner.emulated.tools.{module} \"$@\"\n")
             path.chmod(0o755)
-        shutil.copyfile(Path(__file__).with_name("bashenv.sh"), self.root / "bashenv.sh")
+        (self.root / "bashenv.sh").write_text(BASHENV_SH)
         session = self.root / "session.sh"
-        shutil.copyfile(Path(__file__).with_name("session.sh"), session)
+        session.write_text(SESSION_SH)
         session.chmod(0o755)
 
     def _write_states(self) -> None:
@@ -392,7 +434,8 @@ class EmulatedCluster:
                 "name": h, "address": t.address, "port": self.port, "user": "root",
                 "key_file": key, "sudo": False, "netdev": NETDEV, "rdma_device": RDMA_DEVICE,
                 "pci": PCI, "roce_priority": 3, "nic_layout": t.nic_layout,
-                "sysfs_root": str(self.root / h)})
+                "sysfs_root": str(self.root / h),
+                "nic_gbps": float(self.topology["nic_gbps"])})
         switches = []
         for s in self.switch_names:
             t = self.targets[s]

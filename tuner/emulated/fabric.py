@@ -110,7 +110,7 @@ def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iter
             sim_size = min(size, MAX_SIM_BYTES)
             scale = size / sim_size
             workload = rocesim.Workload(
-                collectives=[rocesim.Collective(op, sim_size, ranks,
+                collectives=[rocesim.Collective(op, sim_size, ranks,  # type: ignore[arg-type]
                                                 iterations=min(iters, MAX_SIM_ITERATIONS))],
                 background=background(root, fabric.nic_names),
                 probes=rocesim.Probes(pairs=probe_pairs, nics=ranks))
@@ -173,8 +173,8 @@ def _host_counters(tdir: Path, s: dict[str, Any], c: dict[str, int]) -> None:
                 "tx_pause_ctrl_phy": c.get(f"tx_prio{prio}_pause", 0),
                 "rx_discards_phy": c.get(f"rx_prio{prio}_discards", 0)})
     st.add_counters(tdir, {s["netdev"]: eth})
-    hw = {k: c[k] for k in ("np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled",
-                            "rp_cnp_ignored") if k in c}
+    names = ("np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled", "rp_cnp_ignored")
+    hw: dict[str, int] = {k: c[k] for k in names if k in c}
     hw["rx_write_requests"] = rx_p
     hostmod.add_hw_counters(tdir, s, hw)
 

@@ -9,6 +9,8 @@ leaving the earlier fields applied, which is what a real mid-command failure lea
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
 from tuner.emulated import state as st
 from tuner.emulated.switches import WRED_FIELD_ORDER
@@ -44,9 +46,10 @@ def _tabulate(rows: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _parse(argv: list[str]) -> dict[str, object]:
-    opts: dict[str, object] = {"set": {}, "list": False, "verbose": False, "profile": None,
-                               "queue": None, "command": None}
+def _parse(argv: list[str]) -> dict[str, Any]:
+    sets: dict[str, str] = {}
+    opts: dict[str, Any] = {"set": sets, "list": False, "verbose": False, "profile": None,
+                            "queue": None, "command": None}
     it = iter(argv)
     for a in it:
         key = a.lstrip("-") if a.startswith("-") else None
@@ -68,7 +71,7 @@ def _parse(argv: list[str]) -> dict[str, object]:
                 raise _Fail(f"{USAGE}\nError: Invalid value for '-n' / '--namespace': "
                             f"'{value}' is not one of .")
             else:
-                opts["set"][_LONG.get(a, key)] = value  # type: ignore[index]
+                sets[_LONG.get(a, key or "")] = value
         elif a.lower() in ("on", "off"):
             opts["command"] = a.lower()
         else:
@@ -98,11 +101,10 @@ def _validate(data: dict[str, str]) -> bool:
     return result
 
 
-def _set_profile(t_dir: object, profile: str, values: dict[str, str], verbose: bool,
+def _set_profile(tdir: Path, profile: str, values: dict[str, str], verbose: bool,
                  fail_after: int | None) -> None:
-    tdir = t_dir  # Path
-    with st.locked(tdir):  # type: ignore[arg-type]
-        state = st.load_state(tdir)  # type: ignore[arg-type]
+    with st.locked(tdir):
+        state = st.load_state(tdir)
         profiles = state["config_db"]["WRED_PROFILE"]
         if profile not in profiles:
             raise _Fail(f"Input arguments error. Invalid WRED profile {profile} "
@@ -117,7 +119,7 @@ def _set_profile(t_dir: object, profile: str, values: dict[str, str], verbose: b
             if key not in values:
                 continue
             if fail_after is not None and writes >= fail_after:
-                st.write_json(tdir / "state.json", state)  # type: ignore[operator]
+                st.write_json(tdir / "state.json", state)
                 raise _Fail("Unable to connect to redis (unix-socket) - "
                             "Connection refused")
             field, value = WRED_CONFIG_FIELDS[key], values[key]
@@ -126,11 +128,11 @@ def _set_profile(t_dir: object, profile: str, values: dict[str, str], verbose: b
                 print(f"Setting {field} value to {value}{pct}")
             profiles[profile][field] = value
             writes += 1
-        st.write_json(tdir / "state.json", state)  # type: ignore[operator]
+        st.write_json(tdir / "state.json", state)
 
 
-def _list(state: dict[str, object], verbose: bool) -> None:
-    profiles = state["config_db"]["WRED_PROFILE"]  # type: ignore[index]
+def _list(state: dict[str, Any], verbose: bool) -> None:
+    profiles = state["config_db"]["WRED_PROFILE"]
     for name, data in profiles.items():
         print("Profile: " + name)
         order = [f for f in WRED_FIELD_ORDER if f in data] + [
@@ -140,10 +142,10 @@ def _list(state: dict[str, object], verbose: bool) -> None:
         print(f"Total profiles: {len(profiles)}")
 
 
-def _queue(tdir: object, state: dict[str, object], queues: str, command: str | None,
+def _queue(tdir: Path, state: dict[str, Any], queues: str, command: str | None,
            verbose: bool) -> None:
-    db = state["config_db"]  # type: ignore[index]
-    ports = sorted(db["DEVICE_NEIGHBOR"], key=lambda k: int(k[8:]))  # type: ignore[index]
+    db = state["config_db"]
+    ports = sorted(db["DEVICE_NEIGHBOR"], key=lambda k: int(k[8:]))
     qlist = queues.split(",")
     if command is None:
         print("ECN status:")
@@ -151,11 +153,11 @@ def _queue(tdir: object, state: dict[str, object], queues: str, command: str | N
             out = f"queue {q}"
             if verbose:
                 out = f"{','.join(ports)} {out}"
-            val = db["QUEUE"].get(f"{ports[0]}|{q}", {}).get("wred_profile")  # type: ignore[index]
+            val = db["QUEUE"].get(f"{ports[0]}|{q}", {}).get("wred_profile")
             print(f"{out}: {'on' if val == 'AZURE_LOSSLESS' else 'off'}")
         return
-    with st.locked(tdir):  # type: ignore[arg-type]
-        state = st.load_state(tdir)  # type: ignore[arg-type]
+    with st.locked(tdir):
+        state = st.load_state(tdir)
         qtab = state["config_db"]["QUEUE"]
         for q in qlist:
             if verbose:
@@ -169,7 +171,7 @@ def _queue(tdir: object, state: dict[str, object], queues: str, command: str | N
                     entry.pop("wred_profile", None)
                 if not entry:
                     del qtab[f"{port}|{q}"]
-        st.write_json(tdir / "state.json", state)  # type: ignore[operator]
+        st.write_json(tdir / "state.json", state)
 
 
 def main(argv: list[str]) -> int:
@@ -179,7 +181,7 @@ def main(argv: list[str]) -> int:
         return 127
     try:
         o = _parse(argv)
-        values: dict[str, str] = o["set"]  # type: ignore[assignment]
+        values: dict[str, str] = o["set"]
         if o["list"] or o["profile"]:
             if o["list"]:
                 if values:
@@ -196,8 +198,7 @@ def main(argv: list[str]) -> int:
         elif o["queue"] is not None:
             if str(o["queue"]).split(",") == [""]:
                 raise _Fail("Input arguments error. Specify at least one queue by index")
-            _queue(t.dir, t.state, str(o["queue"]), o["command"],  # type: ignore[arg-type]
-                   bool(o["verbose"]))
+            _queue(t.dir, t.state, str(o["queue"]), o["command"], bool(o["verbose"]))
         else:
             return 1
     except _Fail as e:
