@@ -3,7 +3,6 @@ tools keeping state on disk, faults injected through faults.json (tuner.emulated
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,26 +12,40 @@ import pytest
 import yaml
 
 from tuner.cluster.ssh import SshCluster
-from tuner.emulated.cluster import EmulatedCluster, sshd_available
+from tuner.emulated.cluster import EmulatedCluster
 from tuner.errors import ApplyError
 from tuner.inventory import Inventory, parse_inventory
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
 from tuner.ssh.transport import CommandError, Connection, HostKeyError
 
-pytestmark = [pytest.mark.ssh,
-              pytest.mark.skipif(not sshd_available(), reason="openssh-server not installed")]
+pytestmark = pytest.mark.ssh
 
-BASE = "127.0.12."
 NEW = {"kmin_bytes": 200_000, "kmax_bytes": 800_000, "pmax_percent": 20,
        "rpg_time_reset": 150, "min_time_between_cnps": 4, "rpg_ai_rate": 10}
 
 
-@pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedCluster]:
-    # Own loopback range, so these tests never collide with another emulated cluster.
-    with EmulatedCluster(tmp_path_factory.mktemp("emu"), hosts=4,
-                         base_address=BASE) as cluster:
-        yield cluster
+@pytest.fixture
+def emu(emulated_cluster: EmulatedCluster) -> EmulatedCluster:
+    """The session's emulated cluster (tests/conftest.py), reset to factory state."""
+    return emulated_cluster
+
+
+def _stand_ins(emu: EmulatedCluster, tool: str) -> list[int]:
+    """PIDs of this cluster's running ``tool`` stand-ins (scanned in /proc)."""
+    mark = f"ECNTUNE_EMU_ROOT={emu.root}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if (d.name.isdigit() and f"tools.{tool}".encode() in (d / "cmdline").read_bytes()
+                    and mark in (d / "environ").read_bytes().split(b"\0")):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _addr(emu: EmulatedCluster, name: str) -> str:
+    return emu.targets[name].address
 
 
 def _inventory(emu: EmulatedCluster, **ssh: Any) -> Inventory:
@@ -123,9 +136,16 @@ def test_a_hanging_command_times_out_and_dies_remotely(cluster: SshCluster,
     assert time.monotonic() - t0 < 5
     assert err.value.target == "host0"
     time.sleep(0.3)
-    left = subprocess.run(["pgrep", "-f", "tuner.emulated.tools.ethtool"], capture_output=True,
-                          text=True, check=False).stdout.split()
-    assert left == [], "the hung stand-in must be killed on the remote side"
+    assert _stand_ins(emu, "ethtool") == [], "the hung stand-in must die on the remote side"
+    # A started command (how measurements run) is stopped by kill(), remotely.
+    proc = conn.start("ethtool -S ens1f0np0", timeout_s=30)
+    deadline = time.monotonic() + 5
+    while not _stand_ins(emu, "ethtool") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _stand_ins(emu, "ethtool"), "the stand-in should be running (hung)"
+    proc.kill()
+    time.sleep(0.5)
+    assert _stand_ins(emu, "ethtool") == []
     emu.clear_faults("host0")
     assert conn.run("echo still-usable").stdout == "still-usable\n"
 
@@ -156,7 +176,8 @@ def test_one_unreachable_target_is_one_failed_outcome(emu: EmulatedCluster) -> N
         finally:
             emu.start_target("host3")
     assert sorted(n for n, o in res.items() if not o.ok) == ["host3"]
-    assert f"cannot connect to {BASE}14:22 after 2 attempts" in str(res["host3"].error)
+    want = f"cannot connect to {_addr(emu, 'host3')}:22 after 2 attempts"
+    assert want in str(res["host3"].error)
     assert all(o.value and o.value.endswith("ok\n") for n, o in res.items() if n != "host3")
 
 
@@ -170,7 +191,7 @@ def test_a_changed_host_key_is_refused_with_its_fingerprint(emu: EmulatedCluster
     finally:
         emu.restore_host_key("host1")
     msg = str(err.value)
-    assert msg.startswith(f"host1: host key for {BASE}12:22 CHANGED")
+    assert msg.startswith(f"host1: host key for {_addr(emu, 'host1')}:22 CHANGED")
     assert msg.count("SHA256:") == 2
 
 
@@ -183,7 +204,7 @@ def test_unknown_keys_need_trust_on_first_use(emu: EmulatedCluster, tmp_path: Pa
     conn = Connection(_endpoint(emu, "host0", known_hosts=str(known), trust_on_first_use=True))
     assert conn.run("echo hi").stdout == "hi\n"
     conn.close()
-    assert known.read_text().startswith(f"{BASE}11 ssh-ed25519 ")
+    assert known.read_text().startswith(f"{_addr(emu, 'host0')} ssh-ed25519 ")
     # Now the remembered key is verified the normal way.
     Connection(_endpoint(emu, "host0", known_hosts=str(known))).connect()
 
