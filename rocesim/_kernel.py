@@ -72,6 +72,70 @@ def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> floa
     return pmax * (q - kmin) / (kmax - kmin)
 
 
+BURST_MAX = 32
+
+
+@njit(cache=True)
+def _burst_params(rho: float, n: int) -> tuple:
+    """Packet-level backlog a departing packet sees on top of the fluid queue.
+
+    A fluid model has no queue below 100 % load, but real ports see microbursts whenever
+    packets from different ingress ports collide; that is what makes a Kmin of a packet or two
+    mark heavily. Model: with ``n`` ingress ports feeding the queue in this step (bytes from
+    one port arrive serialised and cannot burst) and offered load ``rho``, a packet finds
+    k >= 1 packets ahead with probability a = (1 - 1/n) * rho, k following a geometric law of
+    ratio rho truncated at n - 1 (n simultaneous arrivals leave at most n - 1 waiting).
+    Returns (a, r, kmax).
+    """
+    if n <= 1 or rho <= 0.0:
+        return 0.0, 0.0, 0
+    if rho > 0.98:
+        rho = 0.98
+    kmax = n - 1 if n - 1 < BURST_MAX else BURST_MAX
+    return (1.0 - 1.0 / n) * rho, rho, kmax
+
+
+@njit(cache=True)
+def _burst_weight(a: float, r: float, kmax: int, k: int) -> float:
+    """P(B = k) for k >= 1 under the truncated geometric law of ``_burst_params``."""
+    norm = 1.0 - r ** kmax
+    return a * (1.0 - r) * r ** (k - 1) / norm
+
+
+@njit(cache=True)
+def _burst_mean(a: float, r: float, kmax: int) -> float:
+    m = 0.0
+    for k in range(1, kmax + 1):
+        m += k * _burst_weight(a, r, kmax, k)
+    return m
+
+
+@njit(cache=True)
+def _mark_prob_burst(qf: float, ecn: np.ndarray, a: float, r: float, kmax: int,
+                     pkt: float) -> float:
+    """Expected RED marking probability over the burst backlog distribution."""
+    on = int(ecn[3])
+    if on == 0:
+        return 0.0
+    p = (1.0 - a) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
+    for k in range(1, kmax + 1):
+        p += _burst_weight(a, r, kmax, k) * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2],
+                                                       on)
+    return p
+
+
+@njit(cache=True)
+def _burst_sample(rng: np.ndarray, a: float, r: float, kmax: int) -> int:
+    u = _uniform(rng)
+    if u >= a:
+        return 0
+    for k in range(1, kmax + 1):
+        u -= _burst_weight(a, r, kmax, k)
+        if u < 0.0:
+            return k
+    return kmax
+
+
 @njit(cache=True)
 def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple:
     """Work-conserving weighted round robin between two data classes on one link.
@@ -134,11 +198,12 @@ def run(
     g_iters, g_iter, g_start, g_times, g_f0, g_f1,
     # probes
     p_path, p_hops, p_wire, p_interval, p_next, pi_probe, pi_hop, pi_ahead, pi_ready, pi_t0,
-    lat, n_lat,
+    lat, lat_t, n_lat,
     # time series
     ts_every, ts_n, ts_t, ts_q, ts_paused, ts_rate,
     # scratch
-    serve_frac, serve_bytes, nic_tot, sh_used,
+    serve_frac, serve_bytes, nic_tot, sh_used, pmark, qprev, qseen, arr, nfl, burst,
+    f_pair, pair_stamp,
 ):
     """Advance ``n_steps`` steps from step ``t0``; returns the step reached.
 
@@ -203,7 +268,13 @@ def run(
                         l_counters[ln, c, C_DROPS] += drop / wire_pkt
                     if x > 0.0:
                         back[f, h + 1] += x
-                        q[f_path[f, h + 1], c] += x
+                        nxt = f_path[f, h + 1]
+                        q[nxt, c] += x
+                        arr[nxt, c] += x
+                        pid = f_pair[f, h + 1]
+                        if pair_stamp[pid] != t:  # count distinct ingress ports per queue
+                            pair_stamp[pid] = t
+                            nfl[nxt, c] += 1
                         ing[ln, c] += x
                 else:
                     ff[f, DELIV] += x
@@ -379,8 +450,28 @@ def run(
             serve_frac[ln, 0] = s0 / q[ln, 0] if q[ln, 0] > 0.0 else 0.0
             serve_frac[ln, 1] = s1 / q[ln, 1] if q[ln, 1] > 0.0 else 0.0
             for c in range(2):
-                if q[ln, c] > l_counters[ln, c, C_WM]:
-                    l_counters[ln, c, C_WM] = q[ln, c]
+                # The queue a packet sees within the step: the mean of the backlog left by the
+                # previous step and the backlog this step leaves (arrivals spread over the
+                # step), so a line-rate flow through an idle port sees ~0, not a step's bytes.
+                q_end = q[ln, c] - (s0 if c == 0 else s1)
+                if q_end < 0.0:
+                    q_end = 0.0
+                qm = 0.5 * (qprev[ln, c] + q_end)
+                qseen[ln, c] = qm
+                # packet-level bursts on top of the fluid queue (see _burst_params)
+                a, r, kmax = _burst_params(arr[ln, c] / cap, nfl[ln, c])
+                burst[ln, c, 0] = a
+                burst[ln, c, 1] = r
+                burst[ln, c, 2] = kmax
+                pmark[ln, c] = _mark_prob_burst(qm, l_ecn[ln, c], a, r, kmax, wire_pkt)
+                bm = _burst_mean(a, r, kmax) * wire_pkt if kmax > 0 else 0.0
+                burst[ln, c, 3] = bm
+                arr[ln, c] = 0.0
+                nfl[ln, c] = 0
+                wm = (q_end if q_end > qprev[ln, c] else qprev[ln, c]) + bm
+                if wm > l_counters[ln, c, C_WM]:
+                    l_counters[ln, c, C_WM] = wm
+                qprev[ln, c] = q_end
 
         # ---- 6. switch queues: dequeue, per-packet ECN marking at dequeue ----
         for f in range(n_flows):
@@ -406,9 +497,7 @@ def run(
                 npk = int(acc / wire_pkt)
                 if npk > 0:
                     pacc[f, h] = acc - npk * wire_pkt
-                    p = _mark_prob(q[ln, c] + out, l_ecn[ln, c, 0], l_ecn[ln, c, 1],
-                                   l_ecn[ln, c, 2], int(l_ecn[ln, c, 3]))
-                    m = _binomial(rng, npk, p)
+                    m = _binomial(rng, npk, pmark[ln, c])
                     if m > 0:
                         l_counters[ln, c, C_MARKS] += m
                         ce_ring[(t + f_rd[f, h]) % ring2, f] += m
@@ -489,8 +578,20 @@ def run(
                     depart = tready
                 else:
                     if pi_ahead[i] < 0.0:
-                        pi_ahead[i] = q[ln, 0] + 1e-9
-                    sb = serve_bytes[ln, 0]
+                        pi_ahead[i] = qseen[ln, 0] + 1e-9
+                        kb = int(burst[ln, 0, 2])
+                        if kb > 0:
+                            pi_ahead[i] += wire_pkt * _burst_sample(
+                                rng, burst[ln, 0, 0], burst[ln, 0, 1], kb)
+                    # bytes ahead drain at the class's service this step; burst packets
+                    # (not in the fluid queue) drain at least at the class's WRR share
+                    if xoff_hist[(slot - l_delay[ln]) % ring, ln, 0] != 0:
+                        sb = 0.0
+                    else:
+                        sb = serve_bytes[ln, 0]
+                        floor = w_roce * l_cap[ln] * dt
+                        if sb < floor:
+                            sb = floor
                     if sb <= 0.0 and pi_ahead[i] > 1e-6:
                         pi_ready[i] = now + dt
                         break
@@ -503,6 +604,7 @@ def run(
                 if h + 1 >= p_hops[p]:
                     if n_lat[0] < lat.shape[0]:
                         lat[n_lat[0]] = arrive - pi_t0[i]
+                        lat_t[n_lat[0]] = pi_t0[i]
                         n_lat[0] += 1
                     pi_probe[i] = -1
                 else:
@@ -552,7 +654,7 @@ def run(
             k = ts_n[0]
             ts_t[k] = now
             for ln in range(n_links):
-                ts_q[k, ln] = q[ln, 0] + q[ln, 1]
+                ts_q[k, ln] = qprev[ln, 0] + qprev[ln, 1] + burst[ln, 0, 3] + burst[ln, 1, 3]
                 ts_paused[k, ln] = xoff_hist[(slot - l_delay[ln]) % ring, ln, 0]
             tot = 0.0
             cnt = 0

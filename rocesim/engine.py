@@ -78,6 +78,7 @@ class SimResult:
     seed: int
     timeseries: dict[str, np.ndarray] = field(default_factory=dict)
     timeseries_port: str = ""
+    latency_t_us: np.ndarray = field(default_factory=lambda: np.zeros(0))  # probe send times
     flows: dict[str, np.ndarray] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
@@ -204,6 +205,12 @@ class Simulation:
         self.serve_bytes = np.zeros((n_links, 2))
         self.nic_tot = np.zeros((n_links, 2))
         self.sh_used = np.zeros(n_sw)
+        self.pmark = np.zeros((n_links, 2))
+        self.qprev = np.zeros((n_links, 2))
+        self.qseen = np.zeros((n_links, 2))
+        self.arr = np.zeros((n_links, 2))
+        self.nfl = np.zeros((n_links, 2), dtype=np.int64)
+        self.burst = np.zeros((n_links, 2, 4))
         self.ts_every = np.array([1], dtype=np.int64)
         self.ts_n = np.zeros(1, dtype=np.int64)
         self.ts_t = np.zeros(TS_POINTS)
@@ -304,6 +311,14 @@ class Simulation:
         d = np.where(self.f_path >= 0, self.l_delay[np.maximum(self.f_path, 0)], 0)
         self.f_rd = np.cumsum(d[:, ::-1], axis=1)[:, ::-1].copy()  # delay from hop h to dst
         self.f_rev = np.maximum(1, d.sum(axis=1)).astype(np.int64)
+        # (ingress link, egress link) pair id of every switch hop, for burst accounting
+        pairs = self.f_path[:, :-1] * (len(self.fabric.links) + 1) + self.f_path[:, 1:]
+        valid = (self.f_path[:, 1:] >= 0)
+        self.f_pair = np.zeros((n_f, 4), dtype=np.int64)
+        if n_f:
+            _, inv = np.unique(np.where(valid, pairs, -1), return_inverse=True)
+            self.f_pair[:, 1:] = inv.reshape(n_f, 3)
+        self.pair_stamp = np.full(int(self.f_pair.max(initial=0)) + 1, -1, dtype=np.int64)
         ring2 = int(max(self.f_rd.max(initial=1), self.f_rev.max(initial=1))) + 2
         self.ff = np.zeros((n_f, K.NFF))
         self.fi = np.zeros((n_f, K.NFI), dtype=np.int64)
@@ -357,6 +372,7 @@ class Simulation:
         self.pi_ready = np.zeros(n_inst)
         self.pi_t0 = np.zeros(n_inst)
         self.lat = np.zeros(max(1, n_lat))
+        self.lat_t = np.zeros(max(1, n_lat))
         self.n_lat = np.zeros(1, dtype=np.int64)
 
     # ---------------------------------------------------------------- stepping
@@ -393,11 +409,20 @@ class Simulation:
             self.g_iters, self.g_iter, self.g_start, self.g_times, self.g_f0a, self.g_f1a,
             self.p_path, self.p_hops, self.p_wire, self.p_interval, self.p_next,
             self.pi_probe, self.pi_hop, self.pi_ahead, self.pi_ready, self.pi_t0,
-            self.lat, self.n_lat,
+            self.lat, self.lat_t, self.n_lat,
             self.ts_every, self.ts_n, self.ts_t, self.ts_q, self.ts_paused, self.ts_rate,
-            self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used,
+            self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used, self.pmark,
+            self.qprev, self.qseen, self.arr, self.nfl, self.burst,
+            self.f_pair, self.pair_stamp,
         ))
         self.wall_s += time.perf_counter() - t0
+
+    def inject_cnp(self, flow: int, count: int = 1) -> None:
+        """Deliver ``count`` CNPs to ``flow``'s reaction point in the next step (for unit tests
+        of the DCQCN reaction point and for what-if studies)."""
+        if not 0 <= flow < self.f_src.shape[0]:
+            raise IndexError(f"flow {flow} out of range (0..{self.f_src.shape[0] - 1})")
+        self.cnp_ring[self.t % self.cnp_ring.shape[0], flow] += int(count)
 
     def run(self) -> SimResult:
         while not self.done:
@@ -509,7 +534,8 @@ class Simulation:
             collectives=cols, latency_us=lat, p50_us=p50, p99_us=p99, p999_us=p999,
             counters=self.counters(), uplink_bytes=uplinks, storms=storms,
             sim_time_us=self.t * self.dt, wall_s=self.wall_s, steps=self.t, dt_us=self.dt,
-            seed=self.seed, timeseries=ts, timeseries_port=port, flows=self.flow_stats())
+            seed=self.seed, timeseries=ts, timeseries_port=port, flows=self.flow_stats(),
+            latency_t_us=self.lat_t[: int(self.n_lat[0])].copy())
 
 
 def _derangement(n: int, rs: np.random.Generator) -> np.ndarray:
