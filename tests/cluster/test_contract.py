@@ -29,8 +29,18 @@ def _sim(request: pytest.FixtureRequest) -> Cluster:
     return SimCluster(spec, ["leaf0"], {"kmin_bytes": 500_000, "kmax_bytes": 1_500_000})
 
 
+def _ssh(request: pytest.FixtureRequest) -> Cluster:
+    """The SSH backend on the session's emulated cluster (real sshd, stand-in tools)."""
+    from tuner.cluster.ssh import SshCluster
+    from tuner.inventory import load_inventory
+
+    emu = request.getfixturevalue("emulated_cluster")  # skips without openssh-server
+    return SshCluster(load_inventory(emu.inventory_path))
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Cluster]] = {
     "sim": _sim,
+    "ssh": _ssh,
 }
 
 
