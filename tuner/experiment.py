@@ -211,7 +211,14 @@ class Experiment(BaseModel):
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     storage: str | None = None  # Optuna storage URL; default sqlite:///<results_dir>/optuna.db
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
-    results_dir: str = "results"
+    results_dir: str = ""  # default results/<name> (filled in by the validator below)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_results_dir(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("results_dir") and data.get("name"):
+            data = {**data, "results_dir": f"results/{data['name']}"}
+        return data
 
     @field_validator("name")
     @classmethod

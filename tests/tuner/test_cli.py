@@ -18,6 +18,8 @@ from safety.journal import Journal
 from tuner import optuna_io
 from tuner.cli import main
 from tuner.cli.export import render
+from tuner.cluster.sim import SimCluster
+from tuner.cluster.statefile import read_state
 from tuner.experiment import Experiment
 
 Tiny = Callable[..., tuple[Experiment, str]]
@@ -115,6 +117,10 @@ def test_signal_to_a_real_run_then_resume(tiny: Tiny, tmp_path: Path, sig: int) 
     assert proc.returncode == 130, (out, err)
     assert "Interrupted" in err
     assert Journal(journal).dirty() is None  # every change closed: canary restored
+    # The simulated devices' state outlives the process (tuner/cluster/statefile.py): what the
+    # killed run left on the canary is exactly the baseline.
+    left = read_state(exp.results_path / "sim-state.json")
+    assert left is not None and left == SimCluster(exp.fabric, ["leaf0"]).snapshot()
     entries = Journal(journal).entries()
     assert all(e.outcomes == ["restored"] for e in entries)
     st = optuna_io.load_study("sig", exp.storage_url)

@@ -26,6 +26,7 @@ def test_shipped_experiments_validate(name: str) -> None:
 
 
 def test_defaults_put_stores_next_to_results() -> None:
+    assert parse_experiment(MINIMAL).results_dir == "results/t"
     exp = parse_experiment(MINIMAL + "results_dir: /tmp/r\n")
     assert exp.storage_url == "sqlite:////tmp/r/optuna.db"
     assert exp.tracking_uri == "sqlite:////tmp/r/mlflow.db"

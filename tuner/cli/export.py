@@ -85,7 +85,7 @@ def render(values: dict[str, int], baseline: dict[str, int], switches: list[str]
 
 
 @click.command("export")
-@click.argument("study", required=False)
+@click.argument("study", metavar="[STUDY|RESULTS_DIR]", required=False)
 @click.option("--trial", "trial_no", type=int, help="Trial to export (default: the best).")
 @click.option("--format", "fmt", type=click.Choice(["all", *FORMATS]), default="all",
               show_default=True)
@@ -102,11 +102,11 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
     the comments (the canary first).
     """
     from tuner import optuna_io
-    from tuner.cli.resume import default_storage
+    from tuner.cli.resume import locate
     from tuner.errors import ConfigError
     from tuner.loop import outcome_of, recommended
 
-    url = storage or default_storage(results)
+    url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
     if not names:
         raise ConfigError(f"no studies in {url}")

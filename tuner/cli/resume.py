@@ -13,8 +13,36 @@ def default_storage(results: str | None) -> str:
     return f"sqlite:///{Path(results or 'results') / 'optuna.db'}"
 
 
+def locate(target: str | None, storage: str | None, results: str | None
+           ) -> tuple[str, str | None]:
+    """(storage URL, study name or None for the newest) from what the user typed.
+
+    TARGET may be a study name or a results folder (``results/quick``); without --storage and
+    --results, a study name is looked up in ``results/optuna.db`` and ``results/*/optuna.db``.
+    """
+    from tuner import optuna_io
+    from tuner.errors import ConfigError
+
+    if target is not None and Path(target).is_dir():
+        if not (Path(target) / "optuna.db").exists():
+            raise ConfigError(f"{target}: no optuna.db in this results folder")
+        return storage or default_storage(target), None
+    if storage or results or target is None:
+        url = storage or default_storage(results)
+        if target is None and not storage and not results:
+            dbs = sorted(Path("results").glob("*/optuna.db"), key=lambda p: p.stat().st_mtime)
+            if dbs and not Path("results/optuna.db").exists():
+                url = f"sqlite:///{dbs[-1]}"
+        return url, target
+    for db in [Path("results/optuna.db"), *sorted(Path("results").glob("*/optuna.db"))]:
+        if db.exists() and target in optuna_io.study_names(f"sqlite:///{db}"):
+            return f"sqlite:///{db}", target
+    raise ConfigError(f"study {target!r} not found in results/optuna.db or "
+                      "results/*/optuna.db; pass --results DIR or --storage URL")
+
+
 @click.command("resume")
-@click.argument("study", required=False)
+@click.argument("study", metavar="[STUDY|RESULTS_DIR]", required=False)
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
 @click.option("--experiment", type=click.Path(dir_okay=False, path_type=Path),
@@ -27,7 +55,7 @@ def default_storage(results: str | None) -> str:
 def command(study: str | None, storage: str | None, results: str | None,
             experiment: Path | None, trials: int | None, keep_best: bool, no_mlflow: bool,
             quiet: bool) -> None:
-    """Continue STUDY (default: the newest study in the storage) up to its trial budget.
+    """Continue STUDY (a name or a results folder; default: the newest) up to its budget.
 
     Completed trials are kept; a trial a killed process left running is closed as
     `interrupted` and does not count against the budget. The experiment file stored with the
@@ -36,7 +64,9 @@ def command(study: str | None, storage: str | None, results: str | None,
     from tuner.cli.run import execute
     from tuner.loop import load_for_resume
 
-    url = storage or default_storage(results)
+    url, study = locate(study, storage, results)
+    if results is None and url.startswith("sqlite:///"):
+        results = str(Path(url.removeprefix("sqlite:///")).parent)
     name, text = load_for_resume(url, study)
     source = f"<experiment stored with study {name}>"
     if experiment is not None:

@@ -8,7 +8,7 @@ from tuner.cli import handle_errors
 
 
 @click.command("show")
-@click.argument("study", required=False)
+@click.argument("study", metavar="[STUDY|RESULTS_DIR]", required=False)
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
@@ -20,11 +20,11 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
 
     from tuner import optuna_io
     from tuner.cli._render import settings_table, trials_table
-    from tuner.cli.resume import default_storage
+    from tuner.cli.resume import locate
     from tuner.errors import ConfigError
     from tuner.loop import outcome_of, recommended
 
-    url = storage or default_storage(results)
+    url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
     if not names:
         raise ConfigError(f"no studies in {url}")
