@@ -33,6 +33,9 @@ class SafetyLimits(BaseModel):
     poll_interval_s: float = Field(default=1.0, gt=0)
     measurement_timeout_s: float = Field(default=600.0, gt=0)
     roce_priority: int = Field(default=3, ge=0, le=7)
+    # Dead-man timer on every changed target (SSH backend): restores the baseline by itself
+    # unless renewed within this time (0 = off). See safety/deadman.py.
+    deadman_timeout_s: float = Field(default=60.0, ge=0, le=3600)
 
 
 class Violation(BaseModel):

@@ -78,9 +78,12 @@ def build_cluster(exp: Experiment) -> Cluster:
                        name=exp.name),
             exp.results_path / "sim-state.json", exp.results_path / "journal.jsonl")
     if exp.fabric.backend == "ssh":
+        from tuner.cluster.deadman import DeadmanCluster
         from tuner.cluster.ssh import SshCluster
 
-        return SshCluster.from_fabric(exp.fabric, name=exp.name)
+        # Commit-confirm: every change is armed with a dead-man timer on its targets.
+        return DeadmanCluster(SshCluster.from_fabric(exp.fabric, name=exp.name),
+                              exp.safety.deadman_timeout_s)
     raise ConfigError(f"fabric.backend: value {exp.fabric.backend!r} -- not available")
 
 

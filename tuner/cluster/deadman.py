@@ -1,0 +1,192 @@
+"""Commit-confirm for the SSH backend: a dead-man timer on every target a change touches.
+
+``DeadmanCluster`` wraps an ``SshCluster``. Before a change it arms, on each target that will
+differ, a timer (``safety.deadman``) whose restore command is the driver's own write command
+from the trial settings back to what the target holds now; a background thread renews every
+timer every ``timeout_s / 3``; putting the canary back (``apply`` of the pre-change state)
+disarms them. If the tuner is killed or loses its network, renewals stop and every target heals
+itself within ``timeout_s`` -- no ``ecntune recover`` needed, nothing installed on the target.
+
+If arming fails anywhere, nothing is applied. ``close`` after a verified state (a completed
+restore, or a kept winner) disarms the timers -- the "confirm"; after a failed restore it leaves
+them armed, so the targets still heal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from safety.deadman import DEFAULT_DIR, DeadmanTimer, parse_reply
+from tuner.cluster.base import Cluster
+from tuner.errors import ApplyError, RollbackError
+
+if TYPE_CHECKING:
+    from objectives.measurement import Counters, Measurement
+    from tuner.cluster.base import ClusterDescription, Monitor
+    from tuner.settings import Settings
+    from tuner.workload import Workload
+
+log = logging.getLogger(__name__)
+
+
+def _parts(s: Settings) -> dict[str, Any]:
+    return {**s.switches, **s.nics}
+
+
+class DeadmanCluster(Cluster):
+    """``inner`` (an SSH cluster) with dead-man timers around every change."""
+
+    def __init__(self, inner: Any, timeout_s: float, *, directory: str = DEFAULT_DIR,
+                 renew_every_s: float | None = None) -> None:
+        self.inner = inner
+        self.timeout_s = float(timeout_s)
+        self.directory = directory
+        self.renew_every_s = renew_every_s or max(0.5, self.timeout_s / 3)
+        self.armed: dict[str, DeadmanTimer] = {}
+        self.restore_to: Settings | None = None
+        self.fired: list[str] = []  # targets whose timer fired while we were alive
+        self.verified = True  # the canary is on a state the tuner verified
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- timers ---------------------------------------------------------------------------
+    def _run(self, key: str, command: str) -> str:
+        drv = self.inner.drivers()[key]
+        return str(drv.runner.run(command, timeout_s=30).stdout)
+
+    def _fan(self, fn: Any, keys: list[str]) -> dict[str, Any]:
+        """``fn(key)`` per key in parallel through the pool; ``{key: Outcome}``."""
+        drivers = self.inner.drivers()
+        by_conn = {drivers[k].runner.name: k for k in keys}
+        res = self.inner.pool.fan_out(lambda c: fn(by_conn[c.name]), list(by_conn))
+        return {by_conn[name]: o for name, o in res.items()}
+
+    def arm(self, before: Settings, settings: Settings) -> list[str]:
+        """Arm a timer on every target ``settings`` changes; returns their keys."""
+        drivers = self.inner.drivers()
+        old, new = _parts(before), _parts(settings)
+        keys = [k for k in new if k in old and old[k] != new[k]]
+        timers = {k: DeadmanTimer.new(k, self.directory) for k in keys}
+        restore = {k: drivers[k].write_command(new[k], old[k]) for k in keys}
+        res = self._fan(lambda k: parse_reply(
+            self._run(k, timers[k].arm_command([restore[k]], self.timeout_s))), keys)
+        ok = {k: timers[k] for k, o in res.items() if o.error is None and o.value[0] == "armed"}
+        bad = {k: o.error or o.value for k, o in res.items() if k not in ok}
+        with self._lock:
+            self.armed.update(ok)
+        if bad:
+            self.disarm()
+            raise ApplyError("cannot arm the dead-man timer on "
+                             + "; ".join(f"{k}: {v}" for k, v in sorted(bad.items()))
+                             + "; nothing was applied")
+        self.restore_to = before
+        self._start_renewing()
+        return keys
+
+    def _start_renewing(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, name="ecntune-deadman",
+                                        daemon=True)
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.renew_every_s):
+            self.renew()
+
+    def renew(self) -> None:
+        with self._lock:
+            timers = dict(self.armed)
+        if not timers:
+            return
+        res = self._fan(lambda k: parse_reply(
+            self._run(k, timers[k].renew_command(self.timeout_s))), list(timers))
+        for k, o in res.items():
+            if o.error is not None:
+                log.warning("%s: dead-man renew failed: %s", k, o.error)
+            elif o.value[0] != "renewed":
+                log.warning("%s: dead-man timer %s: %s", k, timers[k].token, o.value[0])
+                if o.value[0] in ("fired", "firing"):
+                    self.fired.append(k)
+
+    def disarm(self) -> None:
+        """Disarm every timer (those that already fired are noted in ``fired``)."""
+        self._stop.set()
+        with self._lock:
+            timers = dict(self.armed)
+            self.armed.clear()
+        if not timers:
+            return
+        res = self._fan(lambda k: parse_reply(self._run(
+            k, f"{timers[k].disarm_command()}; {timers[k].cleanup_command()}")), list(timers))
+        for k, o in res.items():
+            if o.error is not None:
+                log.warning("%s: dead-man disarm failed (%s); it will restore the baseline "
+                            "at its deadline", k, o.error)
+            elif o.value[0] in ("fired", "firing"):
+                self.fired.append(k)
+
+    # -- Cluster --------------------------------------------------------------------------
+    def apply(self, settings: Settings) -> None:
+        if self.timeout_s <= 0:
+            self.inner.apply(settings)
+            return
+        if self.armed:
+            try:
+                self.inner.apply(settings)
+            except (ApplyError, RollbackError):
+                self.verified = False
+                raise
+            if settings == self.restore_to:  # back on the pre-change state: confirmed
+                self.disarm()
+                self.verified = True
+            return
+        before = self.inner.read_back()
+        if before == settings:
+            self.inner.apply(settings)
+            self.verified = True
+            return
+        self.arm(before, settings)
+        try:
+            self.inner.apply(settings)
+        except RollbackError:  # targets may be dirty: the timers stay armed and heal them
+            self.verified = False
+            raise
+        except ApplyError:  # all-or-nothing: the inner backend put everything back
+            self.disarm()
+            raise
+        self.verified = True
+
+    def close(self) -> None:
+        try:
+            if self.armed and self.verified:
+                self.disarm()  # the tuner ends on a state it verified: confirm
+            elif self.armed:
+                log.warning("leaving dead-man timers armed on %s: they restore the baseline "
+                            "within %g s", sorted(self.armed), self.timeout_s)
+                self._stop.set()
+        finally:
+            self.inner.close()
+
+    def describe(self) -> ClusterDescription:
+        return self.inner.describe()
+
+    def snapshot(self) -> Settings:
+        return self.inner.snapshot()
+
+    def read_back(self) -> Settings:
+        return self.inner.read_back()
+
+    def counters(self) -> Counters:
+        return self.inner.counters()
+
+    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+        return self.inner.measure(workload, monitor)
+
+    def __getattr__(self, name: str) -> Any:  # inventory, pool, drivers of the SSH backend
+        return getattr(self.inner, name)
+
