@@ -109,3 +109,11 @@ def wait_until(pred, timeout_s: float, interval_s: float = 0.005) -> bool:
             return True
         time.sleep(interval_s)
     return False
+
+
+@pytest.fixture
+def emu(emulated_cluster):
+    yield emulated_cluster
+    for name in emulated_cluster.targets:  # hung stand-ins and timers die with the test
+        emulated_cluster.clear_faults(name)
+        emulated_cluster.kill_sessions(name)

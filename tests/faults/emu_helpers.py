@@ -1,0 +1,52 @@
+"""Helpers for the fault tests that run against the emulated cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.emulated import hosts as hostmod
+
+EXP = """
+name: emu-faults
+fabric: {{backend: ssh, inventory_file: {inventory}}}
+workload:
+  time_limit_s: 120
+  parts:
+    - {{kind: collective, op: all_reduce, size_bytes: 1048576, iterations: 2}}
+search:
+  knobs:
+    kmin_bytes: {{low: 20000, high: 200000, log: true}}
+    kmax_ratio: {{low: 1.5, high: 4}}
+    rpg_time_reset: {{low: 2, high: 100, log: true}}
+safety: {{deadman_timeout_s: {deadman}, min_busbw_ratio: 0.0, max_pause_fraction: 1.0,
+         poll_interval_s: 0.5}}
+preflight: {{error_sample_s: 0.2}}
+budget: {{trials: {trials}}}
+sampler: {{name: random, seed: 5}}
+tracking: {{enabled: false}}
+results_dir: {results}
+"""
+
+
+def experiment(emu, tmp_path: Path, *, trials: int = 3, deadman: float = 3) -> Path:
+    path = tmp_path / "emu.yaml"
+    path.write_text(EXP.format(inventory=emu.inventory_path, trials=trials, deadman=deadman,
+                               results=tmp_path / "results"))
+    return path
+
+
+def read_canary(emu):
+    from tuner.cluster.ssh import SshCluster
+    from tuner.inventory import load_inventory
+
+    with SshCluster(load_inventory(emu.inventory_path)) as c:
+        return c.read_back()
+
+
+def host_knobs(emu, host: str) -> dict[str, int | None]:
+    tdir = emu.target_dir(host)
+    return hostmod.read_knobs(tdir, emu.state(host))
+
+
+def off_baseline(current, baseline) -> list[str]:
+    return sorted({k.split(".", 1)[0] for k in current.diff(baseline)})
