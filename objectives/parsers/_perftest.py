@@ -315,7 +315,10 @@ def parse_perftest(text: str, *, allow_truncated: bool = False) -> PerftestResul
     for run in runs:
         header = run.pop("_header", None)
         if header and not allow_truncated and not run["bandwidth"] and not run["latency"]:
-            raise fail(TOOL, *header, "result table without a data row (truncated or failed?)")
+            hline, htext = header
+            raise fail(
+                TOOL, hline, htext, "result table without a data row (truncated or failed?)"
+            )
         fields = run["banner"]["fields"]
         run["banner"].update(_apply_banner(fields))
         results.append(PerftestRun(**{**run, "banner": PerftestBanner(**run["banner"])}))

@@ -200,11 +200,11 @@ def parse_ecnconfig(text: str) -> EcnConfig:
             continue
         raise fail(tool, lineno, line, "not part of an ecnconfig profile table")
     if current is not None:
-        raise fail(tool, *last_line, "profile table is not closed by a dash line (truncated?)")
+        raise fail(tool, last_line[0], last_line[1], "profile table is not closed (truncated?)")
     if not profiles and not queues:
         raise fail_empty(tool, text, "no 'Profile:' table found")
     if total is not None and total != len(profiles):
-        raise fail(tool, *total_line, f"{len(profiles)} profiles printed")
+        raise fail(tool, total_line[0], total_line[1], f"{len(profiles)} profiles printed")
     return EcnConfig(profiles=profiles, total_profiles=total, queue_status=queues)
 
 
