@@ -17,7 +17,7 @@ def connect(emu: EmulatedCluster, target: str, timeout: float = 5.0) -> paramiko
     return client
 
 
-def run(emu: EmulatedCluster, target: str, command: str, timeout: float = 30.0
+def run(emu: EmulatedCluster, target: str, command: str, timeout: float = 180.0
         ) -> tuple[int, str, str]:
     client = connect(emu, target)
     try:

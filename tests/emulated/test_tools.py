@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.ssh, pytest.mark.skipif(
 parsers = pytest.importorskip("objectives.parsers", reason="objectives.parsers not landed yet")
 HW = "sys/class/infiniband/mlx5_0/ports/1/hw_counters"
 MPIRUN = ("mpirun --allow-run-as-root -np 4 -H host0,host1,host2,host3 "
-          "alltoall_perf -b 1M -e 2M -f 2 -g 1 -n 5 -w 1 -c 1")
+          "alltoall_perf -b 2M -e 2M -f 2 -g 1 -n 5 -w 1 -c 1")
+SWEEP = MPIRUN.replace("-b 2M", "-b 1M")
 
 
 def ok(emu: EmulatedCluster, target: str, command: str) -> str:
@@ -111,7 +112,7 @@ def test_nvue_pending_then_applied(emulated_cluster: EmulatedCluster) -> None:
 
 def test_mpirun_output_parses_and_moves_counters(emulated_cluster: EmulatedCluster) -> None:
     emu = emulated_cluster
-    res = parsers.parse_nccl_tests(ok(emu, "host0", MPIRUN))
+    res = parsers.parse_nccl_tests(ok(emu, "host0", SWEEP))
     assert [r.size_bytes for r in res.rows] == [1048576, 2097152]
     assert res.out_of_bounds_ok is True and res.wrong_total == 0
     assert 1.0 < res.rows[0].out_of_place.busbw_gbytes_per_s < 12.5  # under 100 Gb/s per NIC
@@ -194,3 +195,28 @@ def test_ib_write_lat_client_server(emulated_cluster: EmulatedCluster) -> None:
     assert (lat.bytes, lat.iterations) == (64, 1000)
     assert 1.0 < lat.t_typical_us < 20.0 and lat.t_min_us <= lat.t_avg_us <= lat.t_max_us
     assert parsers.parse_perftest(srv_out).run.latency[0].t_typical_us == lat.t_typical_us
+
+
+def test_nvue_outputs_parse(emulated_cluster: EmulatedCluster) -> None:
+    parse_nvue = getattr(parsers, "parse_nvue", None)
+    if parse_nvue is None:
+        pytest.skip("objectives.parsers.parse_nvue not landed yet")
+    emu = emulated_cluster
+    base = "nv set qos congestion-control default-global traffic-class 3"
+    ok(emu, "leaf1", f"{base} min-threshold 40000 && {base} max-threshold 300000")
+    cc = "nv show qos congestion-control default-global"
+    table = parse_nvue(ok(emu, "leaf1", cc)).ecn_profiles()
+    assert table[3]["min_threshold_bytes"] == 1048576 and table[0]["probability"] == 100
+    pending = parse_nvue(ok(emu, "leaf1", f"{cc} traffic-class 3 -r pending"))
+    assert pending.values["min-threshold"].pending == "40000 B"
+    ok(emu, "leaf1", "nv config apply -y")
+    kv = parse_nvue(ok(emu, "leaf1", f"{cc} traffic-class 3"))
+    assert kv.values["max-threshold"].as_int() == 300000 and kv.values["ecn"].value == "enable"
+    js = parse_nvue(ok(emu, "leaf1", f"{cc} -o json")).ecn_profiles()
+    assert js[3]["min_threshold_bytes"] == 40000 and js[3]["probability"] == 5
+    ok(emu, "host0", MPIRUN)
+    counters = parse_nvue(ok(emu, "leaf1", "nv show interface swp1 counters qos"))
+    c = counters.to_counters()
+    assert c["queue3_tx_pkts"] > 0 and c["pfc3_rx_pkts"] == 0
+    as_json = parse_nvue(ok(emu, "leaf1", "nv show interface swp1 counters qos -o json"))
+    assert as_json.numbers()

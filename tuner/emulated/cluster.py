@@ -153,6 +153,9 @@ class EmulatedCluster:
         seed: int = 1,
     ) -> None:
         self.root = Path(root).resolve()
+        if any(c.isspace() for c in str(self.root)):
+            raise ConfigError(f"emulated cluster root {self.root!s} must not contain whitespace "
+                              "(it is passed through sshd SetEnv and the bash write hook)")
         self.port = port
         switch_specs = switches if switches is not None else [("leaf0", "sonic"),
                                                               ("leaf1", "nvue")]
@@ -224,6 +227,9 @@ class EmulatedCluster:
         self._write_states()
         self._write_refused_all()
         (self.root / "last_probes.json").unlink(missing_ok=True)
+        for name in self.host_names:
+            for leftover in ("perftest_server.json", "perftest_result.json"):
+                (self.root / name / leftover).unlink(missing_ok=True)
         for name, t in self.targets.items():
             if (self.keys_dir / f"{name}_host_ed25519.orig").exists():
                 self.restore_host_key(name)
@@ -410,7 +416,8 @@ class EmulatedCluster:
                 "firmware": "22.41.1000", "roce_priority": 3,
                 "qos": {"dcbx": "Firmware controlled", "trust": "dscp",
                         "pfc": [0, 0, 0, 1, 0, 0, 0, 0]},
-                "rocesim_nic": f"{h}/{RDMA_DEVICE}", **t.extra,
+                "rocesim_nic": f"{h}/{RDMA_DEVICE}", "factory_dcqcn": nic_defaults,
+                **t.extra,
             }
             self._init_dir(h, state)
             hostmod.init_host(self.root / h, state, nic_defaults)

@@ -49,8 +49,6 @@ def targets(root: Path) -> dict[str, dict[str, Any]]:
 
 def applied_settings(root: Path) -> dict[str, Any]:
     """``{"switches": {leaf: ecn dict}, "nics": {nic: knob dict}}`` as the devices hold them."""
-    from tuner.settings import KNOBS
-
     sw: dict[str, Any] = {}
     nics: dict[str, Any] = {}
     for name, s in targets(root).items():
@@ -58,9 +56,10 @@ def applied_settings(root: Path) -> dict[str, Any]:
             sw[s["rocesim_name"]] = swmod.applied_ecn(s)
         else:
             values = hostmod.read_knobs(root / name, s)
+            factory = s["factory_dcqcn"]  # tuner.settings defaults, stored at init (no pydantic)
             # An unparsable file would have been refused by the driver: the NIC keeps its value.
-            nics[s["rocesim_nic"]] = {k: (v if v is not None else KNOBS[k].default)
-                                      for k, v in values.items() if k in KNOBS}
+            nics[s["rocesim_nic"]] = {k: (v if v is not None else factory[k])
+                                      for k, v in values.items() if k in factory}
     return {"switches": sw, "nics": nics}
 
 

@@ -147,7 +147,8 @@ def show_cc(t: Target, words: list[str], as_json: bool, rev: str) -> str:
         applied = t.state["applied"].get(tc, row)
         rows = [[f, _cell(f, applied.get(f, "")), _cell(f, row[f]), DESCRIPTIONS[f]]
                 for f in sorted(FIELDS)]
-        return "\n".join(_table(["", "operational", "applied", "description"], rows, "",
+        second = "pending" if rev == "pending" else "applied"
+        return "\n".join(_table(["", "operational", second, "description"], rows, "",
                                 pad_last=False)) + "\n"
     if as_json:
         return json.dumps({"traffic-class": conf}, indent=2, sort_keys=True) + "\n"
