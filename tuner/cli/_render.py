@@ -41,8 +41,8 @@ class LiveProgress:
         self.console = console
         self.enabled = enabled
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("best [cyan]{task.fields[best]}"),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=16),
+            MofNCompleteColumn(), TextColumn("best [cyan]{task.fields[best]}"),
             TextColumn("last [magenta]{task.fields[last]}"), TimeElapsedColumn(),
             console=console, transient=False, disable=not enabled)
         self.task: Any = None
@@ -56,12 +56,15 @@ class LiveProgress:
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
-            self.task = self.progress.add_task(f"study {data['study']}", total=data["total"],
+            verb = "resuming" if data.get("resume") else "running"
+            self.console.print(f"{verb} study [bold]{data['study']}[/]: baseline (trial 0), "
+                               f"then {data['total']} proposals", highlight=False)
+            self.task = self.progress.add_task("trials", total=data["total"],
                                                completed=data["done"], best="-", last="-")
         elif kind == "trial" and self.task is not None:
             out: TrialOutcome = data["outcome"]
             best: TrialOutcome | None = data["best"]
-            best_txt = (f"{best.score:.4f} (#{best.number})"
+            best_txt = (f"{best.score:.4f} #{best.number}"
                         if best is not None and best.score is not None else "-")
             last = f"#{out.number} {out.verdict}"
             if out.score is not None:
@@ -76,8 +79,7 @@ class LiveProgress:
 
 def summary_table(res: StudyResult) -> Table:
     base, best = res.baseline, res.best
-    t = Table(title=f"study {res.study}: baseline (trial 0) vs best "
-                    f"(trial {best.number if best else '-'})")
+    t = Table(title=f"baseline (trial 0) vs best (trial {best.number if best else '-'})")
     t.add_column("metric")
     t.add_column("baseline", justify="right")
     t.add_column("best", justify="right")
@@ -128,27 +130,33 @@ def trials_table(trials: list[TrialOutcome], title: str, limit: int | None = Non
 
 
 def print_result(console: Console, res: StudyResult) -> None:
+    console.print(f"study [bold]{res.study}[/]", highlight=False)
     console.print(summary_table(res))
     if res.best is not None and res.baseline is not None:
         imp = res.improvement_percent
-        verdict = ("beats" if res.best.score is not None and res.baseline.score is not None
-                   and res.best.score > res.baseline.score else "does not beat")
-        console.print(f"best trial {res.best.number} {verdict} the baseline: score "
-                      f"{res.baseline.score:.4f} -> {res.best.score:.4f} "
-                      f"({imp:+.1f} %)" if imp is not None else "")
-        console.print(settings_table(res.baseline.values, res.best.values,
-                                     "recommended settings (* = changed)"))
+        if res.best.is_baseline or imp is None or imp <= 0:
+            console.print("no trial beat the baseline: keep the current settings",
+                          highlight=False)
+        else:
+            console.print(f"best trial {res.best.number} beats the baseline: score "
+                          f"{res.baseline.score:.4f} -> {res.best.score:.4f} ({imp:+.1f} %)",
+                          highlight=False)
+            console.print(settings_table(res.baseline.values, res.best.values,
+                                         "recommended settings (* = changed)"))
     if res.mode == "multi" and res.pareto:
         console.print(trials_table(res.pareto, "Pareto front (busbw ↑, p99 ↓)"))
     counts: dict[str, int] = {}
     for o in res.trials:
         counts[o.verdict.split(":")[0]] = counts.get(o.verdict.split(":")[0], 0) + 1
-    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+                  highlight=False)
     where = ("baseline restored" if res.final == "baseline"
              else f"best trial {res.final.split(':')[1]} kept (promoted)")
     console.print(f"canary: {where}")
     for msg in res.tracking_failures[:3]:
         console.print(f"[yellow]warning:[/] {msg}")
-    console.print(f"Optuna storage: {res.storage}   MLflow: {res.tracking_uri}")
-    console.print(f"next: ecntune export {res.study}    "
-                  f"mlflow ui --backend-store-uri {res.tracking_uri}")
+    console.print(f"Optuna storage: {res.storage}", highlight=False, soft_wrap=True)
+    console.print(f"MLflow store:   {res.tracking_uri}", highlight=False, soft_wrap=True)
+    console.print(f"next: ecntune export {res.study}", highlight=False, soft_wrap=True)
+    console.print(f"      mlflow ui --backend-store-uri {res.tracking_uri}", highlight=False,
+                  soft_wrap=True)
