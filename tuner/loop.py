@@ -177,6 +177,7 @@ class StudyResult:
     final_settings: Settings | None
     interrupted: str | None = None
     tracking_failures: list[str] = field(default_factory=list)
+    mlflow_experiment_id: str | None = None
 
     @property
     def improvement_percent(self) -> float | None:
@@ -636,7 +637,8 @@ class StudyRunner:
             tracking_uri=self.exp.tracking_uri, parent_run_id=self.tracker.parent_run_id,
             mode=self.exp.objective.mode, baseline=base, best=best, pareto=front,
             trials=trials, final=final, final_settings=final_settings,
-            tracking_failures=list(self.tracker.failures))
+            tracking_failures=list(self.tracker.failures),
+            mlflow_experiment_id=self.tracker.experiment_id)
 
 
 def default_study_name(exp: Experiment) -> str:

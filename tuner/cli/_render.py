@@ -26,12 +26,12 @@ SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def _fmt(v: float | None) -> str:
+def _fmt(v: float | None, digits: int = 4) -> str:
     if v is None:
         return "-"
     if abs(v) >= 1000:
         return f"{v:,.0f}"
-    return f"{v:.4g}"
+    return f"{v:.{digits}g}"
 
 
 class LiveProgress:
@@ -117,13 +117,14 @@ def settings_table(baseline: dict[str, int], best: dict[str, int], title: str) -
 
 def trials_table(trials: list[TrialOutcome], title: str, limit: int | None = None) -> Table:
     t = Table(title=title)
-    for col in ("trial", "state", "verdict", "score", "busbw/line", "p99 µs", "PFC µs/s",
-                "kmin", "kmax", "pmax %"):
-        t.add_column(col, justify="right" if col not in ("state", "verdict") else "left")
+    t.add_column("#", justify="right")
+    t.add_column("verdict", no_wrap=True)
+    for col in ("score", "bw/line", "p99 µs", "PFC µs/s", "kmin", "kmax", "pmax%"):
+        t.add_column(col, justify="right", no_wrap=True)
     for o in trials[:limit]:
         m = o.metrics
-        t.add_row(str(o.number), o.state, o.verdict, _fmt(o.score), _fmt(m.get("busbw_norm")),
-                  _fmt(m.get("p99_us")), _fmt(m.get("pause_us_per_s")),
+        t.add_row(str(o.number), o.verdict, _fmt(o.score, 3), _fmt(m.get("busbw_norm"), 3),
+                  _fmt(m.get("p99_us"), 3), _fmt(m.get("pause_us_per_s"), 3),
                   _fmt(o.values.get("kmin_bytes")), _fmt(o.values.get("kmax_bytes")),
                   _fmt(o.values.get("pmax_percent")))
     return t
@@ -160,3 +161,7 @@ def print_result(console: Console, res: StudyResult) -> None:
     console.print(f"next: ecntune export {res.study}", highlight=False, soft_wrap=True)
     console.print(f"      mlflow ui --backend-store-uri {res.tracking_uri}", highlight=False,
                   soft_wrap=True)
+    if res.mlflow_experiment_id:
+        console.print(f"      then open http://127.0.0.1:5000/#/experiments/"
+                      f"{res.mlflow_experiment_id}/runs?workflowType=machine_learning",
+                      highlight=False, soft_wrap=True)
