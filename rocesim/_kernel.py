@@ -195,7 +195,7 @@ def run(
     f_path, f_hops, f_cls, f_src, f_dst, f_pred, f_group, f_rd, f_rev, f_cap, f_size, f_chunk,
     ff, fi, back, pacc, transit, ce_ring, cnp_ring, wire_pkt,
     # collectives
-    g_iters, g_iter, g_start, g_times, g_f0, g_f1,
+    g_iters, g_iter, g_start, g_times, g_f0, g_f1, g_cur,
     # probes
     p_path, p_hops, p_wire, p_interval, p_next, pi_probe, pi_hop, pi_ahead, pi_ready, pi_t0,
     lat, lat_t, n_lat,
@@ -203,7 +203,7 @@ def run(
     ts_every, ts_n, ts_t, ts_q, ts_paused, ts_rate,
     # scratch
     serve_frac, serve_bytes, nic_tot, sh_used, pmark, qprev, qseen, arr, nfl, burst,
-    f_pair, pair_stamp,
+    f_pair, pair_stamp, live, n_live, slot_out, slot_hist,
 ):
     """Advance ``n_steps`` steps from step ``t0``; returns the step reached.
 
@@ -211,13 +211,13 @@ def run(
     ``max_steps``.
     """
     n_links = l_cap.shape[0]
-    n_flows = f_hops.shape[0]
     n_sw = sw_buffer.shape[0]
     n_groups = g_iters.shape[0]
     n_probe = p_hops.shape[0]
     n_inst = pi_probe.shape[0]
     ring = transit.shape[0]
     ring2 = ce_ring.shape[0]
+    inv_pkt = 1.0 / wire_pkt
     t = t0
     t_end = min(t0 + n_steps, max_steps)
     while t < t_end:
@@ -234,7 +234,8 @@ def run(
         slot2 = t % ring2
 
         # ---- 1. arrivals: bytes that left a link d steps ago reach its far end ----
-        for f in range(n_flows):
+        for jf in range(n_live[0]):
+            f = live[jf]
             if ff[f, INFL] <= 0.0:
                 continue
             c = f_cls[f]
@@ -282,7 +283,8 @@ def run(
                     ff[f, INFL] -= x
 
         # ---- 2. notification point: marked packets reach the receiver ----
-        for f in range(n_flows):
+        for jf in range(n_live[0]):
+            f = live[jf]
             m = ce_ring[slot2, f]
             if m == 0:
                 continue
@@ -301,7 +303,8 @@ def run(
                 cnp_ring[(t + f_rev[f]) % ring2, f] += k
 
         # ---- 3. reaction point: CNPs, alpha, cuts, increases ----
-        for f in range(n_flows):
+        for jf in range(n_live[0]):
+            f = live[jf]
             n = f_src[f]
             k = cnp_ring[slot2, f]
             if k > 0:
@@ -422,6 +425,8 @@ def run(
         # ---- 5. egress service of every link (switch queues and NIC ports) ----
         for ln in range(n_links):
             hs = (slot - l_delay[ln]) % ring
+            slot_hist[ln] = hs
+            slot_out[ln] = (t + l_delay[ln]) % ring
             p0 = xoff_hist[hs, ln, 0]
             p1 = xoff_hist[hs, ln, 1]
             for c in range(2):
@@ -449,6 +454,10 @@ def run(
             serve_bytes[ln, 1] = s1
             serve_frac[ln, 0] = s0 / q[ln, 0] if q[ln, 0] > 0.0 else 0.0
             serve_frac[ln, 1] = s1 / q[ln, 1] if q[ln, 1] > 0.0 else 0.0
+            # every flow in a class queue is served the same fraction, so the queue drains by
+            # exactly the served bytes (step 6 moves the per-flow shares)
+            l_counters[ln, 0, C_TX] += s0
+            l_counters[ln, 1, C_TX] += s1
             for c in range(2):
                 # The queue a packet sees within the step: the mean of the backlog left by the
                 # previous step and the backlog this step leaves (arrivals spread over the
@@ -469,12 +478,14 @@ def run(
                 arr[ln, c] = 0.0
                 nfl[ln, c] = 0
                 wm = (q_end if q_end > qprev[ln, c] else qprev[ln, c]) + bm
+                q[ln, c] = q_end
                 if wm > l_counters[ln, c, C_WM]:
                     l_counters[ln, c, C_WM] = wm
                 qprev[ln, c] = q_end
 
         # ---- 6. switch queues: dequeue, per-packet ECN marking at dequeue ----
-        for f in range(n_flows):
+        for jf in range(n_live[0]):
+            f = live[jf]
             if ff[f, INFL] <= 0.0:
                 continue
             c = f_cls[f]
@@ -489,15 +500,16 @@ def run(
                     continue
                 out = x * fr if fr < 1.0 else x
                 back[f, h] = x - out
-                q[ln, c] -= out
                 ing[f_path[f, h - 1], c] -= out
-                transit[(t + l_delay[ln]) % ring, f, h] += out
-                l_counters[ln, c, C_TX] += out
+                transit[slot_out[ln], f, h] += out
+                pm = pmark[ln, c]
+                if pm <= 0.0:
+                    continue  # no marking: skip the per-packet accounting
                 acc = pacc[f, h] + out
-                npk = int(acc / wire_pkt)
-                if npk > 0:
+                if acc >= wire_pkt:
+                    npk = int(acc * inv_pkt)
                     pacc[f, h] = acc - npk * wire_pkt
-                    m = _binomial(rng, npk, pmark[ln, c])
+                    m = _binomial(rng, npk, pm)
                     if m > 0:
                         l_counters[ln, c, C_MARKS] += m
                         ce_ring[(t + f_rd[f, h]) % ring2, f] += m
@@ -505,7 +517,8 @@ def run(
                     pacc[f, h] = acc
 
         # ---- 7. NIC injection: DCQCN rate, credit of the ring, port share, pause ----
-        for f in range(n_flows):
+        for jf in range(n_live[0]):
+            f = live[jf]
             ff[f, OFFER] = 0.0
             rem = ff[f, REMAIN]
             if rem <= 0.0:
@@ -537,7 +550,8 @@ def run(
             s0, s1 = _wrr(l_cap[ln] * dt, d0, d1, w_roce, 0, 0)
             serve_bytes[ln, 0] = s0 / d0 if d0 > 0.0 else 0.0
             serve_bytes[ln, 1] = s1 / d1 if d1 > 0.0 else 0.0
-        for f in range(n_flows):
+        for jf in range(n_live[0]):
+            f = live[jf]
             x = ff[f, OFFER]
             if x <= 0.0:
                 continue
@@ -548,7 +562,7 @@ def run(
             ff[f, SENT] += x
             ff[f, INFL] += x
             ff[f, BYTECNT] += x
-            transit[(t + l_delay[ln]) % ring, f, 0] += x
+            transit[slot_out[ln], f, 0] += x
             l_counters[ln, c, C_TX] += x
 
         # ---- 8. latency probes, timed through the queues they meet ----
@@ -572,7 +586,7 @@ def run(
                 ln = p_path[p, h]
                 tready = pi_ready[i] if pi_ready[i] > now else now
                 if h == 0:
-                    if xoff_hist[(slot - l_delay[ln]) % ring, ln, 0] != 0:
+                    if xoff_hist[slot_hist[ln], ln, 0] != 0:
                         pi_ready[i] = now + dt
                         break
                     depart = tready
@@ -585,7 +599,7 @@ def run(
                                 rng, burst[ln, 0, 0], burst[ln, 0, 1], kb)
                     # bytes ahead drain at the class's service this step; burst packets
                     # (not in the fluid queue) drain at least at the class's WRR share
-                    if xoff_hist[(slot - l_delay[ln]) % ring, ln, 0] != 0:
+                    if xoff_hist[slot_hist[ln], ln, 0] != 0:
                         sb = 0.0
                     else:
                         sb = serve_bytes[ln, 0]
@@ -620,11 +634,15 @@ def run(
             if g_iter[g] >= g_iters[g]:
                 continue
             done = True
-            for f in range(g_f0[g], g_f1[g]):
+            f = g_cur[g]  # flows before the cursor finished this iteration already
+            while f < g_f1[g]:
                 if ff[f, DELIV] < f_size[f] * (1.0 - 1e-9) - 1e-6:
                     done = False
                     break
+                f += 1
+            g_cur[g] = f
             if done:
+                g_cur[g] = g_f0[g]
                 g_times[g, g_iter[g]] = now - g_start[g]
                 g_iter[g] += 1
                 g_start[g] = now
@@ -638,6 +656,17 @@ def run(
                     for f in range(g_f0[g], g_f1[g]):
                         ff[f, REMAIN] = 0.0
                         ff[f, INFL] = 0.0
+                    # the group is over: drop its flows from the live list (exact: they never
+                    # send again, so their DCQCN state no longer matters)
+                    k = 0
+                    for jf in range(n_live[0]):
+                        f = live[jf]
+                        gf = f_group[f]
+                        if gf >= 0 and g_iter[gf] >= g_iters[gf]:
+                            continue
+                        live[k] = f
+                        k += 1
+                    n_live[0] = k
 
         # ---- 10. time series (adaptive decimation keeps <= cap points) ----
         if t % ts_every[0] == 0:
@@ -655,10 +684,11 @@ def run(
             ts_t[k] = now
             for ln in range(n_links):
                 ts_q[k, ln] = qprev[ln, 0] + qprev[ln, 1] + burst[ln, 0, 3] + burst[ln, 1, 3]
-                ts_paused[k, ln] = xoff_hist[(slot - l_delay[ln]) % ring, ln, 0]
+                ts_paused[k, ln] = xoff_hist[slot_hist[ln], ln, 0]
             tot = 0.0
             cnt = 0
-            for f in range(n_flows):
+            for jf in range(n_live[0]):
+                f = live[jf]
                 if ff[f, REMAIN] > 0.0:
                     r = ff[f, RC]
                     if f_cap[f] < r:

@@ -205,6 +205,8 @@ class Simulation:
         self.serve_bytes = np.zeros((n_links, 2))
         self.nic_tot = np.zeros((n_links, 2))
         self.sh_used = np.zeros(n_sw)
+        self.slot_out = np.zeros(n_links, dtype=np.int64)
+        self.slot_hist = np.zeros(n_links, dtype=np.int64)
         self.pmark = np.zeros((n_links, 2))
         self.qprev = np.zeros((n_links, 2))
         self.qseen = np.zeros((n_links, 2))
@@ -332,6 +334,8 @@ class Simulation:
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int64)
         self.cnp_ring = np.zeros((ring2, n_f), dtype=np.int64)
+        self.live = np.arange(n_f, dtype=np.int64)
+        self.n_live = np.array([n_f], dtype=np.int64)
         n_g = len(wl.collectives)
         self.g_iters = np.array([c.iterations for c in wl.collectives], dtype=np.int64)
         self.g_iter = np.zeros(n_g, dtype=np.int64)
@@ -339,6 +343,7 @@ class Simulation:
         self.g_times = np.zeros((n_g, int(self.g_iters.max(initial=1))))
         self.g_f0a = np.array(self.g_f0, dtype=np.int64)
         self.g_f1a = np.array(self.g_f1, dtype=np.int64)
+        self.g_cur = self.g_f0a.copy()
 
     def _build_probes(self) -> None:
         fab, topo, pr, rs = self.fabric, self.fabric.topo, self.workload.probes, self._rs
@@ -407,13 +412,15 @@ class Simulation:
             self.ff, self.fi, self.back, self.pacc, self.transit, self.ce_ring,
             self.cnp_ring, float(self.fabric.topo.wire_bytes),
             self.g_iters, self.g_iter, self.g_start, self.g_times, self.g_f0a, self.g_f1a,
+            self.g_cur,
             self.p_path, self.p_hops, self.p_wire, self.p_interval, self.p_next,
             self.pi_probe, self.pi_hop, self.pi_ahead, self.pi_ready, self.pi_t0,
             self.lat, self.lat_t, self.n_lat,
             self.ts_every, self.ts_n, self.ts_t, self.ts_q, self.ts_paused, self.ts_rate,
             self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used, self.pmark,
             self.qprev, self.qseen, self.arr, self.nfl, self.burst,
-            self.f_pair, self.pair_stamp,
+            self.f_pair, self.pair_stamp, self.live, self.n_live, self.slot_out,
+            self.slot_hist,
         ))
         self.wall_s += time.perf_counter() - t0
 
