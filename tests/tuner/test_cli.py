@@ -138,3 +138,39 @@ def test_signal_to_a_real_run_then_resume(tiny: Tiny, tmp_path: Path, sig: int) 
     counted = [t for t in st.trials if t.number > 0 and t.state.name != "WAITING"
                and t.user_attrs.get("verdict") != "interrupted"]
     assert len(counted) == used + 2  # the budget counts every finished proposal exactly once
+
+
+@pytest.mark.slow
+def test_sigkill_mid_study_then_resume_recovers_and_continues(tiny: Tiny,
+                                                               tmp_path: Path) -> None:
+    """A killed process leaves a change open; resume restores the baseline first (journal),
+    closes the trial it left RUNNING as interrupted and finishes the budget."""
+    exp, text = tiny(trials=400)
+    path = _write(tmp_path, text)
+    journal = exp.results_path / "journal.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "run", str(path), "--study", "k",
+                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while _journal_begins(journal) < 3 and time.monotonic() < deadline:
+            assert proc.poll() is None
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    st = optuna_io.load_study("k", exp.storage_url)
+    done = {t.number: t.params for t in st.trials if t.state.name in ("COMPLETE", "PRUNED")}
+    used = len([t for t in st.trials if t.number > 0 and t.state.name in
+                ("COMPLETE", "PRUNED", "FAIL")])
+    r = CliRunner().invoke(main, ["resume", str(exp.results_path), "--trials", str(used + 1),
+                                  "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert Journal(journal).dirty() is None
+    left = read_state(exp.results_path / "sim-state.json")
+    assert left == SimCluster(exp.fabric, ["leaf0"]).snapshot()
+    st = optuna_io.load_study("k", exp.storage_url)
+    after = {t.number: t.params for t in st.trials if t.state.name in ("COMPLETE", "PRUNED")}
+    assert {n: after[n] for n in done} == done
+    assert not [t for t in st.trials if t.state.name == "RUNNING"]
