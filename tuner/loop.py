@@ -470,6 +470,8 @@ class StudyRunner:
                                    self.baseline_settings, settings)
         verdict, m, restore_s, detail = "ok", None, 0.0, ""
         monitor = LiveMonitor(self.exp.safety)
+        partial: Measurement | None = None  # counters up to a live abort, for the record
+        c0 = self.cluster.counters()
         try:
             self.cluster.apply(settings)
             got = self.cluster.read_back()
@@ -480,6 +482,10 @@ class StudyRunner:
             m = self._measure(monitor)
         except SafetyAbort as exc:
             verdict, detail = f"rolled_back:{exc.reason}", exc.detail
+            c1 = self.cluster.counters()
+            partial = Measurement(counters_before=c0, counters_after=c1,
+                                  duration_s=max(c1.taken_at_s - c0.taken_at_s, 0.0),
+                                  notes=[f"aborted by the live monitor: {exc}"])
         except ApplyError as exc:
             verdict, detail = "failed:apply", str(exc)
         except MeasurementError as exc:
@@ -510,8 +516,8 @@ class StudyRunner:
                                       extra_metrics=extra)
         state = optuna_io.PRUNED if verdict.startswith("rolled_back") else optuna_io.FAIL
         bad = score(m, self.cfg) if m is not None else None
-        return self._finish_trial(asked, verdict=verdict, values=values, state=state, m=m,
-                                  sc=bad, extra_metrics=extra, detail=detail)
+        return self._finish_trial(asked, verdict=verdict, values=values, state=state,
+                                  m=m or partial, sc=bad, extra_metrics=extra, detail=detail)
 
     # The study -----------------------------------------------------------------------------
     def _promote_best(self) -> str:

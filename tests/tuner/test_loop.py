@@ -112,8 +112,12 @@ def test_safety_violation_rolls_back_and_is_logged(tiny: Tiny) -> None:
     assert cluster.read_back() == base
     entries = Journal(exp.results_path / "journal.jsonl").entries()
     assert [e.outcomes for e in entries] == [["restored"], ["restored"]]
-    tags = {r.data.tags["ecntune.verdict"] for r in _nested(exp, runner)}
-    assert "rolled_back:pfc_storm" in tags
+    runs = [r for r in _nested(exp, runner)
+            if r.data.tags["ecntune.verdict"] == "rolled_back:pfc_storm"]
+    assert len(runs) == 2
+    for r in runs:  # the counters up to the abort are on record, with the violation text
+        assert r.data.metrics["pfc_pause_frames"] > 0
+        assert "paused" in r.data.tags["ecntune.detail"]
 
 
 def test_keep_best_leaves_the_winner_on_the_canary(tiny: Tiny) -> None:
