@@ -19,7 +19,7 @@ parsers = pytest.importorskip("objectives.parsers", reason="objectives.parsers n
 HW = "sys/class/infiniband/mlx5_0/ports/1/hw_counters"
 MPIRUN = ("mpirun --allow-run-as-root -np 4 -H host0,host1,host2,host3 "
           "alltoall_perf -b 2M -e 2M -f 2 -g 1 -n 5 -w 1 -c 1")
-SWEEP = MPIRUN.replace("-b 2M", "-b 1M")
+SWEEP = MPIRUN.replace("-b 2M", "-b 1M").replace("-np 4", "-np 4 -x NCCL_DEBUG=INFO")
 
 
 def ok(emu: EmulatedCluster, target: str, command: str) -> str:
@@ -40,6 +40,13 @@ def test_host_outputs_parse(emulated_cluster: EmulatedCluster) -> None:
     hw = parsers.parse_hw_counters(
         ok(emu, "host1", f"cd $ECNTUNE_EMU_ROOT/host1/{HW} && grep . *"))
     assert hw.counters()["np_cnp_sent"] == 0 and "rp_cnp_handled" in hw.counters()
+
+
+def test_set_qos_breaks_preflight_facts(emulated_cluster: EmulatedCluster) -> None:
+    emulated_cluster.set_qos("host3", trust="pcp", pfc=[0, 0, 0, 0, 1, 0, 0, 0], mtu=1500)
+    qos = parsers.parse_mlnx_qos(ok(emulated_cluster, "host3", "mlnx_qos -i ens1f0np0"))
+    assert qos.trust == "pcp" and qos.pfc_priorities == [4]
+    assert " mtu 1500 " in ok(emulated_cluster, "host3", "ip link show ens1f0np0")
 
 
 def test_mlnx_qos_change_is_visible(emulated_cluster: EmulatedCluster) -> None:
@@ -114,7 +121,7 @@ def test_mpirun_output_parses_and_moves_counters(emulated_cluster: EmulatedClust
     emu = emulated_cluster
     res = parsers.parse_nccl_tests(ok(emu, "host0", SWEEP))
     assert [r.size_bytes for r in res.rows] == [1048576, 2097152]
-    assert res.out_of_bounds_ok is True and res.wrong_total == 0
+    assert res.out_of_bounds_ok is True and res.wrong_total == 0 and res.nranks == 4
     assert 1.0 < res.rows[0].out_of_place.busbw_gbytes_per_s < 12.5  # under 100 Gb/s per NIC
     stats = parsers.parse_ethtool_stats(ok(emu, "host1", "ethtool -S ens1f0np0"))
     assert stats.counters["tx_prio3_bytes"] > 3 * 2**20 * 5 * 3 / 4 * 0.9  # 5 iters, 3/4 off-node
@@ -151,6 +158,9 @@ def test_mpirun_faults(emulated_cluster: EmulatedCluster) -> None:
     assert res.wrong_total > 0 and res.out_of_bounds_ok is False
     assert any("catastrophic" in w for w in res.nccl_warnings)
     emu.clear_faults("host2")
+    wrong_hca = MPIRUN.replace("-np 4", "-np 4 -x NCCL_IB_HCA")
+    code, _, err = run(emu, "host0", f"NCCL_IB_HCA=mlx5_9 {wrong_hca}")
+    assert code == 1 and "NET/IB : No device found." in err
     emu.inject("host3", link_down=True)
     code, _, err = run(emu, "host0", MPIRUN)
     assert code == 1 and "NCCL WARN" in err

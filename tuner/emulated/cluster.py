@@ -151,6 +151,7 @@ class EmulatedCluster:
         spines: int = 1,
         nic_gbps: int = 100,
         seed: int = 1,
+        background: list[dict[str, Any]] | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         if any(c.isspace() for c in str(self.root)):
@@ -172,7 +173,8 @@ class EmulatedCluster:
         self.topology: dict[str, Any] = {
             "kind": "leaf_spine", "leaves": len(switch_specs), "spines": spines,
             "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": 1, "nic_gbps": nic_gbps,
-            "seed": seed}
+            "seed": seed, "background": list(background or [])}
+        self._initial_background = list(background or [])
         self.targets: dict[str, Target] = {}
         for j, (name, platform) in enumerate(switch_specs):
             self.targets[name] = Target(name, "switch", f"{base_address}{2 + j}", platform)
@@ -226,6 +228,7 @@ class EmulatedCluster:
         """Factory settings, zero counters, no faults; the sshd listeners keep running."""
         self._write_states()
         self._write_refused_all()
+        self.set_background(self._initial_background)
         (self.root / "last_probes.json").unlink(missing_ok=True)
         for name in self.host_names:
             for leftover in ("perftest_server.json", "perftest_result.json"):
@@ -254,6 +257,31 @@ class EmulatedCluster:
             st.write_json(tdir / "faults.json", current)
             self._write_refused(tdir, current)
             self._apply_link(tdir, bool(current.get("link_down")))
+
+    def set_background(self, background: list[dict[str, Any]]) -> None:
+        """Traffic of "other tenants" in every later run (``rocesim.Background`` keyword
+        dicts, e.g. ``{"pattern": "incast", "load": 0.3, "fan_in": 3}``)."""
+        self.topology["background"] = list(background)
+        (self.root / "topology.json").write_text(json.dumps(self.topology, indent=1))
+
+    def set_qos(self, target: str, *, trust: str | None = None, pfc: list[int] | None = None,
+                mtu: int | None = None) -> None:
+        """Change a host's QoS/MTU behind the tuner's back (to make pre-flight checks fail)."""
+        tdir = self._tdir(target)
+        with st.locked(tdir):
+            s = st.load_state(tdir)
+            if s["kind"] != "host":
+                raise ConfigError(f"set_qos: {target} is not a host")
+            if trust is not None:
+                s["qos"]["trust"] = trust
+            if pfc is not None:
+                if len(pfc) != 8:
+                    raise ConfigError("set_qos: pfc needs 8 values (priorities 0..7)")
+                s["qos"]["pfc"] = [int(bool(x)) for x in pfc]
+            if mtu is not None:
+                s["mtu"] = int(mtu)
+                (tdir / f"sys/class/net/{s['netdev']}/mtu").write_text(f"{int(mtu)}\n")
+            st.write_json(tdir / "state.json", s)
 
     def clear_faults(self, target: str) -> None:
         tdir = self._tdir(target)

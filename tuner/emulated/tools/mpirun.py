@@ -126,6 +126,22 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
         print(f"{h}: Test NCCL failure common.cu:1005 'unhandled system error (run with "
               "NCCL_DEBUG=INFO for details) / '", file=sys.stderr)
         return 1
+    env = {**os.environ, **o["env"]}
+    hca = env.get("NCCL_IB_HCA", "").lstrip("=^")
+    wanted = [x.split(":")[0] for x in hca.split(",") if x]
+    if wanted and not any(states[h]["rdma_device"] in wanted for h in ranks_hosts):
+        h = ranks_hosts[0]
+        print(f"{h}:{pid}:{pid} [0] NCCL INFO NET/IB : No device found.", file=sys.stderr)
+        print(f"{h}:{pid}:{pid + 3} [0] init.cc:1458 NCCL WARN NET/IB : no device matches "
+              f"NCCL_IB_HCA={hca} (emulated hosts have only {states[h]['rdma_device']}; the "
+              "socket fallback is not emulated)", file=sys.stderr)
+        return 1
+    if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+        for r, h in enumerate(ranks_hosts):
+            s = states[h]
+            print(f"{h}:{pid + r}:{pid + r} [0] NCCL INFO NET/IB : Using [0]"
+                  f"{s['rdma_device']}:1/RoCE [RO]; OOB {s['netdev']}:{s['address']}<0>")
+            print(f"{h}:{pid + r}:{pid + r} [0] NCCL INFO Using network IB")
     n = len(ranks_hosts)
     szs = nccl_tests.sizes(a, n, op)
     results = fabric.run_collective(root, op, [states[h]["rocesim_nic"] for h in ranks_hosts],
