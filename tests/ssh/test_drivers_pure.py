@@ -24,7 +24,7 @@ def inv(inventory_data: dict[str, Any]) -> Any:
 def test_sysfs_layout_reads_the_ofed_file_names(inv: Any) -> None:
     drv = Mlx5SysfsDriver(None, inv.hosts[0])  # type: ignore[arg-type]
     cmd = drv.read_command()
-    assert cmd.startswith("cd /srv/emu/host0/sys/class/net/ens1f0np0/ecn && grep -H '' ")
+    assert cmd.startswith("cd /srv/emu/host0/sys/class/net/ens1f0np0/ecn && grep -H . ")
     files = shlex.split(cmd.split("&&", 1)[1])[3:]
     assert files[:3] == ["roce_rp/clamp_tgt_rate", "roce_rp/clamp_tgt_rate_after_time_inc",
                          "roce_rp/rpg_time_reset"]
@@ -42,7 +42,7 @@ def test_debugfs_layout_uses_the_kernel_names(inv: Any) -> None:
     assert "printf '%s\\n' 150 > rp_time_reset" in cmd
     assert "printf '%s\\n' 4 > np_min_time_between_cnps" in cmd
     assert cmd.count("printf") == 2
-    assert cmd.count("grep -H '' rp_clamp_tgt_rate rp_clamp_tgt_rate_ati") == 2
+    assert cmd.count("grep -H . rp_clamp_tgt_rate rp_clamp_tgt_rate_ati") == 2
     assert "clamp_tgt_rate_after_time_inc" not in cmd
 
 
@@ -106,10 +106,10 @@ def test_sonic_writes_one_ecnconfig_call_per_field_in_safe_order(inv: Any) -> No
     assert drv.write_steps(cur, cur) == []
     # The whole write is one remote command: state before, the writes, state after.
     assert drv.write_command(cur, low).split(" && ") == [
-        "ecnconfig -l", "echo '--- ecntune before-write ---'",
+        "ecnconfig -l", "echo ==ecntune:before-write==",
         "ecnconfig -p AZURE_LOSSLESS -gmin 100000",
         "ecnconfig -p AZURE_LOSSLESS -gmax 400000", "ecnconfig -p AZURE_LOSSLESS -gdrop 10",
-        "echo '--- ecntune after-write ---'", "ecnconfig -l"]
+        "echo ==ecntune:after-write==", "ecnconfig -l"]
     with pytest.raises(ApplyError, match="on/off is not done by this driver"):
         drv.write_steps(cur, cur.model_copy(update={"enabled": False}))
 
@@ -127,8 +127,16 @@ def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
     assert drv.counters_command().count("nv show interface") == 2
 
 
-def test_hw_counters_mark_is_not_a_counter_line() -> None:
-    assert ":" not in HW_COUNTERS_MARK
+def test_mlx5_counters_from_real_ethtool_and_hw_counters_output(inv: Any) -> None:
+    drv = Mlx5SysfsDriver(None, inv.hosts[0])  # type: ignore[arg-type]
+    eth = sample("mlx5-ethtool/cx4lx-discards-and-global-pause-grep.txt")
+    shown = sample("mlx5-rdma-counters/show_counters-and-hw_counters-ls-bond-nonzero-ecn.txt")
+    block = shown.split("Port 1 hw counters:\n", 1)[1].split("\n\n", 1)[0]
+    row = drv.counters_from(f"{eth}{HW_COUNTERS_MARK}\n{block}\n")["host0/mlx5_0"]
+    assert row["rx_steer_missed_packets"] == 24627  # from ethtool -S
+    assert row["np_ecn_marked_roce_packets"] == 21278189006  # from hw_counters
+    assert row["np_cnp_sent"] == 1052612505 and row["out_of_sequence"] == 1811101
+    assert "rx_prio3_pause" not in row  # absent stays absent (not grep'ed here), never 0
 
 
 def _nvue_block(relpath: str, command: str) -> str:
@@ -161,7 +169,7 @@ def test_nvue_counters_per_port_from_the_documented_output(inv: Any) -> None:
     drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
     one = _nvue_block("cumulus-nvue/nvue-show-interface-counters-qos-doc.txt",
                       "nv show interface swp1 counters qos")
-    text = "--- ecntune port swp1 ---\n" + one + "--- ecntune port swp2 ---\n" + one
+    text = "==ecntune:port:swp1==\n" + one + "==ecntune:port:swp2==\n" + one
     got = drv.counters_from(text)
     assert sorted(got) == ["leaf1/swp1", "leaf1/swp2"]
     row = got["leaf1/swp1"]

@@ -19,7 +19,7 @@ from tuner.ssh.shell import check, q
 if TYPE_CHECKING:
     from tuner.inventory import HostEntry
 
-HW_COUNTERS_MARK = "--- hw_counters ---"
+HW_COUNTERS_MARK = "==ecntune:hw_counters=="
 
 # Counters the safety monitor and the scoring read; absent ones are reported, never zeroed.
 def expected_counters(priority: int) -> tuple[str, ...]:
@@ -51,7 +51,7 @@ class Mlx5Driver(Driver[DcqcnSettings]):
     # -- commands (pure) ---------------------------------------------------------------
     def read_command(self) -> str:
         files = " ".join(shlex.quote(self.names[k]) for k in NIC_KNOBS)
-        return f"cd {q('path', self.folder())} && grep -H '' {files}"
+        return f"cd {q('path', self.folder())} && grep -H . {files}"
 
     def write_steps(self, current: DcqcnSettings, settings: DcqcnSettings) -> list[str]:
         """One ``printf > file`` per knob that differs (the shell is already in ``folder``)."""
@@ -64,7 +64,7 @@ class Mlx5Driver(Driver[DcqcnSettings]):
         hw = h.sys_path(f"/sys/class/infiniband/{check('rdma_device', h.rdma_device)}"
                         f"/ports/{int(h.rdma_port)}/hw_counters")
         return (f"ethtool -S {q('netdev', h.netdev)} && echo {shlex.quote(HW_COUNTERS_MARK)}"
-                f" && cd {q('path', hw)} && grep -H '' *")
+                f" && cd {q('path', hw)} && grep -H . *")
 
     def commands(self) -> list[str]:
         return [self.read_command(),
@@ -96,11 +96,14 @@ class Mlx5Driver(Driver[DcqcnSettings]):
                              f"{exc}") from None
 
     # -- Driver ------------------------------------------------------------------------
-    def counters(self) -> dict[str, dict[str, int]]:
+    def counters_from(self, text: str) -> dict[str, dict[str, int]]:
+        """``ethtool -S`` and hw_counters output (split by the mark) as one counter row."""
         from objectives.parsers import parse_ethtool_stats, parse_hw_counters
 
-        text = self.runner.run(self.counters_command()).stdout
         eth, _, hw = text.partition(HW_COUNTERS_MARK)
         row = dict(parse_ethtool_stats(eth).counters)
         row.update(parse_hw_counters(hw).counters())
         return {self.target: {k: int(v) for k, v in row.items()}}
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        return self.counters_from(self.runner.run(self.counters_command()).stdout)

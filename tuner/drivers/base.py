@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tuner.ssh.transport import Result
 
 S = TypeVar("S", EcnSettings, DcqcnSettings)
-BEFORE, AFTER = "--- ecntune before-write ---", "--- ecntune after-write ---"
+BEFORE, AFTER = "==ecntune:before-write==", "==ecntune:after-write=="  # shell-safe
 
 
 class Runner(Protocol):

@@ -27,7 +27,7 @@ NV_NAMES = {"kmin_bytes": "min-threshold", "kmax_bytes": "max-threshold",
 
 
 def _mark(port: str) -> str:
-    return f"--- ecntune port {port} ---"
+    return f"==ecntune:port:{port}=="
 
 
 class NvueDriver(Driver[EcnSettings]):
@@ -99,8 +99,8 @@ class NvueDriver(Driver[EcnSettings]):
         port: str | None = None
         for line in text.splitlines():
             stripped = line.strip()
-            if stripped.startswith("--- ecntune port ") and stripped.endswith(" ---"):
-                port = stripped[len("--- ecntune port "):-4]
+            if stripped.startswith("==ecntune:port:") and stripped.endswith("=="):
+                port = stripped[len("==ecntune:port:"):-2]
                 chunks[port] = []
             elif port is not None:
                 chunks[port].append(line)

@@ -32,7 +32,7 @@ SHOW = {"pfc": "show pfc counters", "queue": "show queue counters",
 
 
 def _mark(section: str) -> str:
-    return f"--- ecntune {section} ---"
+    return f"==ecntune:{section}=="
 
 
 class SonicDriver(Driver[EcnSettings]):

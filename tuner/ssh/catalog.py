@@ -1,0 +1,128 @@
+"""Every command the SSH backend would run for an inventory, target by target.
+
+``python -m tuner.ssh.catalog INVENTORY.yaml`` prints them (Markdown) so an operator can read,
+before anything runs, exactly what the tool will execute on each host and switch and whether
+under ``sudo -n``. Example values stand in for what a study decides (the knob values written;
+the message sizes of the workload). docs/real-cluster.md shows this output for its example
+inventory, and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from tuner.drivers import NIC_LAYOUTS, detect_command, switch_driver
+from tuner.inventory import Inventory, load_inventory
+from tuner.settings import DcqcnSettings, EcnSettings
+from tuner.ssh.measure import collectives_script, perftest_commands
+from tuner.ssh.shell import wrap
+from tuner.workload import CollectivePart, ProbePart
+
+LOW = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
+TUNED = DcqcnSettings(rpg_time_reset=150, rpg_ai_rate=10, min_time_between_cnps=4)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One command for one target: what it is for, the command, and how it is sent."""
+
+    target: str
+    purpose: str
+    command: str
+    sudo: bool
+
+    def wire(self, timeout_s: float) -> str:
+        """The exact line sent over SSH (``timeout`` wrapper, ``sudo -n`` if asked)."""
+        return wrap(self.command, timeout_s, sudo=self.sudo)
+
+
+def _preflight(h: object) -> str:
+    from tuner.preflight_facts import host_command
+
+    return host_command(h)  # type: ignore[arg-type]
+
+
+def catalog(inv: Inventory) -> list[Planned]:
+    """The commands of detect/read/write/counters per target and of one measurement."""
+    out: list[Planned] = []
+    for h in inv.hosts:
+        layouts = list(NIC_LAYOUTS) if h.nic_layout == "auto" else [h.nic_layout]
+        if h.nic_layout == "auto":
+            out.append(Planned(h.name, "detect the mlx5 layout (once per connection)",
+                               detect_command(h), h.sudo))
+        out.append(Planned(h.name, "pre-flight facts, read-only (`ecntune preflight`, start "
+                           "of `ecntune run`; each tool may fail alone)", _preflight(h), h.sudo))
+        for layout in layouts:
+            drv = NIC_LAYOUTS[layout](None, h)  # type: ignore[arg-type]
+            tag = f"[{layout}] "
+            out += [
+                Planned(h.name, tag + "read DCQCN (snapshot, read-back)", drv.read_command(),
+                        h.sudo),
+                Planned(h.name, tag + "write DCQCN: state before, the knobs that differ "
+                        "(example: 3 knobs), read-back", drv.write_command(DcqcnSettings(),
+                                                                            TUNED), h.sudo),
+                Planned(h.name, tag + "counters (ethtool -S + hw_counters)",
+                        drv.counters_command(), h.sudo),
+            ]
+    for s in inv.switches:
+        drv = switch_driver(None, s)  # type: ignore[arg-type]
+        out += [
+            Planned(s.name, "read ECN (snapshot, read-back)", drv.read_command(), s.sudo),
+            Planned(s.name, "write ECN, lowering thresholds (example values)",
+                    drv.write_command(EcnSettings(), LOW), s.sudo),
+            Planned(s.name, "write ECN, raising thresholds (example values)",
+                    drv.write_command(LOW, EcnSettings()), s.sudo),
+            Planned(s.name, "counters", drv.counters_command(), s.sudo),
+        ]
+    la = inv.launcher
+    launcher = next(h for h in inv.hosts if h.name == la.host)
+    parts = [CollectivePart(op="all_reduce", size_bytes=4_194_304, iterations=5),
+             CollectivePart(op="alltoall", size_bytes=1_048_576, iterations=5)]
+    out.append(Planned(la.host, "nccl-tests (example workload: all_reduce 4 MiB, alltoall "
+                       "1 MiB); started with `echo $$; exec ...` so it can be stopped",
+                       collectives_script(inv, parts), launcher.sudo))
+    s_host, s_cmd, c_host, c_cmd = perftest_commands(inv, ProbePart(size_bytes=64))
+    hosts = {h.name: h for h in inv.hosts}
+    out.append(Planned(s_host, "latency probe server, while the collectives run", s_cmd,
+                       hosts[s_host].sudo))
+    out.append(Planned(c_host, "latency probe client", c_cmd, hosts[c_host].sudo))
+    out.append(Planned("(any measurement host)", "stop a measurement process on a safety "
+                       "abort (PID printed by `echo $$`)", "kill -TERM <pid> 2>/dev/null || true",
+                       launcher.sudo))
+    return out
+
+
+def render(inv: Inventory) -> str:
+    """Markdown: targets with the same commands share one list; each command as run remotely.
+
+    Every line is sent as ``[sudo -n ]timeout --kill-after=5 <command_timeout_s> bash -c
+    '<command>'`` (``tuner.ssh.shell.wrap``).
+    """
+    by_target: dict[str, list[Planned]] = {}
+    for p in catalog(inv):
+        by_target.setdefault(p.target, []).append(p)
+    groups: dict[tuple[tuple[str, str, bool], ...], list[str]] = {}
+    for target, plans in by_target.items():
+        key = tuple((p.purpose, p.command, p.sudo) for p in plans)
+        groups.setdefault(key, []).append(target)
+    lines: list[str] = []
+    for key, targets in groups.items():
+        lines += ["", f"#### {', '.join(targets)}", ""]
+        for purpose, command, sudo in key:
+            lines += [f"- {purpose}{' — under `sudo -n`' if sudo else ''}:", "", "  ```sh",
+                      f"  {command}", "  ```"]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m tuner.ssh.catalog INVENTORY.yaml", file=sys.stderr)
+        return 2
+    sys.stdout.write(render(load_inventory(args[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
