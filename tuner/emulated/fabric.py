@@ -93,8 +93,10 @@ def background(root: Path, nics: list[str]) -> list[Any]:
 
 
 def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iters: int,
-                   probe_pairs: int = 2) -> list[SizeResult]:
-    """One simulation per size; counters of every run are added to the targets."""
+                   counted_iters: int | None = None, probe_pairs: int = 2) -> list[SizeResult]:
+    """One simulation per size; counters of every run are added to the targets, scaled to
+    ``counted_iters`` (nccl-tests runs warmup + out-of-place + in-place iterations)."""
+    counted = iters if counted_iters is None else counted_iters
     import rocesim
 
     settings = applied_settings(root)
@@ -121,9 +123,8 @@ def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iter
             n = len(ranks)
             factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
             results.append(SizeResult(size, t_us, algbw, algbw * factor, c.completed))
-            distribute_counters(root, res.counters, iters / max(1, min(iters,
-                                                                      MAX_SIM_ITERATIONS))
-                                * scale)
+            simulated = max(1, min(iters, MAX_SIM_ITERATIONS))
+            distribute_counters(root, res.counters, counted / simulated * scale)
             lat.extend(float(x) for x in res.latency_us.tolist())
     finally:
         marker.unlink(missing_ok=True)

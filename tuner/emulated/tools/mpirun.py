@@ -145,7 +145,7 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
     n = len(ranks_hosts)
     szs = nccl_tests.sizes(a, n, op)
     results = fabric.run_collective(root, op, [states[h]["rocesim_nic"] for h in ranks_hosts],
-                                    szs, a.iters)
+                                    szs, a.iters, counted_iters=a.warmup + 2 * a.iters)
     wrong = sum(int(faults[h].get("nccl_wrong", 0) or 0) for h in ranks_hosts)
     out("# nccl-tests version 2.18.0 nccl-headers=22703 nccl-library=22703")
     out(f"# Collective test starting: {prog}")
