@@ -1,0 +1,258 @@
+"""The public API the tuner's simulated backend is written against: names, shapes, counters,
+stepping, per-device settings, scenario files and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rocesim import (
+    Background,
+    Collective,
+    DcqcnConfig,
+    EcnConfig,
+    Fabric,
+    Probes,
+    SimResult,
+    Simulation,
+    Topology,
+    Workload,
+    simulate,
+)
+from rocesim.__main__ import main as cli_main
+from rocesim.config import DCQCN_FIELDS
+from rocesim.scenario import ScenarioError, build_scenario, load_scenario
+
+SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "rocesim" / "scenarios").iterdir())
+
+NIC_COUNTERS = {"rx_prio3_pause", "tx_prio3_pause", "rx_prio3_pause_duration",
+                "tx_prio3_pause_duration", "rx_prio3_pause_transition",
+                "tx_prio3_pause_transition", "np_cnp_sent", "np_ecn_marked_roce_packets",
+                "rp_cnp_handled", "rx_prio3_discards", "rx_prio3_bytes", "tx_prio3_bytes"}
+SWITCH_COUNTERS = {"pfc3_rx_pkts", "pfc3_tx_pkts", "queue3_ecn_marked_pkts",
+                   "queue3_drop_pkts", "queue3_watermark_bytes", "queue3_tx_bytes",
+                   "pfcwd3_storm_detected"}
+
+
+def test_names_follow_the_contract() -> None:
+    fab = Fabric(Topology(leaves=2, spines=2, hosts_per_leaf=4))
+    assert fab.switch_names == ["leaf0", "leaf1", "spine0", "spine1"]
+    assert fab.nic_names[:2] == ["host0/mlx5_0", "host1/mlx5_0"] and len(fab.nic_names) == 8
+    assert fab.hosts_under("leaf1") == [f"host{i}/mlx5_0" for i in range(4, 8)]
+    ports = fab.port_names
+    assert "leaf0/Ethernet0" in ports and "leaf0/Ethernet16" in ports  # 4 NICs, then uplinks
+    assert "spine1/Ethernet4" in ports  # spine port to leaf1
+    single = Fabric(Topology(kind="single_switch", hosts_per_leaf=3, nics_per_host=2))
+    assert single.switch_names == ["sw0"]
+    assert single.nic_names == ["host0/mlx5_0", "host0/mlx5_1", "host1/mlx5_0",
+                                "host1/mlx5_1", "host2/mlx5_0", "host2/mlx5_1"]
+    with pytest.raises(KeyError, match="unknown leaf"):
+        fab.hosts_under("spine0")
+
+
+def test_settings_are_per_device_and_validated() -> None:
+    fab = Fabric(Topology())
+    assert fab.dcqcn("host0/mlx5_0") == DcqcnConfig()
+    assert DcqcnConfig().rpg_time_reset == 300 and DcqcnConfig().rpg_gd == 11
+    assert set(DCQCN_FIELDS) == set(DcqcnConfig().as_dict())
+    fab.set_ecn("leaf0", EcnConfig(10_000, 50_000, 0.5))
+    assert fab.ecn("leaf0") == EcnConfig(10_000, 50_000, 0.5)
+    assert fab.ecn("leaf1") == EcnConfig()
+    assert not fab.ecn("leaf0", tc=0).enabled  # other queues do not mark unless set
+    fab.set_dcqcn("host3/mlx5_0", DcqcnConfig(rpg_ai_rate=20))
+    assert fab.dcqcn("host3/mlx5_0").rpg_ai_rate == 20
+    assert fab.dcqcn("host2/mlx5_0").rpg_ai_rate == 5
+    with pytest.raises(KeyError, match="unknown switch"):
+        fab.set_ecn("leaf9", EcnConfig())
+    with pytest.raises(ValueError, match="kmin_bytes"):
+        EcnConfig(5000, 1000, 0.1)
+    with pytest.raises(ValueError, match="rpg_gd"):
+        DcqcnConfig(rpg_gd=16)
+    # XOFF point: reserve + 2^alpha_log2 x shared buffer (empty buffer, one ingress port)
+    topo = fab.topo
+    assert fab.xoff_bytes("leaf0") == topo.reserve_bytes + topo.buffer_bytes // 8
+
+
+def _quick_workload(fab: Fabric) -> Workload:
+    return Workload(collectives=[Collective("all_reduce", 2 * 2**20, fab.nic_names,
+                                            iterations=3),
+                                 Collective("alltoall", 2**20, fab.nic_names, iterations=2,
+                                            name="a2a")],
+                    background=[Background("permutation", 0.2, priority="roce")],
+                    probes=Probes(pairs=4, interval_us=25))
+
+
+def test_result_shapes_and_nccl_factors() -> None:
+    fab = Fabric(Topology())
+    res = simulate(fab, _quick_workload(fab), seed=1)
+    assert isinstance(res, SimResult)
+    ar, a2a = res.collectives
+    assert (ar.op, ar.size_bytes, ar.ranks, a2a.name) == ("all_reduce", 2 * 2**20, 8, "a2a")
+    assert len(ar.iteration_times_us) == 3 and len(a2a.iteration_times_us) == 2
+    # [NCCL] busbw = algbw x 2(n-1)/n for AllReduce, (n-1)/n for AlltoAll; GB/s = 1e9 B/s
+    mean_t = np.mean(ar.iteration_times_us)
+    assert ar.algbw_gbytes_per_s == pytest.approx(2 * 2**20 / (mean_t * 1e-6) / 1e9)
+    assert ar.busbw_gbytes_per_s == pytest.approx(ar.algbw_gbytes_per_s * 2 * 7 / 8)
+    assert a2a.busbw_gbytes_per_s == pytest.approx(a2a.algbw_gbytes_per_s * 7 / 8)
+    # a NIC cannot beat its line rate x header efficiency (12.5 GB/s x 4096/4178)
+    assert ar.busbw_gbytes_per_s <= 12.5 * 4096 / 4178 * 1.001
+    assert res.latency_us.size > 10 and res.latency_us.min() > 2.0
+    assert res.p50_us == pytest.approx(np.percentile(res.latency_us, 50))
+    assert res.p50_us <= res.p99_us <= res.p999_us
+    for nic in fab.nic_names:
+        assert NIC_COUNTERS <= set(res.counters[nic])
+    assert SWITCH_COUNTERS <= set(res.counters["leaf0/Ethernet0"])
+    assert all(isinstance(v, int) for c in res.counters.values() for v in c.values())
+    assert set(res.uplink_bytes) == {"leaf0/Ethernet16", "leaf0/Ethernet20",
+                                     "leaf1/Ethernet16", "leaf1/Ethernet20"}
+    # what the NICs sent across leaves is what the uplinks carried
+    assert sum(res.uplink_bytes.values()) > 0
+    ts = res.timeseries
+    assert set(ts) == {"t_us", "queue_bytes", "paused", "rate_gbps"}
+    assert 0 < len(ts["t_us"]) <= 2000 and np.all(np.diff(ts["t_us"]) > 0)
+    assert res.timeseries_port in res.counters
+    assert res.steps == round(res.sim_time_us / res.dt_us) and res.wall_s > 0
+    json.dumps(res.to_dict())
+
+
+def test_stepping_matches_one_shot_and_counters_are_cumulative() -> None:
+    fab = Fabric(Topology())
+    one = simulate(fab, _quick_workload(fab), seed=2)
+    sim = Simulation(fab, _quick_workload(fab), seed=2)
+    prev = 0
+    while not sim.done:
+        sim.advance(137.0)
+        c = sim.counters()
+        tx = c["host0/mlx5_0"]["tx_prio3_bytes"]
+        assert tx >= prev
+        prev = tx
+    stepped = sim.result()
+    assert stepped.counters == one.counters
+    assert [c.iteration_times_us for c in stepped.collectives] == \
+        [c.iteration_times_us for c in one.collectives]
+    assert np.array_equal(stepped.latency_us, one.latency_us)
+
+
+def test_canary_settings_apply_only_where_set() -> None:
+    # A canary slice: aggressive ECN on leaf0 only; marks appear only on leaf0's queues.
+    fab = Fabric(Topology(leaves=2, spines=1, hosts_per_leaf=4))
+    for sw in fab.switch_names:
+        fab.set_ecn(sw, EcnConfig(enabled=False))
+    fab.set_ecn("leaf0", EcnConfig(1_000, 10_000, 1.0))
+    n = fab.nic_names
+    wl = Workload(background=[Background("incast", 1.0, 3, [n[0], n[1], n[2], n[3]]),
+                              Background("incast", 1.0, 3, [n[4], n[5], n[6], n[7]])])
+    res = simulate(fab, wl, max_time_us=2000)
+    marks = {p: c["queue3_ecn_marked_pkts"] for p, c in res.counters.items()
+             if "queue3_ecn_marked_pkts" in c}
+    assert marks["leaf0/Ethernet0"] > 0
+    assert all(v == 0 for p, v in marks.items() if not p.startswith("leaf0/"))
+    assert res.counters["host1/mlx5_0"]["rp_cnp_handled"] > 0
+    assert res.counters["host5/mlx5_0"]["rp_cnp_handled"] == 0
+
+
+def test_lossy_background_drops_but_roce_stays_lossless() -> None:
+    # Backup traffic in a lossy class (TC0) overflowing the buffer is dropped; the RoCE class
+    # on the same ports keeps zero discards (PFC protects it).
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=9, buffer_bytes=2 * 2**20))
+    n = fab.nic_names
+    wl = Workload(collectives=[Collective("all_reduce", 2**20, n[4:9], iterations=2)],
+                  background=[Background("incast", 1.0, 3, n[0:4], priority="other",
+                                         lossless=False)])
+    res = simulate(fab, wl, max_time_us=20_000)
+    c = res.counters["sw0/Ethernet0"]
+    drops0 = sum(v.get("queue0_drop_pkts", 0) for v in res.counters.values())
+    assert drops0 > 0
+    assert sum(v.get("queue3_drop_pkts", 0) for v in res.counters.values()) == 0
+    assert c["queue0_tx_bytes"] > 0
+    assert res.collectives[0].completed
+
+
+def test_headroom_overflow_is_the_only_lossless_drop_and_data_is_resent() -> None:
+    # [PFC]: bytes in flight after XOFF land in headroom; a headroom smaller than the round
+    # trip overflows and the lossless class drops (counted), yet the collective completes.
+    topo = Topology(kind="single_switch", hosts_per_leaf=5, headroom_bytes=1000,
+                    link_delay_us=2.0)
+    fab = Fabric(topo)
+    fab.set_ecn("sw0", EcnConfig(enabled=False))
+    wl = Workload(collectives=[Collective("alltoall", 8 * 2**20, fab.nic_names, iterations=1)],
+                  background=[Background("incast", 1.0, 4)])
+    res = simulate(fab, wl, max_time_us=50_000)
+    drops = sum(v.get("queue3_drop_pkts", 0) for v in res.counters.values())
+    assert drops > 0
+    assert res.collectives[0].completed
+    ok = simulate(Fabric(Topology(kind="single_switch", hosts_per_leaf=5, link_delay_us=2.0)),
+                  wl, max_time_us=50_000)
+    assert sum(v.get("queue3_drop_pkts", 0) for v in ok.counters.values()) == 0
+
+
+def test_long_pauses_are_reported_as_pfc_storms() -> None:
+    # PFC watchdog model: an egress queue paused continuously for longer than the detection
+    # time is reported (SONiC pfcwd "storm detected"); a big resume offset holds XOFF long.
+    # 3:1 incast across one spine, so pauses reach the spine's and the leaf's egress queues.
+    def run(detect_us: float) -> SimResult:
+        fab = Fabric(Topology(leaves=2, spines=1, hosts_per_leaf=4, uplink_gbps=400,
+                              resume_offset_bytes=3 * 2**20, pfcwd_detect_us=detect_us))
+        for sw in fab.switch_names:
+            fab.set_ecn(sw, EcnConfig(enabled=False))
+        n = fab.nic_names
+        wl = Workload(background=[Background("incast", 1.0, 3, [n[0], n[4], n[5], n[6]])])
+        return simulate(fab, wl, max_time_us=5_000)
+
+    hot = run(100.0)
+    assert hot.storms and all(pr == 3 and 0 <= t < 5_000 for _, pr, t in hot.storms)
+    switch_ports = [p for p, _, _ in hot.storms if p.startswith(("spine", "leaf"))]
+    nic_ports = [p for p, _, _ in hot.storms if p.startswith("host")]
+    assert switch_ports and nic_ports
+    for port in switch_ports:
+        assert hot.counters[port]["pfcwd3_storm_detected"] == 1
+        assert hot.counters[port]["pfc3_rx_pause_us"] >= 100
+    for port in nic_ports:
+        assert hot.counters[port]["rx_prio3_pause_duration"] >= 100
+    assert run(200_000.0).storms == []
+
+
+def test_unloaded_probe_latency_is_propagation_plus_serialisation() -> None:
+    # 2 hops of 1 µs cable + (64 + 82) bytes at 100 Gb/s per hop
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=4))
+    res = simulate(fab, Workload(probes=Probes(pairs=2, interval_us=10)), max_time_us=1000)
+    assert res.p50_us == pytest.approx(2 * (1.0 + 146 / 12_500), rel=0.01)
+
+
+def test_bad_inputs_raise_clear_errors() -> None:
+    fab = Fabric(Topology())
+    with pytest.raises(KeyError, match="unknown NIC"):
+        Simulation(fab, Workload(collectives=[Collective("alltoall", 1, ["host0/mlx5_0",
+                                                                          "hostX"])]))
+    with pytest.raises(ValueError, match="dt_us"):
+        Simulation(fab, Workload(), dt_us=2.0)
+    with pytest.raises(ValueError, match="op"):
+        Collective("broadcast", 1, fab.nic_names)
+    with pytest.raises(ValueError, match="fan_in"):
+        Simulation(fab, Workload(background=[Background("incast", 1.0, 8)]))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_example_scenarios_run_from_the_cli(path: Path, capsys: pytest.CaptureFixture[str],
+                                            ) -> None:
+    assert cli_main([str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"collectives", "latency", "counters", "uplink_bytes", "sim_time_us"} <= set(out)
+    fab, wl, opts = load_scenario(path)
+    assert fab.nic_names and (wl.collectives or wl.background)
+
+
+def test_scenario_errors_name_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload:\n  collectives:\n    - {op: all_reduce, size_bytes: 10, "
+                   "ranks: all, itterations: 3}\n")
+    with pytest.raises(ScenarioError, match=r"bad.yaml: workload.collectives\[0\].*itterations"):
+        load_scenario(bad)
+    with pytest.raises(ScenarioError, match="ecn.leaf7: unknown switch"):
+        build_scenario({"ecn": {"leaf7": {}}, "workload": {}})
+    with pytest.raises(ScenarioError, match="workload: required"):
+        build_scenario({"topology": {"leaves": 2}})
+    assert cli_main([str(bad)]) == 2
