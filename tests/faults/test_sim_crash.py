@@ -16,30 +16,17 @@ from pathlib import Path
 import pytest
 
 from safety.journal import Journal
-from tests.faults.conftest import ECNTUNE, sim_experiment, start_run, wait_until
+from tests.faults.conftest import (
+    ECNTUNE,
+    finished_trials,
+    lost_trials,
+    sim_experiment,
+    start_run,
+    wait_until,
+)
 from tuner.cluster.statefile import read_state
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def finished_trials(results: Path) -> dict[int, str]:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = f"sqlite:///{results / 'optuna.db'}"
-    (summary,) = optuna.get_all_study_summaries(storage=storage)
-    study = optuna.load_study(study_name=summary.study_name, storage=storage)
-    return {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
-
-
-def lost_trials(results: Path) -> int:
-    """Trials the tuner itself closed in the journal (restored after measuring) that Optuna
-    does not hold as finished: a completed trial lost by the fault. The trial in flight when
-    the tuner died (closed later by ``recover``) never completed and is not counted."""
-    closed = {e.trial for e in Journal(results / "journal.jsonl").entries()
-              if any(o in ("restored", "kept") for o in e.outcomes)}
-    states = finished_trials(results)
-    return sum(1 for n in closed if states.get(n) not in ("COMPLETE", "PRUNED", "FAIL"))
 
 
 def dirty_targets(results: Path) -> int:
