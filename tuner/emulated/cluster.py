@@ -20,61 +20,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tuner.emulated import _procs
 from tuner.emulated import hosts as hostmod
 from tuner.emulated import state as st
 from tuner.emulated import switches as swmod
+from tuner.emulated._scripts import BASHENV_SH, SESSION_SH
 from tuner.errors import ConfigError, TunerError
 
 SSHD = "/usr/sbin/sshd"
-SSH_KEYGEN = "ssh-keygen"
 # command name -> module under tuner.emulated.tools
 TOOLS = {
     "ethtool": "ethtool", "mlnx_qos": "mlnx_qos", "ip": "ip", "mpirun": "mpirun",
     "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
     "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
 }
-# ForceCommand of every target: sshd runs commands through the login shell, and bash run by
-# sshd reads ~/.bashrc instead of $BASH_ENV; the nested bash started here is no longer "run by
-# sshd" (SHLVL >= 2), so it sources $BASH_ENV (the refused-write hook below).
-SESSION_SH = """#!/bin/sh
-SHLVL=${SHLVL:-0}
-[ "$SHLVL" -ge 1 ] 2>/dev/null || SHLVL=1
-export SHLVL
-if [ -n "$SSH_ORIGINAL_COMMAND" ]; then
-    exec /bin/bash -c "$SSH_ORIGINAL_COMMAND"
-fi
-exec /bin/bash --rcfile "$BASH_ENV" -i
-"""
-# Sourced by every non-interactive bash of a session (BASH_ENV). A knob listed in
-# <root>/<name>/refused_writes rejects writes the way the firmware does: `echo 5 > knob` (or
-# printf) fails with "write error: <errno text>", exit status 1, and the file keeps its value.
-# The redirection has already truncated the file when the builtin runs, so the hook writes the
-# saved value back. Other writers (tee, dd, python) are not intercepted.
-BASHENV_SH = r"""# ecntune emulated cluster: refused-write hook (see tuner/emulated/cluster.py)
-__ecntune_refused_write() {
-    local __builtin=$1 __pid=$2 __list __t __path __value __text
-    __list="$ECNTUNE_EMU_ROOT/$ECNTUNE_EMU_NAME/refused_writes"
-    [ -s "$__list" ] || return 1
-    __t=$(readlink "/proc/$__pid/fd/1" 2>/dev/null) || return 1
-    while read -r __path __value __text; do
-        if [ "$__t" = "$__path" ]; then
-            builtin printf '%s\n' "$__value" >"$__path"
-            builtin printf 'bash: line %s: %s: write error: %s\n' \
-                "${BASH_LINENO[1]:-1}" "$__builtin" "$__text" >&2
-            return 0
-        fi
-    done <"$__list"
-    return 1
-}
-echo() {
-    if __ecntune_refused_write echo "$BASHPID"; then return 1; fi
-    builtin echo "$@"
-}
-printf() {
-    if __ecntune_refused_write printf "$BASHPID"; then return 1; fi
-    builtin printf "$@"
-}
-"""
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
 PCI = "0000:3b:00.0"
@@ -299,7 +258,7 @@ class EmulatedCluster:
             if not orig.exists():
                 p.rename(orig)
             p.unlink(missing_ok=True)
-        _keygen(key, comment=f"root@{target}-rotated").wait()
+        _procs.keygen(key, comment=f"root@{target}-rotated").wait()
         os.chmod(key, 0o600)
         self._start_sshd([target], 10.0)
 
@@ -324,11 +283,11 @@ class EmulatedCluster:
     def kill_sessions(self, target: str) -> int:
         """Drop every open SSH connection (and its commands) of one target; returns how many."""
         killed = 0
-        for pid in _pids_with_env(st.ENV_ROOT, str(self.root), st.ENV_NAME, target):
-            killed += _kill(pid, signal.SIGKILL)
+        for pid in _procs.pids_with_env(st.ENV_ROOT, str(self.root), st.ENV_NAME, target):
+            killed += _procs.kill(pid, signal.SIGKILL)
         listener = self.targets[target].pid
-        for pid in _descendants(listener) if listener else []:
-            killed += _kill(pid, signal.SIGKILL)
+        for pid in _procs.descendants(listener) if listener else []:
+            killed += _procs.kill(pid, signal.SIGKILL)
         return killed
 
     # -- accessors ---------------------------------------------------------------------------
@@ -361,11 +320,11 @@ class EmulatedCluster:
     def _write_keys(self) -> None:
         procs = []
         if not self.client_key.exists():
-            procs.append(_keygen(self.client_key, comment="ecntune-emulated-client"))
+            procs.append(_procs.keygen(self.client_key, comment="ecntune-emulated-client"))
         for name in self.targets:
             key = self.keys_dir / f"{name}_host_ed25519"
             if not key.exists():
-                procs.append(_keygen(key, comment=f"root@{name}"))
+                procs.append(_procs.keygen(key, comment=f"root@{name}"))
         for p in procs:
             if p.wait() != 0:
                 err = p.stderr.read().decode(errors="replace") if p.stderr else ""
@@ -606,92 +565,21 @@ class EmulatedCluster:
             pass
         if pid is None:
             return
-        if _is_sshd(pid):
-            sessions = _descendants(pid)
-            _kill(pid, signal.SIGTERM)
+        if _procs.is_sshd(pid):
+            sessions = _procs.descendants(pid)
+            _procs.kill(pid, signal.SIGTERM)
             for child in sessions:  # open connections die with the "machine"
-                _kill(child, signal.SIGKILL)
-            _wait_gone(pid, 3.0)
+                _procs.kill(child, signal.SIGKILL)
+            _procs.wait_gone(pid, 3.0)
         pidfile.unlink(missing_ok=True)
         self.targets[name].pid = None
 
     def _kill_env_processes(self) -> None:
         for _ in range(3):
-            pids = _pids_with_env(st.ENV_ROOT, str(self.root))
+            pids = _procs.pids_with_env(st.ENV_ROOT, str(self.root))
             if not pids:
                 return
             for pid in pids:
-                _kill(pid, signal.SIGKILL)
+                _procs.kill(pid, signal.SIGKILL)
             for pid in pids:
-                _wait_gone(pid, 2.0)
-
-
-def _keygen(path: Path, comment: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _kill(pid: int, sig: int) -> int:
-    try:
-        os.kill(pid, sig)
-        return 1
-    except (ProcessLookupError, PermissionError):
-        return 0
-
-
-def _is_sshd(pid: int) -> bool:
-    try:
-        return b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
-
-
-def _wait_gone(pid: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":  # zombie of a parent we do not own
-            return
-        time.sleep(0.01)
-
-
-def _descendants(pid: int) -> list[int]:
-    """All processes below ``pid`` (per-connection sshd processes, shells, tools)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
-    out: list[int] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def _pids_with_env(key: str, value: str, key2: str | None = None,
-                   value2: str | None = None) -> list[int]:
-    """Processes whose environment has ``key=value`` (and ``key2=value2``), except ourselves."""
-    want = f"{key}={value}".encode()
-    want2 = f"{key2}={value2}".encode() if key2 else None
-    me = os.getpid()
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == me:
-            continue
-        try:
-            env = (d / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if want in env and (want2 is None or want2 in env):
-            out.append(int(d.name))
-    return out
+                _procs.wait_gone(pid, 2.0)
