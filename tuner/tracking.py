@@ -64,6 +64,7 @@ class TrialRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     measurement_path: str | None = None
     detail: str = ""  # what a rejection/rollback was about (safety.limits.Violation text)
+    artifact_dir: str | None = None  # more files for the run (``tuner.plots.write_trial_files``)
 
 
 def trial_metrics(m: Any) -> dict[str, float]:
@@ -189,12 +190,23 @@ class Tracker:
                         params=[Param(k, str(v)) for k, v in sorted(rec.params.items())])
             if rec.measurement_path and Path(rec.measurement_path).exists():
                 c.log_artifact(rid, rec.measurement_path)
+            if rec.artifact_dir and Path(rec.artifact_dir).is_dir():
+                c.log_artifacts(rid, rec.artifact_dir)
             status = "FINISHED" if rec.state in ("COMPLETE", "PRUNED") else "FAILED"
             c.set_terminated(rid, status=status)
             return str(rid)
         except Exception as exc:
             self._fail(f"trial {rec.number}", exc)
             return None
+
+    def log_dir(self, folder: str | Path, artifact_path: str) -> None:
+        """Upload a folder into the parent run (the study report and its plots)."""
+        if not self.enabled or self.parent_run_id is None:
+            return
+        try:
+            self.client().log_artifacts(self.parent_run_id, str(folder), artifact_path)
+        except Exception as exc:
+            self._fail(f"artifacts {artifact_path}", exc)
 
     def end_study(self, metrics: dict[str, float], summary: dict[str, Any],
                   status: str = "FINISHED") -> None:

@@ -1,0 +1,173 @@
+"""A real MLflow tracking server for the review tests, started once per session.
+
+``mlflow server --workers 1`` with ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` on a SQLite
+store copied from a template (creating a store runs every migration, ~7 s) and a free port on
+127.0.0.1 (~5 s, ~500 MB). Two short studies of the quick experiment run against it through
+its HTTP tracking URI: ``before`` and ``after`` a workload-mix change, so ``history`` has two
+studies to compare. Everything here is session-scoped: the tests only read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = ROOT / "experiments" / "quick.yaml"
+TRIALS = 5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    start_s: float = 0.0
+
+    def get(self, endpoint: str, **params: str) -> Any:
+        """GET a REST endpoint, JSON-decoded."""
+        return json.loads(self.raw(endpoint, **params))
+
+    def post(self, endpoint: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(f"{self.url}{endpoint}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def raw(self, endpoint: str, **params: str) -> bytes:
+        from urllib.parse import urlencode
+
+        q = f"?{urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url}{endpoint}{q}", timeout=30) as r:
+            return bytes(r.read())
+
+
+@pytest.fixture(scope="session")
+def review_mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty, fully migrated MLflow SQLite store (copy it, never write to it)."""
+    from tuner.tracking import Tracker
+
+    db = tmp_path_factory.mktemp("review-mlflow-template") / "mlflow.db"
+    Tracker(f"sqlite:///{db}", "unused", db.parent).client().search_experiments()
+    return db
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory,
+                  review_mlflow_template: Path) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("mlflow-server")
+    db = home / "mlflow.db"
+    shutil.copy(review_mlflow_template, db)
+    port = free_port()
+    log = home / "server.log"
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
+           "--artifacts-destination", str(home / "mlartifacts"), "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    server = Server(url=f"http://127.0.0.1:{port}", proc=proc, log=log)
+    t0 = time.monotonic()
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"mlflow server exited with {proc.returncode}:\n"
+                            f"{log.read_text(errors='replace')[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mlflow server not up after 90 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.25)
+        server.start_s = time.monotonic() - t0
+        yield server
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@dataclass
+class Study:
+    name: str
+    results: Path
+    storage: str
+    tracking_uri: str
+    experiment: str
+    result: Any  # tuner.loop.StudyResult
+    seconds: float = 0.0
+
+
+def quick_yaml(alltoall_weight: float | None = None) -> str:
+    """experiments/quick.yaml as shipped, or with the AlltoAll weight of its mix changed."""
+    import yaml
+
+    text = QUICK.read_text(encoding="utf-8")
+    if alltoall_weight is None:
+        return text
+    doc = yaml.safe_load(text)
+    parts = [p for p in doc["workload"]["parts"] if p.get("op") == "alltoall"]
+    assert parts, "experiments/quick.yaml has no alltoall part: update tests/review"
+    for p in parts:
+        p["weight"] = alltoall_weight
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
+def run_study(name: str, yaml_text: str, results: Path, tracking_uri: str) -> Study:
+    from tuner.experiment import parse_experiment
+    from tuner.loop import StudyRunner, build_cluster
+
+    exp = parse_experiment(yaml_text, str(QUICK))
+    exp = exp.model_copy(update={
+        "results_dir": str(results),
+        "budget": exp.budget.model_copy(update={"trials": TRIALS}),
+        "tracking": exp.tracking.model_copy(update={"uri": tracking_uri})})
+    t0 = time.monotonic()
+    cluster = build_cluster(exp)
+    with cluster:
+        res = StudyRunner(exp, yaml_text, cluster, study_name=name).run()
+    return Study(name=name, results=results, storage=exp.storage_url,
+                 tracking_uri=tracking_uri, experiment=exp.tracking_experiment, result=res,
+                 seconds=time.monotonic() - t0)
+
+
+@pytest.fixture(scope="session")
+def studies(mlflow_server: Server, tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, Study]:
+    """Two short quick-experiment studies logged to the server: ``before`` and ``after`` a
+    mix change (AlltoAll weight -> 4), sharing one results folder and Optuna storage."""
+    results = tmp_path_factory.mktemp("review-results")
+    return {
+        "before": run_study("review-before", quick_yaml(), results, mlflow_server.url),
+        "after": run_study("review-after", quick_yaml(alltoall_weight=4), results,
+                           mlflow_server.url),
+    }
