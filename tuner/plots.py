@@ -59,12 +59,12 @@ def _style() -> Any:
                                           "axes.titleweight": "bold"}])
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as PNG and free it."""
+def save(fig: Figure, path: str | Path, tight: bool = True) -> Path:
+    """Write ``fig`` as PNG and free it (``tight=False`` skips a second layout pass)."""
     plt = _plt()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=DPI, bbox_inches="tight")
+    fig.savefig(p, dpi=DPI, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return p
 
@@ -341,16 +341,18 @@ def knob_slices(trials: Sequence[TrialOutcome], baseline: dict[str, int] | None 
         fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.6 * rows), sharey=True,
                                  squeeze=False)
         flat = [a for row in axes for a in row]
+        marks = {"ok": (OK, "o", 26), "baseline": (BASE, "*", 120),
+                 "rolled_back": (ROLLED, "X", 40), "rejected": (REJECTED, "v", 30)}
         for ax, name in zip(flat, names, strict=False):
+            groups: dict[str, tuple[list[float], list[float]]] = {}
             for t in trials:
-                if name not in t.values:
-                    continue
-                k = kind(t.verdict)
-                y = t.score if t.score is not None else bottom
-                st = {"ok": (OK, "o", 26), "baseline": (BASE, "*", 120),
-                      "rolled_back": (ROLLED, "X", 40), "rejected": (REJECTED, "v", 30)}
-                c, m, size = st.get(k, (FAILED, "s", 26))
-                ax.scatter([t.values[name]], [y], c=c, marker=m, s=size, zorder=3)
+                if name in t.values:
+                    xs, ys = groups.setdefault(kind(t.verdict), ([], []))
+                    xs.append(t.values[name])
+                    ys.append(t.score if t.score is not None else bottom)
+            for k, (xs, ys) in groups.items():
+                c, m, size = marks.get(k, (FAILED, "s", 26))
+                ax.scatter(xs, ys, c=c, marker=m, s=size, zorder=3)
             vals = [t.values[name] for t in trials if t.values.get(name, 0) > 0]
             if vals and max(vals) / min(vals) > 30:
                 ax.set_xscale("log")
@@ -412,7 +414,7 @@ def timeseries(ts: Timeseries, kmin_bytes: int | None = None,
             ax_r.plot(t[: len(ts.rate_gbps)], ts.rate_gbps, c="#9467bd", lw=1.2)
         ax_r.set_ylabel("mean flow rate\n(Gbit/s)")
         ax_r.set_xlabel("simulated time (ms); red bands = PFC paused")
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.09, right=0.98, top=0.92, bottom=0.12, hspace=0.08)
     return fig
 
 
@@ -464,7 +466,7 @@ def write_trial_files(out_dir: str | Path, values: dict[str, int], baseline: dic
     ts = Timeseries.from_raw(m.raw)
     if ts is not None and ts.t_us:
         save(timeseries(ts, values.get("kmin_bytes"), values.get("kmax_bytes")),
-             out / "timeseries.png")
+             out / "timeseries.png", tight=False)
     return out
 
 
