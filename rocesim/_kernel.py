@@ -159,6 +159,45 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
 
 
 @njit(cache=True)
+def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray, c: int,
+               cap: float) -> None:
+    """Max-min share of ``cap`` among the offers (``OFFER`` column) of flows idx[i0:i1] in
+    class ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L."""
+    n = 0
+    for i in range(i0, i1):
+        f = idx[i]
+        if f_cls[f] == c and ff[f, OFFER] > 0.0:
+            n += 1
+    if n == 0:
+        return
+    level = cap / n
+    for _ in range(16):
+        sat = 0.0
+        unsat = 0
+        for i in range(i0, i1):
+            f = idx[i]
+            if f_cls[f] != c:
+                continue
+            x = ff[f, OFFER]
+            if x <= 0.0:
+                continue
+            if x <= level:
+                sat += x
+            else:
+                unsat += 1
+        if unsat == 0:
+            break
+        new = (cap - sat) / unsat
+        if new <= level * (1.0 + 1e-9):
+            break
+        level = new
+    for i in range(i0, i1):
+        f = idx[i]
+        if f_cls[f] == c and ff[f, OFFER] > level:
+            ff[f, OFFER] = level
+
+
+@njit(cache=True)
 def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -> None:
     """One DCQCN increase event (timer or byte counter), ConnectX stage semantics."""
     thr = par[n, P_THRESHOLD]
@@ -203,7 +242,7 @@ def run(
     ts_every, ts_n, ts_t, ts_q, ts_paused, ts_rate,
     # scratch
     serve_frac, serve_bytes, nic_tot, sh_used, pmark, qprev, qseen, arr, nfl, burst,
-    f_pair, pair_stamp, live, n_live, slot_out, slot_hist,
+    f_pair, pair_stamp, live, n_live, slot_out, slot_hist, lrate, nic_idx, nic_ptr,
 ):
     """Advance ``n_steps`` steps from step ``t0``; returns the step reached.
 
@@ -548,8 +587,13 @@ def run(
             d0 = nic_tot[ln, 0]
             d1 = nic_tot[ln, 1]
             s0, s1 = _wrr(l_cap[ln] * dt, d0, d1, w_roce, 0, 0)
-            serve_bytes[ln, 0] = s0 / d0 if d0 > 0.0 else 0.0
-            serve_bytes[ln, 1] = s1 / d1 if d1 > 0.0 else 0.0
+            serve_bytes[ln, 0] = 1.0
+            serve_bytes[ln, 1] = 1.0
+            # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
+            if s0 < d0 * (1.0 - 1e-12):
+                _waterfill(ff, nic_idx, nic_ptr[ln], nic_ptr[ln + 1], f_cls, 0, s0)
+            if s1 < d1 * (1.0 - 1e-12):
+                _waterfill(ff, nic_idx, nic_ptr[ln], nic_ptr[ln + 1], f_cls, 1, s1)
         for jf in range(n_live[0]):
             f = live[jf]
             x = ff[f, OFFER]
@@ -557,7 +601,6 @@ def run(
                 continue
             ln = f_path[f, 0]
             c = f_cls[f]
-            x *= serve_bytes[ln, c]
             ff[f, REMAIN] -= x
             ff[f, SENT] += x
             ff[f, INFL] += x
@@ -656,6 +699,7 @@ def run(
                     for f in range(g_f0[g], g_f1[g]):
                         ff[f, REMAIN] = 0.0
                         ff[f, INFL] = 0.0
+                        ff[f, OFFER] = 0.0
                     # the group is over: drop its flows from the live list (exact: they never
                     # send again, so their DCQCN state no longer matters)
                     k = 0
@@ -674,10 +718,10 @@ def run(
                 half = ts_n[0] // 2
                 for k in range(half):
                     ts_t[k] = ts_t[2 * k + 1]
-                    ts_rate[k] = ts_rate[2 * k + 1]
                     for ln in range(n_links):
                         ts_q[k, ln] = ts_q[2 * k + 1, ln]
                         ts_paused[k, ln] = ts_paused[2 * k + 1, ln]
+                        ts_rate[k, ln] = ts_rate[2 * k + 1, ln]
                 ts_n[0] = half
                 ts_every[0] *= 2
             k = ts_n[0]
@@ -685,16 +729,20 @@ def run(
             for ln in range(n_links):
                 ts_q[k, ln] = qprev[ln, 0] + qprev[ln, 1] + burst[ln, 0, 3] + burst[ln, 1, 3]
                 ts_paused[k, ln] = xoff_hist[slot_hist[ln], ln, 0]
-            tot = 0.0
-            cnt = 0
+                lrate[ln, 0] = 0.0
+                lrate[ln, 1] = 0.0
+            # mean DCQCN rate of the sending flows routed through each link
             for jf in range(n_live[0]):
                 f = live[jf]
                 if ff[f, REMAIN] > 0.0:
                     r = ff[f, RC]
                     if f_cap[f] < r:
                         r = f_cap[f]
-                    tot += r
-                    cnt += 1
-            ts_rate[k] = tot / cnt if cnt > 0 else 0.0
+                    for h in range(f_hops[f]):
+                        ln = f_path[f, h]
+                        lrate[ln, 0] += r
+                        lrate[ln, 1] += 1.0
+            for ln in range(n_links):
+                ts_rate[k, ln] = lrate[ln, 0] / lrate[ln, 1] if lrate[ln, 1] > 0.0 else 0.0
             ts_n[0] = k + 1
     return t

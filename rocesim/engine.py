@@ -218,7 +218,8 @@ class Simulation:
         self.ts_t = np.zeros(TS_POINTS)
         self.ts_q = np.zeros((TS_POINTS, n_links), dtype=np.float32)
         self.ts_paused = np.zeros((TS_POINTS, n_links), dtype=np.int8)
-        self.ts_rate = np.zeros(TS_POINTS)
+        self.ts_rate = np.zeros((TS_POINTS, n_links), dtype=np.float32)
+        self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
 
     def _build_flows(self, line: float) -> None:
@@ -334,6 +335,11 @@ class Simulation:
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int64)
         self.cnp_ring = np.zeros((ring2, n_f), dtype=np.int64)
+        # flows grouped by their first link (the sending NIC port), CSR style
+        first = self.f_path[:, 0] if n_f else np.zeros(0, dtype=np.int64)
+        self.nic_idx = np.argsort(first, kind="stable").astype(np.int64)
+        self.nic_ptr = np.searchsorted(first[self.nic_idx], np.arange(len(self.fabric.links) + 1)
+                                       ).astype(np.int64)
         self.live = np.arange(n_f, dtype=np.int64)
         self.n_live = np.array([n_f], dtype=np.int64)
         n_g = len(wl.collectives)
@@ -420,7 +426,7 @@ class Simulation:
             self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used, self.pmark,
             self.qprev, self.qseen, self.arr, self.nfl, self.burst,
             self.f_pair, self.pair_stamp, self.live, self.n_live, self.slot_out,
-            self.slot_hist,
+            self.slot_hist, self.lrate, self.nic_idx, self.nic_ptr,
         ))
         self.wall_s += time.perf_counter() - t0
 
@@ -536,7 +542,7 @@ class Simulation:
             ts = {"t_us": self.ts_t[:n_ts].copy(),
                   "queue_bytes": qs[:, busiest].astype(np.float64),
                   "paused": self.ts_paused[:n_ts, busiest].astype(np.int64),
-                  "rate_gbps": self.ts_rate[:n_ts] * 8.0 / 1e3}
+                  "rate_gbps": self.ts_rate[:n_ts, busiest].astype(np.float64) * 8.0 / 1e3}
         return SimResult(
             collectives=cols, latency_us=lat, p50_us=p50, p99_us=p99, p999_us=p999,
             counters=self.counters(), uplink_bytes=uplinks, storms=storms,

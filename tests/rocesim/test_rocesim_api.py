@@ -256,3 +256,19 @@ def test_scenario_errors_name_file_and_field(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="workload: required"):
         build_scenario({"topology": {"leaves": 2}})
     assert cli_main([str(bad)]) == 2
+
+
+def test_nic_port_is_shared_max_min_between_qps() -> None:
+    # Two QPs on one 100G port, one capped at 10 Gb/s: the arbiter gives it all 10 and the
+    # other the remaining 90 (max-min), not a proportional 9.1 / 90.9.
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=3))
+    n = fab.nic_names
+    wl = Workload(background=[Background("incast", 0.1, 1, [n[1], n[0]]),
+                              Background("incast", 1.0, 1, [n[2], n[0]])])
+    sim = Simulation(fab, wl, max_time_us=2000)
+    sim.advance(1000)
+    d0 = sim.flow_stats()["delivered_bytes"].copy()
+    sim.advance(1000)
+    rates = (sim.flow_stats()["delivered_bytes"] - d0) * 8 / 1000 / 1e3
+    eff = fab.topo.efficiency
+    assert rates == pytest.approx([10 * eff, 90 * eff], rel=0.01)
