@@ -109,3 +109,42 @@ def test_sigterm_and_ctrl_c_restore_before_exit(tmp_path: Path, reliability, sig
                        "baseline, told the trial FAIL (interrupted), exit 130",
                        dirty_targets=dirty_targets(results), trials_lost=lost,
                        restore_s=restore_s)
+
+
+@pytest.mark.slow
+def test_mlflow_store_unavailable_then_back(tmp_path: Path, reliability) -> None:
+    """The MLflow store cannot be opened for a whole study: tuning stays safe, every trial is
+    in Optuna, and once the store is back `ecntune resume` logs each one exactly once."""
+    exp = sim_experiment(tmp_path, trials=3, iterations=20, max_time_us=50_000)
+    blocker = tmp_path / "store"
+    blocker.write_text("not a directory")  # sqlite cannot create store/mlflow.db
+    uri = f"sqlite:///{blocker / 'mlflow.db'}"
+    exp.write_text(exp.read_text().replace("tracking: {enabled: false}",
+                                           f"tracking: {{enabled: true, uri: '{uri}'}}"))
+    results = tmp_path / "results"
+    run = subprocess.run([*ECNTUNE, "run", str(exp), "--quiet"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=240)
+    assert run.returncode == 0, run.stderr
+    states = finished_trials(results)
+    assert len(states) == 4 and all(s in ("COMPLETE", "PRUNED", "FAIL")
+                                    for s in states.values())
+    assert dirty_targets(results) == 0
+    blocker.unlink()
+    blocker.mkdir()  # the store is back
+    res = subprocess.run([*ECNTUNE, "resume", "--results", str(results), "--quiet"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=240)
+    assert res.returncode == 0, res.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    (mexp,) = [e for e in client.search_experiments() if e.name == "ecntune/faults"]
+    runs = client.search_runs([mexp.experiment_id])
+    trials = sorted(int(r.data.tags["ecntune.trial"]) for r in runs
+                    if "ecntune.trial" in r.data.tags)
+    assert trials == sorted(states)  # each trial logged once, none missing
+    lost = len(set(states) - set(trials))
+    reliability.record("MLflow store unavailable for a whole study",
+                       "tuning went on (failures reported, canary restored after every "
+                       "trial); all trials kept in Optuna and logged exactly once by "
+                       "`ecntune resume` when the store was back",
+                       dirty_targets=dirty_targets(results), trials_lost=lost, restore_s=None)
