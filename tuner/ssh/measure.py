@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from objectives.measurement import CollectiveResult, Measurement
 from tuner.drivers._mlx5 import expected_counters
-from tuner.errors import MeasurementError, SafetyAbort
+from tuner.errors import MeasurementError, ParseError, SafetyAbort
 from tuner.ssh.shell import check, q
 from tuner.ssh.transport import CommandError, RemoteProcess
 
@@ -230,14 +230,19 @@ def collective_results(text: str, parts: list[CollectivePart], inv: Inventory
         if rc is None:
             raise MeasurementError(f"{what}: no exit status (killed or cut short): "
                                    f"{_tail(chunk)}")
-        if rc != 0:
-            raise MeasurementError(f"{what} exited {rc}: {_tail(chunk)}")
-        parsed = parse_nccl_tests(chunk)
+        try:
+            parsed = parse_nccl_tests(chunk)
+        except ParseError as exc:
+            if rc != 0:
+                raise MeasurementError(f"{what} exited {rc}: {_tail(chunk)}") from None
+            raise MeasurementError(f"{what}: unreadable output: {exc}") from None
         if parsed.nccl_warnings:
             raise MeasurementError(f"{what}: {parsed.nccl_warnings[0]}")
-        if parsed.failed:
+        if parsed.failed:  # nccl-tests also exits 1 then: say why
             raise MeasurementError(f"{what}: data check failed (#wrong = {parsed.wrong_total}"
-                                   f", out of bounds = {parsed.out_of_bounds})")
+                                   f", out of bounds = {parsed.out_of_bounds}; exit {rc})")
+        if rc != 0:
+            raise MeasurementError(f"{what} exited {rc}: {_tail(chunk)}")
         rows = parsed.collective_results(part.op, parsed.nranks or np_,
                                          line_rate_gbytes_per_s=line_rate)
         row = next((r for r in rows if r.size_bytes == part.size_bytes), None)

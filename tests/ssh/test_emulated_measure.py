@@ -1,0 +1,106 @@
+"""Measurements over SSH on the emulated cluster: results, failures with their reason, absent
+counters, and the live monitor stopping remote processes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from objectives.measurement import Counters
+from tuner.cluster.ssh import SshCluster
+from tuner.emulated.cluster import EmulatedCluster
+from tuner.errors import MeasurementError, SafetyAbort
+from tuner.inventory import load_inventory
+from tuner.workload import Workload
+
+pytestmark = pytest.mark.ssh
+
+SMALL = Workload(parts=[{"kind": "collective", "op": "all_reduce", "size_bytes": 1 << 20,
+                         "iterations": 2},
+                        {"kind": "probe", "size_bytes": 64}], time_limit_s=60)
+COLL_ONLY = Workload(parts=SMALL.collectives, time_limit_s=60)
+
+
+@pytest.fixture
+def cluster(emulated_cluster: EmulatedCluster) -> Iterator[SshCluster]:
+    with SshCluster(load_inventory(emulated_cluster.inventory_path)) as c:
+        yield c
+
+
+def test_measure_returns_busbw_latency_and_counter_deltas(cluster: SshCluster) -> None:
+    m = cluster.measure(SMALL)
+    [coll] = m.collectives
+    assert (coll.name, coll.size_bytes, coll.ranks) == ("all_reduce", 1 << 20, 4)
+    assert 0 < coll.busbw_gbytes_per_s <= coll.line_rate_gbytes_per_s == 12.5  # 100 Gb/s NICs
+    assert m.latency is not None and m.latency.count == 5000
+    assert 0 < m.latency.p50_us <= m.latency.p99_us <= m.latency.max_us
+    assert "all_reduce_perf" in m.raw["nccl"] and "t_typical" in m.raw["perftest"]
+    assert m.counters.total("tx_prio3_packets") > 0  # the collective's traffic, per NIC
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ({"nccl_warn": "NET/IB : Got completion from peer with error 12"},
+         "NCCL WARN NET/IB : Got completion from peer with error 12"),
+        ({"nccl_wrong": 3}, "data check failed (#wrong = "),
+        ({"exit_code": {"mpirun": 2}}, "all_reduce_perf -b 1048576 exited 2"),
+    ],
+)
+def test_a_bad_run_is_a_failed_measurement_with_its_reason(
+        cluster: SshCluster, emulated_cluster: EmulatedCluster, fault: dict[str, object],
+        reason: str) -> None:
+    emulated_cluster.inject("host0", **fault)  # host0 is the launcher
+    with pytest.raises(MeasurementError) as err:
+        cluster.measure(COLL_ONLY)
+    assert reason in str(err.value)
+
+
+def test_a_measurement_past_its_time_limit_fails_and_stops(
+        cluster: SshCluster, emulated_cluster: EmulatedCluster) -> None:
+    emulated_cluster.inject("host0", hang={"mpirun": 60})
+    quick = SMALL.model_copy(update={"time_limit_s": 2.0})
+    t0 = time.monotonic()
+    with pytest.raises(MeasurementError, match="timed out after 2 s"):
+        cluster.measure(quick)
+    assert time.monotonic() - t0 < 20
+
+
+def test_absent_counters_are_reported_not_zeroed(cluster: SshCluster,
+                                                 emulated_cluster: EmulatedCluster) -> None:
+    # PFC off on host2's RoCE priority: mlx5 then has no rx_prio3_pause* counters at all.
+    cluster.pool["host2"].run("mlnx_qos -i ens1f0np0 --pfc 0,0,0,0,0,0,0,0")
+    after = cluster.counters()
+    assert "rx_prio3_pause" not in after.ports["host2/mlx5_0"]
+    assert after.ports["host1/mlx5_0"]["rx_prio3_pause"] >= 0
+    m = cluster.measure(SMALL)
+    note = next(n for n in m.notes if n.startswith("host2/mlx5_0: counters absent"))
+    assert "rx_prio3_pause" in note and "only where PFC is on" in note
+    assert not any(n.startswith("host1/mlx5_0") for n in m.notes)
+
+
+class _AbortOnFirstPoll:
+    interval_s = 0.2
+
+    def __init__(self) -> None:
+        self.seen: list[Counters] = []
+
+    def poll(self, counters: Counters, elapsed_s: float) -> None:
+        self.seen.append(counters)
+        raise SafetyAbort("pause_storm", f"test at {elapsed_s:.1f} s")
+
+
+def test_a_safety_abort_stops_the_remote_processes(
+        cluster: SshCluster, emulated_cluster: EmulatedCluster) -> None:
+    from tests.ssh.test_emulated import _stand_ins
+
+    emulated_cluster.inject("host0", hang={"mpirun": 60})  # a run that would go on and on
+    mon = _AbortOnFirstPoll()
+    with pytest.raises(SafetyAbort, match="pause_storm"):
+        cluster.measure(SMALL, mon)
+    assert len(mon.seen) == 1 and "host0/mlx5_0" in mon.seen[0].ports
+    time.sleep(0.5)
+    assert _stand_ins(emulated_cluster, "mpirun") == []
+    assert _stand_ins(emulated_cluster, "ib_write_lat") == []
