@@ -1,0 +1,169 @@
+"""Plots and the report: the pure helpers on hand-made trials (exact numbers), then the report
+of a real short study (the session's ``before`` study) through ``ecntune report``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from objectives.measurement import CollectiveResult
+from tests.review.conftest import Study
+from tuner import plots
+from tuner.cli import main
+from tuner.cluster.sim import timeseries_json
+from tuner.loop import TrialOutcome
+from tuner.report import (
+    StudyView,
+    change,
+    headline_rows,
+    load,
+    markdown,
+    render_html,
+    verdict_rows,
+    write_report,
+)
+
+BASE_VALUES = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5}
+
+
+def outcome(n: int, verdict: str, score: float | None, **metrics: float) -> TrialOutcome:
+    values = dict(BASE_VALUES) if verdict == "baseline" else {
+        "kmin_bytes": 10_000 * (n + 1), "kmax_bytes": 40_000 * (n + 1), "pmax_percent": n + 1}
+    state = {"ok": "COMPLETE", "baseline": "COMPLETE", "rolled_back": "PRUNED",
+             "rejected": "PRUNED"}.get(verdict.split(":")[0], "FAIL")
+    return TrialOutcome(number=n, state=state, verdict=verdict, values=values, score=score,
+                        metrics={"score": score, **metrics} if score is not None else metrics,
+                        is_baseline=verdict == "baseline")
+
+
+TRIALS = [
+    outcome(0, "baseline", 0.30, busbw_norm=0.20, p99_us=900.0, pause_us_per_s=50.0),
+    outcome(1, "ok", 0.25, busbw_norm=0.18, p99_us=500.0, pause_us_per_s=10.0),
+    outcome(2, "rolled_back:pfc_storm", None, pause_us_per_s=600_000.0),
+    outcome(3, "ok", 0.40, busbw_norm=0.30, p99_us=300.0, pause_us_per_s=0.0),
+    outcome(4, "rejected:kmax_above_xoff", None),
+    outcome(5, "ok", 0.35, busbw_norm=0.35, p99_us=700.0, pause_us_per_s=5.0),
+    outcome(6, "failed:measurement", None),
+]
+
+
+def view() -> StudyView:
+    return StudyView(name="hand", storage="sqlite:///x.db", mode="scalar", trials=TRIALS,
+                     baseline=TRIALS[0], best=TRIALS[3],
+                     verdict_details={2: "leaf0/Ethernet0: paused 61.0% of the time"})
+
+
+def test_best_so_far_skips_unscored_and_rolled_back() -> None:
+    assert plots.best_so_far(TRIALS) == [(0, 0.30), (1, 0.30), (3, 0.40), (5, 0.40)]
+
+
+def test_pareto_front_busbw_up_p99_down() -> None:
+    pts = [(t.number, t.metrics["busbw_norm"], t.metrics["p99_us"]) for t in TRIALS
+           if "busbw_norm" in t.metrics]
+    # trial 5 has the most busbw, trial 3 the lowest p99; 0 and 1 are dominated by 3
+    assert plots.pareto_front(pts) == [5, 3]
+    assert plots.pareto_front([(1, 1.0, 1.0), (2, 1.0, 1.0)]) == [1]
+
+
+def test_kind_groups_verdicts() -> None:
+    assert [plots.kind(t.verdict) for t in TRIALS] == [
+        "baseline", "ok", "rolled_back", "ok", "rejected", "ok", "failed"]
+    assert plots.kind("interrupted") == "other"
+
+
+def test_iteration_busbw_scales_by_time() -> None:
+    c = CollectiveResult(name="all_reduce", size_bytes=1 << 22, ranks=8, time_us=150.0,
+                         algbw_gbytes_per_s=5.0, busbw_gbytes_per_s=10.0,
+                         iteration_times_us=[100.0, 200.0])
+    assert plots.iteration_busbw(c) == [15.0, 7.5]  # mean time 150 µs -> 10 GB/s
+
+
+def test_settings_diff_rows() -> None:
+    rows = plots.settings_diff({"kmin_bytes": 524_288, "kmax_bytes": 2_097_152,
+                                "pmax_percent": 20}, BASE_VALUES)
+    assert rows == [
+        {"knob": "kmin_bytes", "unit": "bytes", "baseline": 1_048_576, "trial": 524_288,
+         "changed": True, "ratio": 0.5},
+        {"knob": "kmax_bytes", "unit": "bytes", "baseline": 2_097_152, "trial": 2_097_152,
+         "changed": False, "ratio": 1.0},
+        {"knob": "pmax_percent", "unit": "%", "baseline": 5, "trial": 20, "changed": True,
+         "ratio": 4.0}]
+
+
+def test_timeseries_roundtrip_through_sim_raw(tmp_path: Path) -> None:
+    n = 1000
+    res = SimpleNamespace(timeseries_port="leaf0/Ethernet3", timeseries={
+        "t_us": np.arange(n, dtype=float), "queue_bytes": np.full(n, 2048.0),
+        "paused": np.r_[np.zeros(500, dtype=np.int64), np.ones(500, dtype=np.int64)],
+        "rate_gbps": np.full(n, 50.0)})
+    raw = json.loads(timeseries_json(res, points=400))
+    assert len(raw["t_us"]) == 334  # every 3rd of 1000 samples: at most 400
+    ts = plots.Timeseries.from_raw({"rocesim_timeseries": json.dumps(raw)})
+    assert ts is not None and ts.port == "leaf0/Ethernet3"
+    assert ts.t_us[:3] == [0.0, 3.0, 6.0] and sum(ts.paused) == 167
+    assert plots.Timeseries.from_raw({"rocesim": "{}"}) is None
+    png = plots.save(plots.timeseries(ts, 1000, 4000), tmp_path / "ts.png", tight=False)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_change_classes() -> None:
+    assert change(100.0, 50.0, False) == ("-50.0 %", "good")
+    assert change(100.0, 50.0, True) == ("-50.0 %", "bad")
+    assert change(0.0, 7.0, None) == ("new", "info")
+    assert change(3.0, 3.0, True) == ("±0 %", "same")
+
+
+def test_report_tables_and_html_from_hand_made_trials() -> None:
+    v = view()
+    rows = {r[0]: r for r in headline_rows(v)}
+    assert rows["score"][1:] == ["0.3", "0.4", "+33.3 %", "good"]
+    assert rows["probe p99 latency (µs)"][3:] == ["-66.7 %", "good"]
+    head, vrows = verdict_rows(v)
+    assert [r[1] for r in vrows] == ["rolled_back:pfc_storm", "rejected:kmax_above_xoff",
+                                     "failed:measurement"]
+    assert "paused 61.0% of the time" in vrows[0][2]
+    assert "PFC would pause before ECN" in vrows[1][2]
+    assert v.improvement_percent == pytest.approx(33.333, rel=1e-3)
+    page = render_html(v, {"convergence": b"\x89PNG-fake"})
+    assert page.count("data:image/png;base64,") == 1
+    assert "Trial 3 beats the baseline: score 0.3000 → 0.4000 (+33.3 %)." in page
+    assert not re.search(r"(src|href)=['\"](?!data:)", page)  # nothing outside the file
+    md = markdown(v, {"convergence": "img/convergence.png"})
+    assert "| **kmin_bytes** | bytes | 1,048,576 | **40,000** |" in md
+    assert "![Convergence](img/convergence.png)" in md
+
+
+def test_report_of_a_real_study(studies: dict[str, Study], tmp_path: Path) -> None:
+    st = studies["before"]
+    v = load(st.name, st.storage)
+    assert [t.number for t in v.trials] == [t.number for t in st.result.trials]
+    assert v.best is not None and st.result.best is not None
+    assert v.best.number == st.result.best.number
+    files = write_report(v, tmp_path / "rep")
+    page = files.html.read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == len(files.images) >= 3
+    assert not re.search(r"(src|href)=['\"](?!data:)", page)
+    not_ok = [t for t in st.result.trials if t.verdict.split(":")[0] not in ("ok", "baseline")]
+    assert len(verdict_rows(v)[1]) == len(not_ok)
+    for name, path in files.images.items():
+        assert path.read_bytes()[:4] == b"\x89PNG", name
+
+
+def test_ecntune_report_cli(studies: dict[str, Study], tmp_path: Path) -> None:
+    st = studies["after"]
+    out = tmp_path / "cli-report"
+    res = CliRunner().invoke(main, ["report", "--storage", st.storage, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"study {st.name}:" in res.output  # the newest study is the default
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert md.startswith(f"# ecntune study `{st.name}`")
+    assert "## Recommended settings" in md and "## Convergence" in md
+    assert (out / "img" / "convergence.png").is_file()
+    bad = CliRunner().invoke(main, ["report", "nope", "--storage", st.storage])
+    assert bad.exit_code == 2 and "no study 'nope'" in bad.output
