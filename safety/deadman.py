@@ -28,8 +28,9 @@ Why each piece is there:
   timer from a killed run keeps its own token and its own baseline.
 * ``date +%s``: epoch seconds (GNU coreutils, BusyBox and BSD ``date`` all print it); the
   remaining commands (``sh``, ``mkdir``, ``mv``, ``cat``, ``sleep``, ``kill``) are POSIX.
-* every restore command runs even if an earlier one failed (``|| rc=1``), so one refused
-  write does not leave the other knobs on the trial value; the status lands in ``<token>.rc``.
+* every restore command runs in its own subshell (``( ... ) || rc=1``): a ``cd`` in one does
+  not move the next, and one refused write does not stop the others from putting their knobs
+  back; the overall status lands in ``<token>.rc``, the output in ``<token>.log``.
 
 Replies: every command prints one status word on its first line (``armed``, ``renewed``,
 ``disarmed``, ``fired``, ``firing``, ``missing``) and exits 0, so the transport's exit-status
@@ -87,7 +88,7 @@ class DeadmanTimer:
         """The timer itself (run by ``sh -c``): wait for the deadline, claim, restore."""
         if not restore:
             raise ValueError(f"{self.target}: no restore commands for the dead-man timer")
-        steps = "; ".join(f"{{ {cmd}\n}} || rc=1" for cmd in restore)
+        steps = "; ".join(f"( {cmd} ) || rc=1" for cmd in restore)
         return (
             f"while :; do "
             f"[ -e {self._f('armed')} ] || exit 0; "

@@ -135,3 +135,41 @@ def test_tokens_and_paths_are_checked():
         DeadmanTimer.new("h").arm_command([], 5)
     with pytest.raises(ValueError):
         parse_reply("bash: syntax error")
+
+
+def _doc_example() -> str:
+    """The dead-man section of docs/real-cluster.md, regenerated from the code."""
+    import yaml
+
+    from tuner.drivers.mlx5_sysfs import Mlx5SysfsDriver
+    from tuner.inventory import parse_inventory
+    from tuner.settings import DcqcnSettings
+
+    text = DOC.read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    h = parse_inventory(yaml.safe_load(example), "docs/real-cluster.md example").hosts[0]
+    restore = Mlx5SysfsDriver(None, h).write_command(  # type: ignore[arg-type]
+        DcqcnSettings(rpg_time_reset=150, rpg_ai_rate=20), DcqcnSettings())
+    t = DeadmanTimer(h.nic, "gpu01_mlx5_0-5f1c2a9e7b3d")
+    out = [f"For host `{h.name}` (OFED sysfs layout), a trial that set `rpg_time_reset=150 "
+           f"rpg_ai_rate=20`, a\n60 s timeout and the token `{t.token}`:\n"]
+    for title, cmd in (
+            ("arm (before the trial's write; prints `armed <token> <pid>`)",
+             t.arm_command([restore], 60)),
+            ("renew (every timeout/3 while the trial runs; prints `renewed`, or `fired rc=N` "
+             "if it is too late)", t.renew_command(60)),
+            ("disarm + clean up (after the verified restore; prints `disarmed`, or `fired "
+             "rc=N`)", f"{t.disarm_command()}; {t.cleanup_command()}"),
+            ("status", t.status_command())):
+        out.append(f"- {title}:\n\n  ```sh\n  {cmd}\n  ```\n")
+    return "\n".join(out)
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "real-cluster.md"
+
+
+def test_docs_show_the_exact_dead_man_commands() -> None:
+    shown = DOC.read_text().split("<!-- deadman:start -->\n", 1)[1].split(
+        "<!-- deadman:end -->", 1)[0]
+    assert shown == _doc_example()
+    assert "nohup sh -c" in shown and "printf" in shown
