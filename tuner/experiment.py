@@ -175,6 +175,9 @@ class BudgetSpec(BaseModel):
     model_config = _STRICT
     trials: int = Field(default=20, ge=1, le=100_000)  # proposals after the baseline trial 0
     wall_time_s: float = Field(default=3600.0, gt=0)
+    # After the study, the best trial and the baseline are each re-measured this many times
+    # (fresh runs), so the reported improvement is not a lucky single measurement.
+    confirm_repeats: int = Field(default=3, ge=0, le=50)
 
 
 class SamplerSpec(BaseModel):

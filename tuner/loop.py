@@ -178,6 +178,7 @@ class StudyResult:
     interrupted: str | None = None
     tracking_failures: list[str] = field(default_factory=list)
     mlflow_experiment_id: str | None = None
+    confirmation: dict[str, Any] | None = None
 
     @property
     def improvement_percent(self) -> float | None:
@@ -520,6 +521,48 @@ class StudyRunner:
                                   m=m or partial, sc=bad, extra_metrics=extra, detail=detail)
 
     # The study -----------------------------------------------------------------------------
+    def _confirm(self) -> None:
+        """Re-measure the best trial and the baseline ``confirm_repeats`` times each.
+
+        The best of many noisy single measurements is biased upwards (winner's curse); fresh
+        repeats give the improvement the final table reports. A repeat the live monitor aborts
+        marks the winner unconfirmed. Stored as the study user attr ``confirmation``.
+        """
+        assert self.desc is not None and self.baseline_settings is not None
+        n = self.exp.budget.confirm_repeats
+        best, _ = recommended(self.study)
+        if n <= 0 or best is None or best.is_baseline:
+            return
+        self.on_event("confirm", {"trial": best.number, "repeats": n})
+        settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
+                                    best.values)
+        best_scores: list[float] = []
+        problem = ""
+        entry = self.journal.begin(self.study_name, best.number, settings.targets(),
+                                   self.baseline_settings, settings)
+        try:
+            self.cluster.apply(settings)
+            if self.cluster.read_back() != settings:
+                raise ApplyError("read-back differs from the best trial's settings")
+            for _ in range(n):
+                m = self._measure(LiveMonitor(self.exp.safety))
+                found = judge(m, self.exp.safety, self.baseline_measurement)
+                if found:
+                    problem = f"rolled_back:{found[0].code}"
+                    break
+                best_scores.append(score(m, self.cfg).scalar)
+        except SafetyAbort as exc:
+            problem = f"rolled_back:{exc.reason}"
+        except (ApplyError, MeasurementError) as exc:
+            problem = f"failed: {exc}"
+        finally:
+            self._restore()
+            self.journal.end(entry, "restored")
+        base_scores = [score(self._measure(None), self.cfg).scalar for _ in range(n)]
+        conf = {"trial": best.number, "repeats": n, "best_scores": best_scores,
+                "baseline_scores": base_scores, "problem": problem}
+        self.study.set_user_attr("confirmation", conf)
+
     def _promote_best(self) -> str:
         """Re-apply the best trial's settings and verify them; journal ``kept``."""
         assert self.desc is not None and self.baseline_settings is not None
@@ -580,6 +623,7 @@ class StudyRunner:
                     used += 1
                 best, _ = recommended(self.study)
                 self.on_event("trial", {"outcome": out, "best": best, "used": used})
+            self._confirm()
         except KeyboardInterrupt as exc:
             interrupted = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
             raise Interrupted(interrupted) from None
@@ -622,6 +666,10 @@ class StudyRunner:
             metrics["best_trial"] = best.number
             if base is not None and base.score is not None:
                 metrics["improvement_percent"] = improvement_percent(best.score, base.score)
+        conf = confirmation(self.study)
+        if conf is not None:
+            metrics.update({f"confirmed_{k}": v for k, v in conf.items()
+                            if isinstance(v, float)})
         summary = {"study": self.study_name, "best_trial": best.number if best else None,
                    "best_values": best.values if best else None,
                    "interrupted": interrupted, "failed": failed}
@@ -644,7 +692,23 @@ class StudyRunner:
             mode=self.exp.objective.mode, baseline=base, best=best, pareto=front,
             trials=trials, final=final, final_settings=final_settings,
             tracking_failures=list(self.tracker.failures),
-            mlflow_experiment_id=self.tracker.experiment_id)
+            mlflow_experiment_id=self.tracker.experiment_id,
+            confirmation=confirmation(self.study))
+
+
+def confirmation(study: Any) -> dict[str, Any] | None:
+    """The confirmation repeats (see ``StudyRunner._confirm``) with means and the gain."""
+    conf = study.user_attrs.get("confirmation")
+    if not conf or not conf.get("baseline_scores"):
+        return None
+    out = dict(conf)
+    base = sum(conf["baseline_scores"]) / len(conf["baseline_scores"])
+    out["baseline_score"] = base
+    if conf.get("best_scores"):
+        best = sum(conf["best_scores"]) / len(conf["best_scores"])
+        out["best_score"] = best
+        out["improvement_percent"] = improvement_percent(best, base)
+    return out
 
 
 def default_study_name(exp: Experiment) -> str:

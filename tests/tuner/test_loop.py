@@ -80,6 +80,15 @@ def test_study_baseline_trials_mlflow_and_restore(tiny: Tiny) -> None:
     assert parent.data.params["experiment"] == "tiny"
     assert "baseline_score" in parent.data.metrics
     assert parent.info.status == "FINISHED"
+    # The winner and the baseline were re-measured (fresh runs) before the report.
+    if res.best is not None and not res.best.is_baseline:
+        conf = res.confirmation
+        assert conf is not None and conf["trial"] == res.best.number
+        assert len(conf["baseline_scores"]) == 2
+        assert len(conf["best_scores"]) == 2 or conf["problem"]
+        assert parent.data.metrics["confirmed_baseline_score"] == conf["baseline_score"]
+        assert Journal(exp.results_path / "journal.jsonl").entries()[-1].outcomes == [
+            "restored"]
 
 
 def test_rejected_proposals_are_never_applied(tiny: Tiny) -> None:

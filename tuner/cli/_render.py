@@ -34,6 +34,15 @@ def _fmt(v: float | None, digits: int = 4) -> str:
     return f"{v:.{digits}g}"
 
 
+def _spread(xs: list[float]) -> str:
+    """``mean ± sample standard deviation`` of a few scores."""
+    mean = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return f"{mean:.4f}"
+    sd = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+    return f"{mean:.4f} ± {sd:.4f}"
+
+
 class LiveProgress:
     """Progress bar: trial n/N, best score so far, last verdict."""
 
@@ -70,6 +79,9 @@ class LiveProgress:
             if out.score is not None:
                 last += f" {out.score:.4f}"
             self.progress.update(self.task, completed=data["used"], best=best_txt, last=last)
+        elif kind == "confirm":
+            self.console.print(f"confirming: best trial {data['trial']} and the baseline, "
+                               f"{data['repeats']} fresh measurements each", highlight=False)
         elif kind == "stale":
             self.console.print(f"closed trials left running by a killed process: "
                                f"{data['trials']}")
@@ -142,6 +154,18 @@ def print_result(console: Console, res: StudyResult) -> None:
             console.print(f"best trial {res.best.number} beats the baseline: score "
                           f"{res.baseline.score:.4f} -> {res.best.score:.4f} ({imp:+.1f} %)",
                           highlight=False)
+            conf = res.confirmation
+            if conf is not None and conf.get("trial") == res.best.number:
+                if "improvement_percent" in conf and not conf.get("problem"):
+                    console.print(
+                        f"confirmed over {conf['repeats']} fresh measurements each: baseline "
+                        f"{_spread(conf['baseline_scores'])} -> best "
+                        f"{_spread(conf['best_scores'])} "
+                        f"({conf['improvement_percent']:+.1f} %)", highlight=False)
+                else:
+                    console.print(f"[yellow]NOT confirmed[/]: re-measuring trial "
+                                  f"{res.best.number} gave {conf.get('problem') or 'no score'}",
+                                  highlight=False)
             console.print(settings_table(res.baseline.values, res.best.values,
                                          "recommended settings (* = changed)"))
     if res.mode == "multi" and res.pareto:
