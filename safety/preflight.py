@@ -143,8 +143,9 @@ def _reachable(facts: PreflightFacts) -> tuple[list[HostFacts], list[SwitchFacts
 
 
 def check_facts(facts: PreflightFacts) -> list[CheckResult]:
+    targets: list[HostFacts | SwitchFacts] = [*facts.hosts, *facts.switches]
     out = [_r("facts", t.name, "fail", f"facts not collected: {t.error}")
-           for t in (*facts.hosts, *facts.switches) if t.error is not None]
+           for t in targets if t.error is not None]
     if not facts.hosts:
         out.append(_r("facts", "canary", "fail", "no canary hosts"))
     return out
