@@ -47,7 +47,7 @@ class SshOptions(BaseModel):
     max_parallel: int = Field(default=8, ge=1, le=256)
     connect_retries: int = Field(default=3, ge=1, le=20)
     retry_backoff_s: float = Field(default=0.5, ge=0, le=60)
-    fanout_workers: int = Field(default=16, ge=1, le=256)
+    fanout_workers: int = Field(default=32, ge=1, le=256)
 
 
 class _Target(BaseModel):

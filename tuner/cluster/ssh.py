@@ -118,6 +118,9 @@ class SshCluster(Cluster):
     def _fan(self, fn: Any, keys: list[str]) -> dict[str, Outcome[Any]]:
         """Run ``fn(driver)`` per Settings key, through the pool (one outcome per key)."""
         drivers = self.drivers()
+        # Switches first: their CLIs are the slow path, so they should not queue behind hosts.
+        nics = {h.nic for h in self.inventory.hosts}
+        keys = sorted(keys, key=lambda k: k in nics)
         by_conn = {self._conn_of[k]: k for k in keys}
         res = self.pool.fan_out(lambda c: fn(drivers[by_conn[c.name]]), list(by_conn))
         return {by_conn[c]: o for c, o in res.items()}
