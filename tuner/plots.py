@@ -142,9 +142,8 @@ def convergence(trials: Sequence[TrialOutcome], title: str = "") -> Figure:
         if base is not None and base.score is not None:
             ax.axhline(base.score, ls="--", c=BASE, lw=1, alpha=0.6)
         if any(t.score is None for t in trials):
-            ax.axhline(bottom, c=REJECTED, lw=0.6, alpha=0.5)
-            ax.text(0.995, bottom, "no score ", transform=ax.get_yaxis_transform(),
-                    ha="right", va="bottom", fontsize=8, color=REJECTED)
+            ax.axhline(bottom, c=REJECTED, lw=0.6, alpha=0.5, ls=":",
+                       label="bottom line: no score (not applied / aborted)")
         ax.set_xlabel("trial")
         ax.set_ylabel("score (higher is better)")
         ax.set_title(title or "Convergence: score per trial")

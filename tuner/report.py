@@ -218,6 +218,8 @@ def change(b: float | None, w: float | None, up: bool | None) -> tuple[str, str]
     if b == 0:
         return "new", "info"
     pct = (w - b) / abs(b) * 100
+    if round(pct, 1) == 0:
+        return "±0 %", "same"
     if up is None:
         return f"{pct:+.1f} %", "info"
     return f"{pct:+.1f} %", "good" if (pct > 0) == up else "bad"
@@ -381,8 +383,10 @@ box-shadow:0 1px 3px rgba(0,0,0,.08)}
 font-size:13px;color:#fff}
 .b-ok{background:#1f77b4}.b-baseline{background:#111}.b-rolled_back{background:#d62728}
 .b-rejected{background:#8c8c8c}.b-failed,.b-other{background:#ff7f0e}
-table{border-collapse:collapse;background:#fff;font-size:13.5px;margin:6px 0 10px;
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0 10px;
 box-shadow:0 1px 2px rgba(0,0,0,.06)}
+details summary{cursor:pointer;color:#58606b;font-size:13.5px;margin:4px 0}
 th,td{padding:5px 10px;border-bottom:1px solid #e5e7eb;text-align:right}
 th{background:#eef0f3;font-weight:600}td:first-child,th:first-child{text-align:left}
 td.why{text-align:left;max-width:420px;color:#3b424b}
@@ -407,7 +411,7 @@ def _html_table(head: list[str], rows: list[list[str]], cls_col: int | None = No
     if not rows:
         return "<p class=meta>none</p>"
     width = len(head)
-    out = ["<table><tr>" + "".join(f"<th>{_h(c)}</th>" for c in head) + "</tr>"]
+    out = ["<div class=scroll><table><tr>" + "".join(f"<th>{_h(c)}</th>" for c in head) + "</tr>"]
     for r in rows:
         tr = "<tr class=changed>" if changed_col is not None and r[changed_col] else "<tr>"
         cells = []
@@ -419,7 +423,7 @@ def _html_table(head: list[str], rows: list[list[str]], cls_col: int | None = No
                 attr = " class=why"
             cells.append(f"<td{attr}>{_h(c)}</td>")
         out.append(tr + "".join(cells) + "</tr>")
-    return "".join(out) + "</table>"
+    return "".join(out) + "</table></div>"
 
 
 def _cards(view: StudyView) -> str:
@@ -456,6 +460,9 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
                 f"<img alt='{_h(spec[1])}' src='data:image/png;base64,{data}'></figure>")
 
     settings = settings_rows(view)
+    changed = [r for r in settings if r[4]]
+    same = [r for r in settings if not r[4]]
+    cols = ["knob", "unit", "baseline", "recommended"]
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>ecntune study {_h(view.name)}</title>",
@@ -469,9 +476,11 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
         "<div class=grid><div><h2>Baseline vs best</h2>",
         _html_table(["metric", "baseline", "best", "change"], headline_rows(view), cls_col=4),
         "</div><div><h2>Recommended settings</h2>",
-        f"<p class=meta>Changed knobs in bold. <code>ecntune export {_h(view.name)}</code> "
-        "prints the commands.</p>",
-        _html_table(["knob", "unit", "baseline", "recommended"], settings, changed_col=4),
+        f"<p class=meta>{len(changed)} knobs changed. <code>ecntune export {_h(view.name)}"
+        "</code> prints the commands.</p>",
+        _html_table(cols, changed, changed_col=4),
+        f"<details><summary>{len(same)} knobs unchanged</summary>"
+        f"{_html_table(cols, same)}</details>" if same else "",
         "</div></div>",
         fig("best_vs_baseline"), fig("pareto"), fig("importance"), fig("knob_slices"),
         "<h2>Best trials</h2>", _html_table(*best_rows(view)),
