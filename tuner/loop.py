@@ -308,7 +308,7 @@ class StudyRunner:
             **{f"safety.{k}": v for k, v in exp.safety.model_dump().items()},
         }
         tags = {"ecntune.version": __version__, "ecntune.study": self.study_name,
-                "ecntune.storage": exp.storage_url}
+                "ecntune.storage": exp.storage_url, "ecntune.cluster": self.desc.name}
         texts = {"experiment.yaml": redact(self.exp_yaml),
                  "search_space.json": json.dumps(self.space.describe(), indent=2),
                  "fabric.json": self.desc.model_dump_json(indent=2)}
