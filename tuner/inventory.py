@@ -225,7 +225,8 @@ class Inventory(BaseModel):
         return self
 
     def target(self, name: str) -> HostEntry | SwitchEntry:
-        for t in (*self.hosts, *self.switches):
+        targets: list[HostEntry | SwitchEntry] = [*self.hosts, *self.switches]
+        for t in targets:
             if t.name == name:
                 return t
         raise KeyError(name)

@@ -177,7 +177,7 @@ class SshCluster(Cluster):
                 before[drv.target] = drv.write(wanted[drv.target])
             except WriteError as exc:
                 if exc.before is not None:  # the command ran: the device may be half-changed
-                    before[drv.target] = exc.before
+                    before[drv.target] = exc.before  # type: ignore[assignment]
                     touched.add(drv.target)
                 raise
             if before[drv.target] != wanted[drv.target]:
@@ -221,6 +221,9 @@ class SshCluster(Cluster):
             raise
         except Exception as exc:  # a bug or an unexpected remote answer: keep the reason
             raise MeasurementError(f"measurement failed: {type(exc).__name__}: {exc}") from exc
+
+    def __enter__(self) -> SshCluster:
+        return self
 
     def close(self) -> None:
         self.pool.close()

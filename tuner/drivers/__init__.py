@@ -40,7 +40,7 @@ def detect_command(host: HostEntry, runner: Runner | None = None) -> str:
 
 def nic_driver(runner: Runner, host: HostEntry) -> Mlx5Driver:
     """The mlx5 driver for ``host``, detecting the layout when the inventory says ``auto``."""
-    layout = host.nic_layout
+    layout: str = host.nic_layout
     if layout == "auto":
         layout = runner.run(detect_command(host)).stdout.strip()
         if layout not in NIC_LAYOUTS:

@@ -36,7 +36,8 @@ BEFORE, AFTER = "==ecntune:before-write==", "==ecntune:after-write=="  # shell-s
 class Runner(Protocol):
     """What a driver needs from a connection (``tuner.ssh.transport.Connection``)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def run(self, command: str, *, timeout_s: float | None = None, check: bool = True,
             sudo: bool | None = None, retry_dropped: bool = True) -> Result: ...
@@ -93,7 +94,7 @@ class Driver(ABC, Generic[S]):
 
     def write_command(self, current: S, settings: S) -> str:
         """The single command of ``write``: read, mark, write what differs, mark, read."""
-        steps = self.write_steps(current, settings)
+        steps: list[str] = self.write_steps(current, settings)
         read = self.read_command()
         return " && ".join([read, f"echo {shlex.quote(BEFORE)}", *steps,
                             f"echo {shlex.quote(AFTER)}", read])

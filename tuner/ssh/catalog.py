@@ -66,14 +66,14 @@ def catalog(inv: Inventory) -> list[Planned]:
                         drv.counters_command(), h.sudo),
             ]
     for s in inv.switches:
-        drv = switch_driver(None, s)  # type: ignore[arg-type]
+        sw = switch_driver(None, s)  # type: ignore[arg-type]
         out += [
-            Planned(s.name, "read ECN (snapshot, read-back)", drv.read_command(), s.sudo),
+            Planned(s.name, "read ECN (snapshot, read-back)", sw.read_command(), s.sudo),
             Planned(s.name, "write ECN, lowering thresholds (example values)",
-                    drv.write_command(EcnSettings(), LOW), s.sudo),
+                    sw.write_command(EcnSettings(), LOW), s.sudo),
             Planned(s.name, "write ECN, raising thresholds (example values)",
-                    drv.write_command(LOW, EcnSettings()), s.sudo),
-            Planned(s.name, "counters", drv.counters_command(), s.sudo),
+                    sw.write_command(LOW, EcnSettings()), s.sudo),
+            Planned(s.name, "counters", sw.counters_command(), s.sudo),
         ]
     la = inv.launcher
     launcher = next(h for h in inv.hosts if h.name == la.host)
