@@ -3,6 +3,7 @@ tools keeping state on disk, faults injected through faults.json (tuner.emulated
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,3 +216,35 @@ def _endpoint(emu: EmulatedCluster, name: str, **over: Any) -> Any:
     from tuner.cluster.ssh import endpoints
 
     return replace(endpoints(_inventory(emu))[name], **over)
+
+
+@pytest.mark.skipif(shutil.which("sudo") is None, reason="sudo not installed")
+def test_sudo_hosts_run_every_command_under_sudo_n(emu: EmulatedCluster) -> None:
+    data = yaml.safe_load(Path(emu.inventory_path).read_text())
+    for h in data["hosts"]:
+        h["sudo"] = True  # the emulated user is root: `sudo -n` needs no password
+    inv = parse_inventory(data)
+    with SshCluster(inv) as c:
+        who = c.pool["host1"].run("id -u; echo ${SUDO_USER:-none}").stdout.split()
+        assert who == ["0", "root"]  # really went through sudo (SUDO_USER is set by sudo)
+        base = c.snapshot()
+        new = _new(base)
+        c.apply(new)
+        assert c.read_back() == new
+        c.apply(base)
+        assert c.read_back() == base
+
+
+def test_an_unknown_wred_profile_is_refused_before_any_write(emu: EmulatedCluster) -> None:
+    data = yaml.safe_load(Path(emu.inventory_path).read_text())
+    sonic = next(s for s in data["switches"] if s["platform"] == "sonic")
+    sonic["wred_profile"] = "NOT_CONFIGURED"
+    with SshCluster(parse_inventory(data)) as c:
+        with pytest.raises(ApplyError, match="'NOT_CONFIGURED' does not exist on the switch"):
+            c.snapshot()
+        before = emu.state(sonic["name"])["config_db"]["WRED_PROFILE"]
+        with pytest.raises(ApplyError):
+            c.apply(Settings(switches={sonic["name"]: EcnSettings(kmin_bytes=5_000,
+                                                                  kmax_bytes=9_000)}))
+        assert emu.state(sonic["name"])["config_db"]["WRED_PROFILE"] == before
+        assert "NOT_CONFIGURED" not in before
