@@ -26,6 +26,9 @@ class CollectivePart(BaseModel):
     weight: float = Field(default=1.0, ge=0)
     channels: int = Field(default=4, ge=1, le=64)  # ring channels (NCCL_MIN_NCHANNELS-like)
     qps_per_connection: int = Field(default=1, ge=1, le=16)  # NCCL_IB_QPS_PER_CONNECTION
+    # NCCL_ALGO / NCCL_PROTO for real runs (e.g. "Ring", "^NVLS", "Simple"); rocesim ignores them.
+    nccl_algo: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9]+(,[A-Za-z0-9]+)*$")
+    nccl_proto: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9]+(,[A-Za-z0-9]+)*$")
 
 
 class BackgroundPart(BaseModel):

@@ -125,3 +125,12 @@ def test_absent_counters_are_noted_not_zeroed(inv: Any) -> None:
     assert "np_cnp_sent" not in h1
     assert any(n.startswith("leaf0/Ethernet4: counters absent") for n in notes)
     assert after.ports["host1/mlx5_0"].get("rx_prio3_pause") is None
+
+
+def test_workload_nccl_settings_reach_every_rank(inv: Any) -> None:
+    part = CollectivePart(op="all_reduce", size_bytes=4096, nccl_algo="^NVLS", nccl_proto="Simple",
+                          qps_per_connection=4)
+    cmd = nccl_command(inv, part)
+    assert "NCCL_ALGO='^NVLS' NCCL_PROTO=Simple NCCL_IB_QPS_PER_CONNECTION=4 mpirun" in cmd
+    assert "-x NCCL_ALGO -x NCCL_PROTO -x NCCL_IB_QPS_PER_CONNECTION /opt" in cmd
+    assert "NCCL_MIN_NCHANNELS" not in cmd  # left at its default: NCCL decides

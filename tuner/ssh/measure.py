@@ -44,12 +44,26 @@ def hostlist(inv: Inventory) -> tuple[int, str]:
     return len(names) * gpus, hl
 
 
+def part_env(part: CollectivePart) -> dict[str, str]:
+    """NCCL variables a workload part asks for; fields left at their default are not sent."""
+    env: dict[str, str] = {}
+    if part.nccl_algo:
+        env["NCCL_ALGO"] = part.nccl_algo
+    if part.nccl_proto:
+        env["NCCL_PROTO"] = part.nccl_proto
+    if "channels" in part.model_fields_set:
+        env["NCCL_MIN_NCHANNELS"] = str(part.channels)
+    if "qps_per_connection" in part.model_fields_set:
+        env["NCCL_IB_QPS_PER_CONNECTION"] = str(part.qps_per_connection)
+    return env
+
+
 def nccl_command(inv: Inventory, part: CollectivePart) -> str:
     """One nccl-tests run: ``env NCCL_...=... mpirun ... [-x NCCL_...] <dir>/<op>_perf ...``."""
     la = inv.launcher
     np_, hl = hostlist(inv)
     launcher = la.mpirun.format(np=np_, hostlist=hl)
-    env = {k: check("env_value", v) for k, v in la.nccl_env.items()}
+    env = {k: check("env_value", v) for k, v in {**la.nccl_env, **part_env(part)}.items()}
     words = launcher.split()
     exports = ""
     if words and words[0].rsplit("/", 1)[-1] in ("mpirun", "mpiexec"):

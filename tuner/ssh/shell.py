@@ -19,7 +19,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "switch_port": re.compile(r"^[A-Za-z][A-Za-z0-9_./:-]{0,31}$"),
     "wred_profile": re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9_]{0,31}$"),  # SONiC YANG pattern
     "env_name": re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$"),
-    "env_value": re.compile(r"^[A-Za-z0-9_.,:/=+@-]{0,256}$"),
+    "env_value": re.compile(r"^[A-Za-z0-9_.,:/=+@^-]{0,256}$"),
     "host": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$"),
     "user": re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$"),
     "binary": re.compile(r"^[A-Za-z0-9_./+-]{1,255}$"),
