@@ -3,28 +3,35 @@
 What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (see ``_kernel.run``):
 
 1. bytes that left a link ``delay`` steps ago arrive: into the next switch egress queue
-   (per-(ingress port, priority) buffer accounting, headroom/lossy drops) or at the receiver;
+   (per-(ingress port, priority) buffer accounting; headroom overflow drops the lossless
+   class, the dynamic threshold drops the lossy class) or at the receiver;
 2. the receiver NIC (notification point) turns CE-marked packets into CNPs, at most one per
-   flow per ``min_time_between_cnps`` µs; CNPs reach the sender after the reverse path delay
-   on the strict-priority CNP class (modelled as delay only: CNP bytes are negligible);
-3. the sender NIC (reaction point) runs DCQCN per flow (ConnectX semantics, see
-   ``_kernel._increase`` and the cut in step 3 of ``run``);
+   flow per ``min_time_between_cnps`` µs (0: one per marked packet); a mark reaches the NP
+   after the remaining forward propagation delay and the CNP reaches the sender after the
+   reverse propagation delay. CNPs ride the strict-priority class (TC6), which is never
+   paused and whose bytes are negligible, so they are modelled as delay only;
+3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics (see
+   ``_kernel._increase`` and the cut in ``_kernel.run`` step 3);
 4. PFC per switch ingress port and priority: XOFF above min(static, alpha x free shared
-   buffer), XON ``resume_offset`` below; pause frames on XOFF, every refresh period while it
-   lasts and one XON frame; the upstream egress stops ``link delay`` later;
+   buffer), XON ``resume_offset`` below; one pause frame at XOFF, one per refresh period
+   (half the 0xFFFF-quanta pause time) while XOFF lasts and one XON (zero-quanta) frame; the
+   upstream egress (switch port or NIC) stops serving that priority one link delay later;
 5. every link serves its queues: strict priority for CNPs, work-conserving WRR between the two
-   data classes, FIFO within a class approximated as fluid service proportional to each flow's
-   backlog (so shares follow arrival rates, as in a FIFO);
-6. packets dequeued from a switch queue are marked with the RED probability of the
-   instantaneous queue, one Bernoulli draw per whole packet (per-flow packet accumulators);
-7. NICs inject each flow at min(DCQCN rate, cap, ring credit), sharing the port and stopping
-   while the port is paused;
-8. probes advance through the queues (bytes ahead of them must drain first, pauses included).
+   data classes, FIFO inside a class approximated as fluid service proportional to each flow's
+   backlog (shares follow arrival rates, as in a FIFO);
+6. packets dequeued from a switch queue are CE-marked with the RED probability of the queue a
+   packet sees (fluid queue averaged over the step plus a packet-level microburst backlog, see
+   ``_kernel._burst_params``), one Bernoulli draw per whole packet;
+7. NICs inject each flow at min(DCQCN rate, offered load, ring credit), sharing the port
+   max-min between QPs (the NIC's arbiter) and stopping while the port is paused;
+8. probes advance through the queues: the bytes ahead of them (fluid queue + a sampled
+   microburst) drain first, pauses included.
 
-Not modelled: go-back-N / selective retransmission timing (a dropped byte is simply sent
-again), NIC receive-side pauses (host PCIe back-pressure), adaptive routing, PFC deadlock,
-PFC watchdog actions (storms are reported, not acted upon), multicast, per-packet jitter of
-the NIC scheduler, DCQCN limiter de-allocation.
+Not modelled: retransmission timing (go-back-N / selective repeat: a dropped byte is simply
+sent again, without a timeout), NIC receive-side pauses (host PCIe back-pressure; NIC
+``tx_prio3_pause`` stays 0), adaptive routing and flowlets, PFC deadlocks, PFC watchdog actions
+(storms are reported, not acted upon), queueing delay of CE marks and CNPs, multicast, the
+NIC scheduler's per-packet jitter, DCQCN limiter de-allocation, GPU/NVLink time.
 """
 
 from __future__ import annotations
