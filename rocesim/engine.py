@@ -175,7 +175,7 @@ class Simulation:
         self.next_refresh = np.zeros((n_links, 2))
         self.paused_since = np.full((n_links, 2), -1.0)
         n_sw = len(fab.switch_names)
-        self.sw_buffer = np.full(n_sw, float(topo.buffer_bytes))
+        self.sw_buffer = np.array([float(fab.buffer_bytes(sw)) for sw in fab.switch_names])
         self.sw_params = (float(topo.reserve_bytes), float(topo.resume_offset_bytes),
                           2.0 ** topo.pfc_alpha_log2,
                           float(topo.pfc_static_xoff_bytes or 0.0),
@@ -347,8 +347,12 @@ class Simulation:
         self.nic_idx = np.argsort(first, kind="stable").astype(np.int64)
         self.nic_ptr = np.searchsorted(first[self.nic_idx], np.arange(len(self.fabric.links) + 1)
                                        ).astype(np.int64)
-        self.live = np.arange(n_f, dtype=np.int64)
+        self.live = np.arange(n_f, dtype=np.int32)
         self.n_live = np.array([n_f], dtype=np.int64)
+        # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
+        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_group", "f_path", "f_hops",
+                     "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring", "nic_idx"):
+            setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
         self.g_iters = np.array([c.iterations for c in wl.collectives], dtype=np.int64)
         self.g_iter = np.zeros(n_g, dtype=np.int64)

@@ -88,6 +88,7 @@ class Fabric:
         for sw in self.switch_names:
             self._ecn[(sw, ROCE_TC)] = default_ecn
         self._dcqcn: dict[str, DcqcnConfig] = {n: DcqcnConfig() for n in self.nic_names}
+        self._buffer: dict[str, int] = {}
 
     def _add(self, link: Link) -> int:
         self.links.append(link)
@@ -145,6 +146,17 @@ class Fabric:
         self.nic_index(nic)
         return self._dcqcn[nic]
 
+    def set_buffer(self, switch: str, buffer_bytes: int) -> None:
+        """Shared buffer of one switch (default ``Topology.buffer_bytes``): real parts differ."""
+        self.switch_index(switch)
+        if buffer_bytes < 1:
+            raise ValueError(f"set_buffer({switch!r}): buffer_bytes must be >= 1")
+        self._buffer[switch] = int(buffer_bytes)
+
+    def buffer_bytes(self, switch: str) -> int:
+        self.switch_index(switch)
+        return self._buffer.get(switch, self.topo.buffer_bytes)
+
     def xoff_bytes(self, switch: str) -> int:
         """Bytes one ingress port/priority may hold before XOFF, with the shared buffer
         otherwise empty: reserve + min(static XOFF, alpha x buffer). With N ingress ports
@@ -152,7 +164,7 @@ class Fabric:
         Kmax below this value keeps ECN ahead of PFC for any fan-in."""
         self.switch_index(switch)
         t = self.topo
-        thr = (2.0 ** t.pfc_alpha_log2) * t.buffer_bytes
+        thr = (2.0 ** t.pfc_alpha_log2) * self.buffer_bytes(switch)
         if t.pfc_static_xoff_bytes is not None:
             thr = min(thr, float(t.pfc_static_xoff_bytes))
         return int(t.reserve_bytes + thr)

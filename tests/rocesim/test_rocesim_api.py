@@ -74,6 +74,9 @@ def test_settings_are_per_device_and_validated() -> None:
     # XOFF point: reserve + 2^alpha_log2 x shared buffer (empty buffer, one ingress port)
     topo = fab.topo
     assert fab.xoff_bytes("leaf0") == topo.reserve_bytes + topo.buffer_bytes // 8
+    fab.set_buffer("spine0", 64 * 2**20)  # a deeper-buffered spine
+    assert fab.xoff_bytes("spine0") == topo.reserve_bytes + 8 * 2**20
+    assert fab.buffer_bytes("leaf0") == topo.buffer_bytes
 
 
 def _quick_workload(fab: Fabric) -> Workload:
