@@ -302,7 +302,10 @@ class RemoteProcess:
             left = until - time.monotonic()
             if left <= 0:
                 return False
-            select.select([chan], [], [], min(left, 0.5))
+            if chan.eof_received:  # output done; the pipe stays readable: wait for the status
+                chan.status_event.wait(min(left, 0.5))
+            else:
+                select.select([chan], [], [], min(left, 0.5))
 
     def wait(self, *, check: bool = True, timeout_s: float | None = None) -> Result:
         """Wait for the end; stdout and stderr are drained before the exit status is read."""
