@@ -39,7 +39,7 @@ safety:
   min_busbw_ratio: 0.0
   poll_interval_s: 0.00025
 objective: {{mode: {mode}}}
-budget: {{trials: {trials}, wall_time_s: 300, confirm_repeats: 2}}
+budget: {{trials: {trials}, wall_time_s: 300, confirm_repeats: 1}}
 sampler: {{name: random, seed: {seed}}}
 results_dir: {results}
 """

@@ -40,7 +40,7 @@ def test_bad_experiment_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_run_show_export_in_process(tiny: Tiny, tmp_path: Path) -> None:
-    exp, text = tiny(trials=3)
+    exp, text = tiny(trials=2)
     path = _write(tmp_path, text)
     r = CliRunner().invoke(main, ["run", str(path), "--study", "cli1", "--quiet"])
     assert r.exit_code == 0, r.output
