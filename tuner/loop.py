@@ -688,7 +688,8 @@ class StudyRunner:
             final_settings = self.cluster.read_back()
         return StudyResult(
             study=self.study_name, storage=self.exp.storage_url,
-            tracking_uri=self.exp.tracking_uri, parent_run_id=self.tracker.parent_run_id,
+            tracking_uri=self.exp.tracking_uri if self.tracker.enabled else "",
+            parent_run_id=self.tracker.parent_run_id,
             mode=self.exp.objective.mode, baseline=base, best=best, pareto=front,
             trials=trials, final=final, final_settings=final_settings,
             tracking_failures=list(self.tracker.failures),

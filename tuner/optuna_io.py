@@ -111,15 +111,17 @@ def study_names(storage: str) -> list[str]:
     """Study names in creation order (oldest first)."""
     ensure_storage_dir(storage)
     summaries = optuna.study.get_all_study_summaries(storage=storage, include_best_trial=False)
-    return [s.study_name for s in sorted(summaries, key=lambda s: s._study_id)]
+    return [s.study_name for s in sorted(summaries,
+                                         key=lambda s: s.user_attrs.get("created_at", 0.0))]
 
 
 def fail_stale(study: optuna.Study) -> list[int]:
     """Close trials a killed process left RUNNING (no heartbeat janitor in ask/tell)."""
     closed = []
     for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
+        # Optuna has no public setter for another process's trial attrs; the storage has.
         study._storage.set_trial_user_attr(t._trial_id, "verdict", "interrupted")
-        study._storage.set_trial_state_values(t._trial_id, state=FAIL)
+        study.tell(t.number, state=FAIL, skip_if_finished=True)
         closed.append(t.number)
     return closed
 
@@ -144,12 +146,6 @@ def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
         warnings.simplefilter("ignore")
         trial = study.ask(fixed_distributions=dists)
     return Asked(trial=trial, number=trial.number, params=dict(trial.params))
-
-
-def set_attrs(study: optuna.Study, number: int, attrs: dict[str, Any]) -> None:
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-    for k, v in attrs.items():
-        study._storage.set_trial_user_attr(trial_id, k, v)
 
 
 def tell(study: optuna.Study, asked: Asked, *, state: TrialState,

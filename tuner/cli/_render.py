@@ -129,7 +129,7 @@ def settings_table(baseline: dict[str, int], best: dict[str, int], title: str) -
 
 def trials_table(trials: list[TrialOutcome], title: str, limit: int | None = None) -> Table:
     t = Table(title=title)
-    t.add_column("#", justify="right")
+    t.add_column("#", justify="right", no_wrap=True, min_width=3)
     t.add_column("verdict", no_wrap=True)
     for col in ("score", "bw/line", "p99 µs", "PFC µs/s", "kmin", "kmax", "pmax%"):
         t.add_column(col, justify="right", no_wrap=True)
@@ -181,10 +181,12 @@ def print_result(console: Console, res: StudyResult) -> None:
     for msg in res.tracking_failures[:3]:
         console.print(f"[yellow]warning:[/] {msg}")
     console.print(f"Optuna storage: {res.storage}", highlight=False, soft_wrap=True)
-    console.print(f"MLflow store:   {res.tracking_uri}", highlight=False, soft_wrap=True)
+    console.print(f"MLflow store:   {res.tracking_uri or 'off (--no-mlflow)'}",
+                  highlight=False, soft_wrap=True)
     console.print(f"next: ecntune export {res.study}", highlight=False, soft_wrap=True)
-    console.print(f"      mlflow ui --backend-store-uri {res.tracking_uri}", highlight=False,
-                  soft_wrap=True)
+    if res.tracking_uri:
+        console.print(f"      mlflow ui --backend-store-uri {res.tracking_uri}",
+                      highlight=False, soft_wrap=True)
     if res.mlflow_experiment_id:
         console.print(f"      then open http://127.0.0.1:5000/#/experiments/"
                       f"{res.mlflow_experiment_id}/runs?workflowType=machine_learning",
