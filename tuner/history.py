@@ -98,6 +98,7 @@ class StudyRow:
     metrics: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     store: str = ""
+    storage: str = ""  # the study's Optuna storage (tag ``ecntune.storage``)
 
     @property
     def started(self) -> str:
@@ -167,7 +168,7 @@ class History:
             experiment=params.get("experiment", ""), cluster=tags.get("ecntune.cluster", ""),
             backend=params.get("backend", ""), start_ms=int(run.info.start_time or 0),
             status=run.info.status, metrics=dict(run.data.metrics), params=dict(params),
-            store=uri)
+            store=uri, storage=tags.get("ecntune.storage", ""))
 
     @staticmethod
     def _trial_row(study: str, run: Any) -> TrialRow:
@@ -185,8 +186,11 @@ class History:
         rows = [self._study_row(u, r) for u, r in self._search("study", f)]
         return sorted(rows, key=lambda r: -r.start_ms)
 
+    def studies_named(self, name: str) -> list[StudyRow]:
+        return self.studies(Filters(study=name))
+
     def study(self, name: str) -> StudyRow:
-        found = self.studies(Filters(study=name))
+        found = self.studies_named(name)
         if not found:
             raise ConfigError(f"no study {name!r} in MLflow ({', '.join(self.clients)})")
         return found[0]
