@@ -38,6 +38,20 @@ def sample(relpath: str) -> str:
     return "".join(lines[1:]) if lines and lines[0].startswith("# source:") else text
 
 
+def stand_ins(emu: Any, tool: str) -> list[int]:
+    """PIDs of this cluster's running ``tool`` stand-ins (scanned in /proc)."""
+    mark = f"ECNTUNE_EMU_ROOT={emu.root}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if (d.name.isdigit() and f"tools.{tool}".encode() in (d / "cmdline").read_bytes()
+                    and mark in (d / "environ").read_bytes().split(b"\0")):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
 @pytest.fixture
 def inventory_data() -> dict[str, Any]:
     return copy.deepcopy(BASE_INVENTORY)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.ssh.conftest import stand_ins
 from tuner.cluster.ssh import SshCluster
 from tuner.emulated.cluster import EmulatedCluster
 from tuner.errors import ApplyError
@@ -29,20 +30,6 @@ NEW = {"kmin_bytes": 200_000, "kmax_bytes": 800_000, "pmax_percent": 20,
 def emu(emulated_cluster: EmulatedCluster) -> EmulatedCluster:
     """The session's emulated cluster (tests/conftest.py), reset to factory state."""
     return emulated_cluster
-
-
-def _stand_ins(emu: EmulatedCluster, tool: str) -> list[int]:
-    """PIDs of this cluster's running ``tool`` stand-ins (scanned in /proc)."""
-    mark = f"ECNTUNE_EMU_ROOT={emu.root}".encode()
-    pids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if (d.name.isdigit() and f"tools.{tool}".encode() in (d / "cmdline").read_bytes()
-                    and mark in (d / "environ").read_bytes().split(b"\0")):
-                pids.append(int(d.name))
-        except OSError:
-            continue
-    return pids
 
 
 def _addr(emu: EmulatedCluster, name: str) -> str:
@@ -137,16 +124,16 @@ def test_a_hanging_command_times_out_and_dies_remotely(cluster: SshCluster,
     assert time.monotonic() - t0 < 5
     assert err.value.target == "host0"
     time.sleep(0.3)
-    assert _stand_ins(emu, "ethtool") == [], "the hung stand-in must die on the remote side"
+    assert stand_ins(emu, "ethtool") == [], "the hung stand-in must die on the remote side"
     # A started command (how measurements run) is stopped by kill(), remotely.
     proc = conn.start("ethtool -S ens1f0np0", timeout_s=30)
     deadline = time.monotonic() + 5
-    while not _stand_ins(emu, "ethtool") and time.monotonic() < deadline:
+    while not stand_ins(emu, "ethtool") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _stand_ins(emu, "ethtool"), "the stand-in should be running (hung)"
+    assert stand_ins(emu, "ethtool"), "the stand-in should be running (hung)"
     proc.kill()
     time.sleep(0.5)
-    assert _stand_ins(emu, "ethtool") == []
+    assert stand_ins(emu, "ethtool") == []
     emu.clear_faults("host0")
     assert conn.run("echo still-usable").stdout == "still-usable\n"
 

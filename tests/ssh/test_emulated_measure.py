@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from objectives.measurement import Counters
+from tests.ssh.conftest import stand_ins
 from tuner.cluster.ssh import SshCluster
 from tuner.emulated.cluster import EmulatedCluster
 from tuner.errors import MeasurementError, SafetyAbort
@@ -94,13 +95,11 @@ class _AbortOnFirstPoll:
 
 def test_a_safety_abort_stops_the_remote_processes(
         cluster: SshCluster, emulated_cluster: EmulatedCluster) -> None:
-    from tests.ssh.test_emulated import _stand_ins
-
     emulated_cluster.inject("host0", hang={"mpirun": 60})  # a run that would go on and on
     mon = _AbortOnFirstPoll()
     with pytest.raises(SafetyAbort, match="pause_storm"):
         cluster.measure(SMALL, mon)
     assert len(mon.seen) == 1 and "host0/mlx5_0" in mon.seen[0].ports
     time.sleep(0.5)
-    assert _stand_ins(emulated_cluster, "mpirun") == []
-    assert _stand_ins(emulated_cluster, "ib_write_lat") == []
+    assert stand_ins(emulated_cluster, "mpirun") == []
+    assert stand_ins(emulated_cluster, "ib_write_lat") == []
