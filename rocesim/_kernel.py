@@ -96,18 +96,12 @@ def _burst_params(rho: float, n: int) -> tuple:
 
 
 @njit(cache=True)
-def _burst_weight(a: float, r: float, kmax: int, k: int) -> float:
-    """P(B = k) for k >= 1 under the truncated geometric law of ``_burst_params``."""
-    norm = 1.0 - r ** kmax
-    return a * (1.0 - r) * r ** (k - 1) / norm
-
-
-@njit(cache=True)
 def _burst_mean(a: float, r: float, kmax: int) -> float:
-    m = 0.0
-    for k in range(1, kmax + 1):
-        m += k * _burst_weight(a, r, kmax, k)
-    return m
+    """E[B] in packets: a x mean of the geometric law truncated at kmax (closed form)."""
+    if kmax <= 0 or a <= 0.0:
+        return 0.0
+    rk = r ** kmax
+    return a * (1.0 - (kmax + 1) * rk + kmax * rk * r) / ((1.0 - r) * (1.0 - rk))
 
 
 @njit(cache=True)
@@ -118,9 +112,12 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, a: float, r: float, kmax: int,
     if on == 0:
         return 0.0
     p = (1.0 - a) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
+    if kmax <= 0 or qf + kmax * pkt <= ecn[0]:
+        return p  # even the largest burst stays below Kmin
+    w = a * (1.0 - r) / (1.0 - r ** kmax)  # P(B = 1); P(B = k + 1) = P(B = k) x r
     for k in range(1, kmax + 1):
-        p += _burst_weight(a, r, kmax, k) * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2],
-                                                       on)
+        p += w * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
+        w *= r
     return p
 
 
@@ -129,10 +126,12 @@ def _burst_sample(rng: np.ndarray, a: float, r: float, kmax: int) -> int:
     u = _uniform(rng)
     if u >= a:
         return 0
+    w = a * (1.0 - r) / (1.0 - r ** kmax)
     for k in range(1, kmax + 1):
-        u -= _burst_weight(a, r, kmax, k)
+        u -= w
         if u < 0.0:
             return k
+        w *= r
     return kmax
 
 
