@@ -6,7 +6,8 @@ Collectives (NCCL-like, one QP per channel and connection, each with its own UDP
   run at most one S/n chunk ahead of what it received from its predecessor, so the slowest
   ring edge paces the whole ring (as in NCCL);
 * AllGather / ReduceScatter: the same ring with (n-1)/n x S per rank;
-* AlltoAll: every rank sends S/n to every other rank at once (no dependency).
+* AlltoAll: every rank sends S/n to every other rank at once (no dependency), over
+  ``qps_per_connection`` QPs per peer pair (``channels`` applies to rings only).
 
 Iterations run back to back; QP (DCQCN) state persists across iterations, as on real NICs.
 Background flows are open-ended and capped at ``load`` x line rate; in the RoCE priority they
