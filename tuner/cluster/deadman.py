@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from safety.deadman import DEFAULT_DIR, DeadmanTimer, parse_reply
 from tuner.cluster.base import Cluster
-from tuner.errors import ApplyError, RollbackError
+from tuner.errors import ApplyError, MeasurementError, RollbackError
 
 if TYPE_CHECKING:
     from objectives.measurement import Counters, Measurement
@@ -185,7 +185,19 @@ class DeadmanCluster(Cluster):
         return self.inner.counters()
 
     def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
-        return self.inner.measure(workload, monitor)
+        """Measure; if a timer fired meanwhile (the tuner was cut off for longer than the
+        timeout), the targets went back to the baseline mid-trial and the numbers do not
+        belong to the trial's settings: fail the measurement instead of scoring it."""
+        seen = len(self.fired)
+        result = self.inner.measure(workload, monitor)
+        if self.armed:
+            self.renew()
+        if len(self.fired) > seen:
+            raise MeasurementError(
+                f"dead-man timer fired on {sorted(set(self.fired[seen:]))} during the trial "
+                f"(renewals missed for {self.timeout_s:g} s): the measurement is not of the "
+                "trial's settings")
+        return result
 
     def __getattr__(self, name: str) -> Any:  # inventory, pool, drivers of the SSH backend
         return getattr(self.inner, name)

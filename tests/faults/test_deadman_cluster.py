@@ -1,0 +1,194 @@
+"""``DeadmanCluster`` around a stand-in backend whose "devices" are local files and whose
+"SSH" runs the real timer commands with the local ``sh`` -- the timer mechanics are real, only
+the transport is local, so every rule of the wrapper is checked in a few seconds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.conftest import wait_until
+from tuner.cluster.deadman import DeadmanCluster
+from tuner.errors import ApplyError, MeasurementError, RollbackError
+from tuner.settings import DcqcnSettings, Settings
+from tuner.ssh.transport import Outcome
+
+NICS = ["h0/mlx5_0", "h1/mlx5_0"]
+
+
+@dataclass
+class Res:
+    stdout: str
+
+
+class LocalRunner:
+    def __init__(self, name: str, fail: bool = False) -> None:
+        self.name = name
+        self.fail = fail
+
+    def run(self, command: str, *, timeout_s: float | None = None, **_: Any) -> Res:
+        if self.fail:
+            raise ApplyError(f"{self.name}: connection refused")
+        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True,
+                             timeout=timeout_s or 10, check=True)
+        return Res(out.stdout)
+
+
+class FileDriver:
+    """One NIC whose rpg_time_reset lives in a file."""
+
+    def __init__(self, target: str, path: Path, runner: LocalRunner) -> None:
+        self.target, self.path, self.runner = target, path, runner
+
+    def write_command(self, current: DcqcnSettings, settings: DcqcnSettings) -> str:
+        return f"printf '%s\\n' {settings.rpg_time_reset} > '{self.path}'"
+
+
+class Pool:
+    def fan_out(self, fn: Any, names: list[str]) -> dict[str, Outcome[Any]]:
+        out: dict[str, Outcome[Any]] = {}
+        for n in names:
+            try:
+                out[n] = Outcome(n, value=fn(type("C", (), {"name": n})()))
+            except Exception as exc:  # noqa: BLE001 - one outcome per target, like the pool
+                out[n] = Outcome(n, error=exc)
+        return out
+
+
+class FakeSsh:
+    def __init__(self, root: Path, failing: str | None = None) -> None:
+        self.files = {n: root / n.replace("/", "_") for n in NICS}
+        for f in self.files.values():
+            f.write_text("300\n")
+        self._drivers = {n: FileDriver(n, self.files[n], LocalRunner(n.split("/")[0],
+                                                                      n == failing))
+                         for n in NICS}
+        self.pool = Pool()
+        self.apply_error: Exception | None = None
+        self.applied = 0
+        self.closed = False
+
+    def drivers(self) -> dict[str, FileDriver]:
+        return self._drivers
+
+    def read_back(self) -> Settings:
+        return Settings(nics={n: DcqcnSettings(rpg_time_reset=int(f.read_text()))
+                              for n, f in self.files.items()})
+
+    def apply(self, s: Settings) -> None:
+        if self.apply_error is not None:
+            raise self.apply_error
+        self.applied += 1
+        for n, d in s.nics.items():
+            self.files[n].write_text(f"{d.rpg_time_reset}\n")
+
+    def measure(self, workload: Any, monitor: Any = None) -> str:
+        return "measured"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def trial(v: int = 17) -> Settings:
+    return Settings.uniform([], NICS, {"rpg_time_reset": v})
+
+
+def values(fake: FakeSsh) -> list[int]:
+    return [int(f.read_text()) for f in fake.files.values()]
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    made: list[DeadmanCluster] = []
+
+    def make(timeout_s: float = 1.0, failing: str | None = None) -> tuple[DeadmanCluster,
+                                                                          FakeSsh]:
+        fake = FakeSsh(tmp_path, failing)
+        dc = DeadmanCluster(fake, timeout_s, directory=str(tmp_path / "dm"),
+                            renew_every_s=0.3)
+        made.append(dc)
+        return dc, fake
+
+    yield make
+    for dc in made:  # no timer outlives the test
+        dc._stop.set()
+        for t in list(dc.armed.values()):
+            pid = Path(t.base + ".pid")
+            if pid.exists():
+                try:
+                    os.kill(int(pid.read_text()), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+
+def test_change_is_armed_renewed_and_disarmed_by_the_restore(setup) -> None:
+    dc, fake = setup(timeout_s=1.0)
+    base = fake.read_back()
+    dc.apply(trial())
+    assert sorted(dc.armed) == NICS and values(fake) == [17, 17]
+    time.sleep(2.2)  # twice the timeout: only the renewals keep it from firing
+    assert values(fake) == [17, 17] and dc.fired == []
+    assert dc.measure(None) == "measured"
+    dc.apply(base)  # the loop's restore
+    assert dc.armed == {} and values(fake) == [300, 300]
+    time.sleep(1.5)
+    assert values(fake) == [300, 300]
+    dc.close()
+    assert fake.closed
+
+
+def test_tuner_gone_timers_restore_by_themselves(setup) -> None:
+    dc, fake = setup(timeout_s=1.0)
+    dc.apply(trial())
+    dc._stop.set()  # the process died: no more renewals, no close
+    t0 = time.monotonic()
+    assert wait_until(lambda: values(fake) == [300, 300], 4.0, 0.05)
+    assert time.monotonic() - t0 < 1.0 + 1.0 + 0.5  # timeout + one poll + slack
+
+
+def test_arming_failure_applies_nothing(setup) -> None:
+    dc, fake = setup(failing=NICS[1])
+    with pytest.raises(ApplyError, match="cannot arm the dead-man timer on h1/mlx5_0"):
+        dc.apply(trial())
+    assert fake.applied == 0 and values(fake) == [300, 300]
+    assert dc.armed == {}  # the one that armed was disarmed again
+
+
+def test_failed_apply_disarms_but_failed_restore_keeps_timers(setup) -> None:
+    dc, fake = setup(timeout_s=1.0)
+    fake.apply_error = ApplyError("h1: write refused (inner backend put everything back)")
+    with pytest.raises(ApplyError):
+        dc.apply(trial())
+    assert dc.armed == {}
+    fake.apply_error = None
+    dc.apply(trial())
+    fake.apply_error = RollbackError("h1 unreachable")
+    with pytest.raises(RollbackError):
+        dc.apply(fake.read_back().model_copy(update={"nics": {
+            n: DcqcnSettings() for n in NICS}}))
+    dc.close()  # not verified: the timers stay armed and heal the canary
+    assert wait_until(lambda: values(fake) == [300, 300], 4.0, 0.05)
+
+
+def test_close_after_a_kept_winner_confirms(setup) -> None:
+    dc, fake = setup(timeout_s=1.0)
+    dc.apply(trial(42))  # e.g. --keep-best re-applies the winner and verifies it
+    dc.close()
+    time.sleep(2.2)
+    assert values(fake) == [42, 42]
+
+
+def test_timer_that_fired_mid_trial_fails_the_measurement(setup) -> None:
+    dc, fake = setup(timeout_s=1.0)
+    dc.apply(trial())
+    dc._stop.set()  # renewals stall (network cut longer than the timeout) ...
+    assert wait_until(lambda: values(fake) == [300, 300], 4.0, 0.05)
+    with pytest.raises(MeasurementError, match="dead-man timer fired"):
+        dc.measure(None)  # ... so these numbers are not the trial's
