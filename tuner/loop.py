@@ -416,11 +416,12 @@ class StudyRunner:
         tell_values = sc.values if sc is not None and state == optuna_io.COMPLETE else None
         constraint = (sc.constraint if sc is not None and self.exp.objective.mode == "multi"
                       else None)
-        with self.guard.shield():
+        with self.guard.shield():  # a local, quick write: never half-done
             optuna_io.tell(self.study, asked, state=state, values=tell_values,
                            constraint=constraint, attrs=attrs)
-            self.tracker.log_trial(self._record(asked.number, state.name, attrs,
-                                                asked.params))
+        # Not shielded: a hung tracking server must stay interruptible. The canary is already
+        # back on the baseline here, and a missed run is back-filled from Optuna later.
+        self.tracker.log_trial(self._record(asked.number, state.name, attrs, asked.params))
         out = TrialOutcome(number=asked.number, state=state.name, verdict=verdict,
                            values=values, score=sc.scalar if sc else None,
                            objective=tell_values, metrics=metrics, is_baseline=baseline)

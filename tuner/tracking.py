@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class Tracker:
     def client(self) -> Any:
         if self._client is None:
             _quiet()
+            # A remote tracking server that is down must cost seconds, not MLflow's default
+            # minutes of retries (the user's own settings win).
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
             if self.uri.startswith("sqlite:///"):
                 Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True,
                                                                        exist_ok=True)
