@@ -255,6 +255,7 @@ def run(
     n_inst = pi_probe.shape[0]
     ring = transit.shape[0]
     ring2 = ce_ring.shape[0]
+    ring3 = cnp_ring.shape[0]
     inv_pkt = 1.0 / wire_pkt
     t = t0
     t_end = min(t0 + n_steps, max_steps)
@@ -270,6 +271,7 @@ def run(
         now = t * dt
         slot = t % ring
         slot2 = t % ring2
+        slot3 = t % ring3
 
         # ---- 1. arrivals: bytes that left a link d steps ago reach its far end ----
         for jf in range(n_live[0]):
@@ -338,15 +340,15 @@ def run(
                 ff[f, TNPCNP] = now
             if k > 0:
                 nic_ctr[nd, 1] += k  # np_cnp_sent
-                cnp_ring[(t + f_rev[f]) % ring2, f] += k
+                cnp_ring[(t + f_rev[f]) % ring3, f] += k
 
         # ---- 3. reaction point: CNPs, alpha, cuts, increases ----
         for jf in range(n_live[0]):
             f = live[jf]
             n = f_src[f]
-            k = cnp_ring[slot2, f]
+            k = cnp_ring[slot3, f]
             if k > 0:
-                cnp_ring[slot2, f] = 0
+                cnp_ring[slot3, f] = 0
                 nic_ctr[n, 2] += k  # rp_cnp_handled
                 if fi[f, ACTIVE] == 0:
                     # first CNP: the NIC allocates a rate limiter for this QP
@@ -550,7 +552,16 @@ def run(
                     m = _binomial(rng, npk, pm)
                     if m > 0:
                         l_counters[ln, c, C_MARKS] += m
-                        ce_ring[(t + f_rd[f, h]) % ring2, f] += m
+                        # the marked packet still crosses the downstream queues (their
+                        # current delay, capped by the ring) and cables before the NP sees it
+                        qd = 0.0
+                        for h2 in range(h + 1, hops):
+                            l2 = f_path[f, h2]
+                            qd += qseen[l2, c] / l_cap[l2]
+                        dly = f_rd[f, h] + int(qd / dt)
+                        if dly > ring2 - 1:
+                            dly = ring2 - 1
+                        ce_ring[(t + dly) % ring2, f] += m
                 else:
                     pacc[f, h] = acc
 

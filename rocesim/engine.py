@@ -7,8 +7,9 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (see ``_kern
    class, the dynamic threshold drops the lossy class) or at the receiver;
 2. the receiver NIC (notification point) turns CE-marked packets into CNPs, at most one per
    flow per ``min_time_between_cnps`` µs (0: one per marked packet); a mark reaches the NP
-   after the remaining forward propagation delay and the CNP reaches the sender after the
-   reverse propagation delay. CNPs ride the strict-priority class (TC6), which is never
+   after the remaining forward propagation delay plus the downstream queues' current delay
+   (bounded by a ring of a few hundred µs) and the CNP reaches the sender after the reverse
+   propagation delay. CNPs ride the strict-priority class (TC6), which is never
    paused and whose bytes are negligible, so they are modelled as delay only;
 3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics (see
    ``_kernel._increase`` and the cut in ``_kernel.run`` step 3);
@@ -30,7 +31,7 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (see ``_kern
 Not modelled: retransmission timing (go-back-N / selective repeat: a dropped byte is simply
 sent again, without a timeout), NIC receive-side pauses (host PCIe back-pressure; NIC
 ``tx_prio3_pause`` stays 0), adaptive routing and flowlets, PFC deadlocks, PFC watchdog actions
-(storms are reported, not acted upon), queueing delay of CE marks and CNPs, multicast, the
+(storms are reported, not acted upon), queueing of CNPs behind other CNPs, multicast, the
 NIC scheduler's per-packet jitter, DCQCN limiter de-allocation, GPU/NVLink time.
 """
 
@@ -318,9 +319,9 @@ class Simulation:
         else:
             self.f_path = np.zeros((0, 4), dtype=np.int64)
             self.f_hops = np.zeros(0, dtype=np.int64)
-        d = np.where(self.f_path >= 0, self.l_delay[np.maximum(self.f_path, 0)], 0)
-        self.f_rd = np.cumsum(d[:, ::-1], axis=1)[:, ::-1].copy()  # delay from hop h to dst
-        self.f_rev = np.maximum(1, d.sum(axis=1)).astype(np.int64)
+        hop_d = np.where(self.f_path >= 0, self.l_delay[np.maximum(self.f_path, 0)], 0)
+        self.f_rd = np.cumsum(hop_d[:, ::-1], axis=1)[:, ::-1].copy()  # delay hop h -> dst
+        self.f_rev = np.maximum(1, hop_d.sum(axis=1)).astype(np.int64)
         # (ingress link, egress link) pair id of every switch hop, for burst accounting
         pairs = self.f_path[:, :-1] * (len(self.fabric.links) + 1) + self.f_path[:, 1:]
         valid = (self.f_path[:, 1:] >= 0)
@@ -329,7 +330,11 @@ class Simulation:
             _, inv = np.unique(np.where(valid, pairs, -1), return_inverse=True)
             self.f_pair[:, 1:] = inv.reshape(n_f, 3)
         self.pair_stamp = np.full(int(self.f_pair.max(initial=0)) + 1, -1, dtype=np.int64)
-        ring2 = int(max(self.f_rd.max(initial=1), self.f_rev.max(initial=1))) + 2
+        # CE marks wait out downstream queueing (up to ``extra`` steps) before reaching the NP;
+        # the ring is bounded so that it stays small on fabrics with very many flows
+        extra = int(min(512, max(16, 2**22 // max(n_f, 1))))
+        ring2 = int(self.f_rd.max(initial=1)) + 2 + extra
+        ring3 = int(self.f_rev.max(initial=1)) + 2
         self.ff = np.zeros((n_f, K.NFF))
         self.fi = np.zeros((n_f, K.NFI), dtype=np.int64)
         line_f = self.npar[self.f_src, K.P_MAX_RATE] if n_f else np.zeros(0)
@@ -341,7 +346,7 @@ class Simulation:
         self.pacc = np.zeros((n_f, 4))
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int64)
-        self.cnp_ring = np.zeros((ring2, n_f), dtype=np.int64)
+        self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int64)
         # flows grouped by their first link (the sending NIC port), CSR style
         first = self.f_path[:, 0] if n_f else np.zeros(0, dtype=np.int64)
         self.nic_idx = np.argsort(first, kind="stable").astype(np.int64)
@@ -534,9 +539,9 @@ class Simulation:
         else:
             p50 = p99 = p999 = math.nan
         uplinks: dict[str, int] = {}
-        for li in np.asarray(self.fabric.leaf_up).ravel() if fab.spine_names else []:
-            ln = fab.links[int(li)]
-            uplinks[ln.src_port] = int(self.l_counters[li, :, K.C_TX].sum())
+        for up in np.asarray(self.fabric.leaf_up).ravel() if fab.spine_names else []:
+            ln = fab.links[int(up)]
+            uplinks[ln.src_port] = int(self.l_counters[int(up), :, K.C_TX].sum())
         storms = []
         for li, ln in enumerate(fab.links):
             for c, tc in enumerate(self.cls_tc):
