@@ -96,22 +96,22 @@ def compare_tables(c: Comparison) -> list[Table]:
             colour = {"good": "green", "bad": "red"}.get(cls, "dim")
             t.add_row(label, _fmt(va), _fmt(vb), f"[{colour}]{text}[/]")
         out.append(t)
-        k = Table(title="recommended settings (* = differs)")
+        knobs = Table(title="recommended settings (* = differs)")
         for col in ("knob", "unit", a, b):
-            k.add_column(col, justify="left" if col in ("knob", "unit") else "right")
+            knobs.add_column(col, justify="left" if col in ("knob", "unit") else "right")
         for name, knob in KNOBS.items():
             pa, pb = c.best_a.params.get(name), c.best_b.params.get(name)
             if pa is None and pb is None:
                 continue
             mark = " *" if pa != pb else ""
-            k.add_row(name + mark, knob.unit, pa or "-", pb or "-")
-        out.append(k)
+            knobs.add_row(name + mark, knob.unit, pa or "-", pb or "-")
+        out.append(knobs)
     if c.setup_diff:
         d = Table(title="what differs in the set-up")
         for col in ("what", a, b):
             d.add_column(col, overflow="fold")
-        for what, va, vb in c.setup_diff:
-            d.add_row(what, va, vb)
+        for what, in_a, in_b in c.setup_diff:
+            d.add_row(what, in_a, in_b)
         out.append(d)
     return out
 
