@@ -304,3 +304,38 @@ def test_default_step_is_converged() -> None:
     bus2, p99_2 = _ensemble(DEFAULT_DT_US / 2, range(12))
     assert bus2 == pytest.approx(bus1, rel=0.02)
     assert p99_2 == pytest.approx(p99_1, rel=0.02)
+
+
+# extra ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "alltoall"])
+def test_uncontended_busbw_equals_link_goodput(op: str) -> None:
+    # [NCCL] PERFORMANCE.md: busbw is normalised so that it "reflects how optimally the
+    # hardware is used" - on a non-blocking fabric it approaches the per-rank link bandwidth
+    # (here 100 Gb/s x 4096/4178 = 12.25 GB/s), whatever the collective.
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=8))
+    res = simulate(fab, Workload(collectives=[Collective(op, 16 * 2**20, fab.nic_names,
+                                                         iterations=2)]))
+    goodput = 100e9 / 8 * fab.topo.efficiency / 1e9
+    assert res.collectives[0].busbw_gbytes_per_s == pytest.approx(goodput, rel=0.05)
+    assert res.collectives[0].busbw_gbytes_per_s <= goodput
+
+
+def test_more_qps_per_connection_spread_alltoall_over_the_spines() -> None:
+    # ECMP hashes each QP's UDP source port: more QPs per connection (NCCL_IB_QPS_PER_CONNECTION)
+    # means more, smaller flows, so the busiest uplink comes closer to the mean.
+    topo = Topology(leaves=2, spines=4, hosts_per_leaf=4)
+
+    def imbalance(qps: int) -> float:
+        ratios = []
+        for seed in range(6):
+            fab = Fabric(topo, seed=seed)
+            res = simulate(fab, Workload(collectives=[Collective(
+                "alltoall", 2**20, fab.nic_names, iterations=1, qps_per_connection=qps)]),
+                seed=seed)
+            up = np.array(list(res.uplink_bytes.values()), dtype=float)
+            ratios.append(up.max() / up.mean())
+        return float(np.mean(ratios))
+
+    one, eight = imbalance(1), imbalance(8)
+    assert eight < one
+    assert eight < 1.3
