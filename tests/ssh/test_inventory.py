@@ -97,3 +97,14 @@ def test_load_inventory_file_errors(tmp_path: Any) -> None:
     bad.write_text("- just a list\n")
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_inventory(bad)
+
+
+def test_key_files_expand_the_home_directory(inventory_data: dict[str, Any]) -> None:
+    import os
+
+    inventory_data["hosts"][0]["key_file"] = "~/.ssh/ecntune_ed25519"
+    del inventory_data["hosts"][1]["key_file"]
+    eps = endpoints(parse_inventory(inventory_data))
+    assert eps["host0"].key_file == os.path.expanduser("~/.ssh/ecntune_ed25519")
+    assert not eps["host0"].key_file.startswith("~")
+    assert eps["host1"].key_file is None  # the SSH agent (then ~/.ssh/id_*)

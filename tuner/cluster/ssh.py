@@ -43,7 +43,8 @@ def endpoints(inv: Inventory) -> dict[str, Endpoint]:
     o = inv.ssh
     return {
         t.name: Endpoint(
-            name=t.name, address=t.address, port=t.port, user=t.user, key_file=t.key_file,
+            name=t.name, address=t.address, port=t.port, user=t.user,
+            key_file=os.path.expanduser(t.key_file) if t.key_file else None,
             password=t.password, key_passphrase=t.key_passphrase, sudo=t.sudo,
             known_hosts=o.known_hosts, trust_on_first_use=o.trust_on_first_use,
             connect_timeout_s=o.connect_timeout_s, command_timeout_s=o.command_timeout_s,

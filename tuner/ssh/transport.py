@@ -195,7 +195,7 @@ class Connection:
                 passphrase=ep.key_passphrase.get_secret_value() if ep.key_passphrase else None,
                 timeout=ep.connect_timeout_s, banner_timeout=ep.connect_timeout_s,
                 auth_timeout=ep.connect_timeout_s, allow_agent=ep.key_file is None,
-                look_for_keys=False,
+                look_for_keys=ep.key_file is None,  # no key_file: agent, then ~/.ssh/id_*
             )
         except paramiko.BadHostKeyException as exc:
             client.close()
