@@ -27,7 +27,10 @@ Why each piece is there:
 * the unique token: renew/disarm touch exactly this arm's timer, never another run's; a stale
   timer from a killed run keeps its own token and its own baseline.
 * ``date +%s``: epoch seconds (GNU coreutils, BusyBox and BSD ``date`` all print it); the
-  remaining commands (``sh``, ``mkdir``, ``mv``, ``cat``, ``sleep``, ``kill``) are POSIX.
+  remaining commands (``sh``, ``mkdir``, ``mv``, ``cat``, ``sleep``, ``kill``) are POSIX. The
+  deadline has one-second resolution, so the timer fires when the clock is *past* it
+  (``-gt``): never earlier than ``timeout_s`` after the last renewal, at most ~2 s later
+  (resolution plus the one-second poll).
 * every restore command runs in its own subshell (``( ... ) || rc=1``): a ``cd`` in one does
   not move the next, and one refused write does not stop the others from putting their knobs
   back; the overall status lands in ``<token>.rc``, the output in ``<token>.log``.
@@ -93,7 +96,7 @@ class DeadmanTimer:
             f"while :; do "
             f"[ -e {self._f('armed')} ] || exit 0; "
             f"dl=$(cat {self._f('deadline')} 2>/dev/null) || exit 0; "
-            f"[ \"$(date +%s)\" -ge \"$dl\" ] && break; "
+            f"[ \"$(date +%s)\" -gt \"$dl\" ] && break; "
             f"sleep 1; done; "
             f"mv {self._f('armed')} {self._f('firing')} 2>/dev/null || exit 0; "
             f"rc=0; {{ {steps}; }} >{self._f('log')} 2>&1; "

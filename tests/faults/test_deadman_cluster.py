@@ -78,6 +78,9 @@ class FakeSsh:
     def drivers(self) -> dict[str, FileDriver]:
         return self._drivers
 
+    def snapshot(self) -> Settings:
+        return self.read_back()
+
     def read_back(self) -> Settings:
         return Settings(nics={n: DcqcnSettings(rpg_time_reset=int(f.read_text()))
                               for n, f in self.files.items()})
@@ -114,6 +117,7 @@ def setup(tmp_path: Path):
         dc = DeadmanCluster(fake, timeout_s, directory=str(tmp_path / "dm"),
                             renew_every_s=0.3)
         made.append(dc)
+        dc.snapshot()  # the study's baseline, as the loop takes it
         return dc, fake
 
     yield make
@@ -149,8 +153,8 @@ def test_tuner_gone_timers_restore_by_themselves(setup) -> None:
     dc.apply(trial())
     dc._stop.set()  # the process died: no more renewals, no close
     t0 = time.monotonic()
-    assert wait_until(lambda: values(fake) == [300, 300], 4.0, 0.05)
-    assert time.monotonic() - t0 < 1.0 + 1.0 + 0.5  # timeout + one poll + slack
+    assert wait_until(lambda: values(fake) == [300, 300], 5.0, 0.05)
+    assert time.monotonic() - t0 < 1.0 + 2.0 + 0.5  # timeout + resolution + poll + slack
 
 
 def test_arming_failure_applies_nothing(setup) -> None:
@@ -174,7 +178,7 @@ def test_failed_apply_disarms_but_failed_restore_keeps_timers(setup) -> None:
         dc.apply(fake.read_back().model_copy(update={"nics": {
             n: DcqcnSettings() for n in NICS}}))
     dc.close()  # not verified: the timers stay armed and heal the canary
-    assert wait_until(lambda: values(fake) == [300, 300], 4.0, 0.05)
+    assert wait_until(lambda: values(fake) == [300, 300], 5.0, 0.05)
 
 
 def test_close_after_a_kept_winner_confirms(setup) -> None:
@@ -189,6 +193,19 @@ def test_timer_that_fired_mid_trial_fails_the_measurement(setup) -> None:
     dc, fake = setup(timeout_s=1.0)
     dc.apply(trial())
     dc._stop.set()  # renewals stall (network cut longer than the timeout) ...
-    assert wait_until(lambda: values(fake) == [300, 300], 4.0, 0.05)
+    assert wait_until(lambda: values(fake) == [300, 300], 5.0, 0.05)
     with pytest.raises(MeasurementError, match="dead-man timer fired"):
         dc.measure(None)  # ... so these numbers are not the trial's
+
+
+def test_moving_from_a_dirty_state_is_not_armed(setup) -> None:
+    """``recover`` (no snapshot taken) and a restarted run's journal restore move the canary
+    from trial settings to the baseline: a timer there would 'restore' the trial settings."""
+    dc, fake = setup(timeout_s=1.0)
+    dc.baseline = None  # recover builds the cluster and applies without a snapshot
+    for f in fake.files.values():
+        f.write_text("17\n")  # left dirty by a killed run
+    dc.apply(Settings.uniform([], NICS, {}))
+    assert dc.armed == {} and values(fake) == [300, 300]
+    time.sleep(1.5)
+    assert values(fake) == [300, 300]

@@ -46,6 +46,7 @@ class DeadmanCluster(Cluster):
         self.renew_every_s = renew_every_s or max(0.5, self.timeout_s / 3)
         self.armed: dict[str, DeadmanTimer] = {}
         self.restore_to: Settings | None = None
+        self.baseline: Settings | None = None  # set by snapshot()
         self.fired: list[str] = []  # targets whose timer fired while we were alive
         self.verified = True  # the canary is on a state the tuner verified
         self._stop = threading.Event()
@@ -146,7 +147,10 @@ class DeadmanCluster(Cluster):
                 self.verified = True
             return
         before = self.inner.read_back()
-        if before == settings:
+        if before == settings or before != self.baseline:
+            # Only a move away from the study's baseline snapshot is armed: a timer restores
+            # "what the target holds now", which must be the known-good state -- never the
+            # dirty state ``recover`` (or a restarted run) is moving away from.
             self.inner.apply(settings)
             self.verified = True
             return
@@ -176,7 +180,9 @@ class DeadmanCluster(Cluster):
         return self.inner.describe()
 
     def snapshot(self) -> Settings:
-        return self.inner.snapshot()
+        """The baseline; changes away from it are the ones armed with timers."""
+        self.baseline = self.inner.snapshot()
+        return self.baseline
 
     def read_back(self) -> Settings:
         return self.inner.read_back()
