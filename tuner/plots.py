@@ -59,8 +59,9 @@ def _style() -> Any:
                                           "axes.titleweight": "bold"}])
 
 
-def save(fig: Figure, path: str | Path, tight: bool = True) -> Path:
-    """Write ``fig`` as PNG and free it (``tight=False`` skips a second layout pass)."""
+def save(fig: Figure, path: str | Path, tight: bool = False) -> Path:
+    """Write ``fig`` as PNG and free it (``tight=True`` crops to the drawn content at the
+    cost of a second layout pass; the figures here lay themselves out)."""
     plt = _plt()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +229,7 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
                 p = 100.0
             else:
                 p = (w - b) / abs(b) * 100
+            p = 0.0 if abs(p) < 0.5 else p  # "-0 %" reads as a change
             better = p == 0 or ((p > 0) == up)
             labels.append(label if up is not None else f"{label} (info)")
             pct.append(max(min(p, 200.0), -100.0))
@@ -238,11 +240,11 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
         ax_bar.axvline(0, c="k", lw=0.8)
         ax_bar.set_yticks(list(ys), labels)
         ax_bar.invert_yaxis()
-        for y, p, t in zip(ys, pct, texts, strict=True):
-            ax_bar.text(p, y, f" {p:+.0f} %  ({t}) " if p >= 0 else f" ({t})  {p:+.0f} % ",
-                        va="center", ha="left" if p >= 0 else "right", fontsize=8)
-        lim = max([abs(p) for p in pct] + [10.0]) * 1.9
-        ax_bar.set_xlim(-lim, lim)
+        for y, p, t in zip(ys, pct, texts, strict=True):  # labels right of the bar or of 0
+            ax_bar.text(max(p, 0.0), y, f" {p:+.0f} %  ({t})", va="center", ha="left",
+                        fontsize=8)
+        ax_bar.set_xlim(min(min(pct + [0.0]) * 1.1, -10.0),
+                        max(pct + [0.0]) + 100.0)  # room for the labels on the right
         ax_bar.set_xlabel("change vs baseline, % (green = better, red = worse, grey = info)")
         ax_bar.set_title(f"Best (trial {best.number}) vs baseline")
         fig.tight_layout()
