@@ -93,22 +93,24 @@ def test_sonic_reads_the_green_fields_and_refuses_unknown_profiles(inv: Any) -> 
         drv.parse(text.replace("AZURE_LOSSLESS", "OTHER"))
 
 
-def test_sonic_writes_one_ecnconfig_call_per_field_in_safe_order(inv: Any) -> None:
+def test_sonic_writes_one_ecnconfig_call_per_threshold_in_safe_order(inv: Any) -> None:
     drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
     cur = EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5)
     low = EcnSettings(kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
-    # Lowering: -gmin first (one ecnconfig call with both would write gmax first).
+    # Lowering: -gmin first (one ecnconfig call with both would write gmax first); -gdrop
+    # rides on the last call, which ecnconfig writes after the threshold.
     assert drv.write_steps(cur, low) == ["ecnconfig -p AZURE_LOSSLESS -gmin 100000",
-                                         "ecnconfig -p AZURE_LOSSLESS -gmax 400000",
-                                         "ecnconfig -p AZURE_LOSSLESS -gdrop 10"]
-    assert drv.write_steps(low, cur)[:2] == ["ecnconfig -p AZURE_LOSSLESS -gmax 2097152",
-                                             "ecnconfig -p AZURE_LOSSLESS -gmin 1048576"]
+                                         "ecnconfig -p AZURE_LOSSLESS -gmax 400000 -gdrop 10"]
+    assert drv.write_steps(low, cur) == ["ecnconfig -p AZURE_LOSSLESS -gmax 2097152",
+                                         "ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gdrop 5"]
+    assert drv.write_steps(cur, cur.model_copy(update={"pmax_percent": 7})) == [
+        "ecnconfig -p AZURE_LOSSLESS -gdrop 7"]
     assert drv.write_steps(cur, cur) == []
     # The whole write is one remote command: state before, the writes, state after.
     assert drv.write_command(cur, low).split(" && ") == [
         "ecnconfig -l", "echo ==ecntune:before-write==",
         "ecnconfig -p AZURE_LOSSLESS -gmin 100000",
-        "ecnconfig -p AZURE_LOSSLESS -gmax 400000", "ecnconfig -p AZURE_LOSSLESS -gdrop 10",
+        "ecnconfig -p AZURE_LOSSLESS -gmax 400000 -gdrop 10",
         "echo ==ecntune:after-write==", "ecnconfig -l"]
     with pytest.raises(ApplyError, match="on/off is not done by this driver"):
         drv.write_steps(cur, cur.model_copy(update={"enabled": False}))

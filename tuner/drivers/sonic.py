@@ -47,19 +47,26 @@ class SonicDriver(Driver[EcnSettings]):
         return "ecnconfig -l"
 
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
-        """One ``ecnconfig`` call per field, in the min < max-safe order of ``ecn_write_order``.
+        """``ecnconfig`` calls in the min < max-safe order of ``ecn_write_order``.
 
-        A single call with several fields would write them in ecnconfig's fixed order (gmax,
-        gmin, gdrop; scripts/ecnconfig L372-388), which breaks min < max when lowering; one
-        field per call also limits what a failure part-way leaves changed to one field.
+        One call writes its fields one CONFIG_DB write at a time in a fixed order (gmax, gmin,
+        ..., gdrop last; scripts/ecnconfig L372-388), so the thresholds get one call each (a
+        single call would write gmax before gmin, wrong when lowering) and ``-gdrop`` rides
+        on the last call, where ecnconfig writes it after the threshold anyway.
         """
         if settings.enabled != current.enabled:
             raise WriteError(f"{self.target}: switching ECN marking on/off is not done by this "
                              "driver (`ecnconfig -q` changes every port); set the profile's "
                              "ecn mode by hand", None)
         profile = q("wred_profile", self.switch.wred_profile)
-        return [f"ecnconfig -p {profile} {FLAGS[name]} {q('value', value)}"
-                for name, value in ecn_write_order(current, settings)]
+        calls: list[list[str]] = []
+        for name, value in ecn_write_order(current, settings):
+            flag = f"{FLAGS[name]} {q('value', value)}"
+            if name == "pmax_percent" and calls:
+                calls[-1].append(flag)
+            else:
+                calls.append([flag])
+        return [f"ecnconfig -p {profile} " + " ".join(call) for call in calls]
 
     def counters_command(self) -> str:
         return " && ".join(f"echo {shlex.quote(_mark(s))} && {SHOW[s]}" for s in SECTIONS)
