@@ -124,13 +124,14 @@ def render(rows: list[dict[str, float]], repeat: int, load: tuple[float, float])
                   f"{target['warm_median']:.2f} s."]
     lines += ["", "*switches alone* / *hosts alone*: read + write + read-back on only the "
               "switches / only the hosts, in parallel (warm, median of 3): the two critical "
-              "paths of a cycle. A switch write is one SSH command running its CLI 5-6 times "
-              "in sequence (`ecnconfig -l`, one `ecnconfig -p` per field in the min < max-safe "
-              "order, `ecnconfig -l`; NVUE: `nv show`, `nv set` per field, `nv config apply`, "
-              "`nv show`), and every stand-in CLI is a Python start (~60-80 ms idle, several "
-              "times that under load), as the real `ecnconfig` is: the switches set the floor "
-              "of a cycle at every size; hosts (plain sysfs reads and writes, one SSH command "
-              "each) grow with the count, bounded by sshd CPU on 2 shared cores.", END]
+              "paths of a cycle. A switch write is one SSH command running its CLI 4-6 times "
+              "in sequence (`ecnconfig -l`, one `ecnconfig -p` per threshold in the min < max "
+              "safe order with `-gdrop` on the last, `ecnconfig -l`; NVUE: `nv show`, `nv set` "
+              "per field, `nv config apply`, `nv show`), and every stand-in CLI is a Python "
+              "start (~60-80 ms idle, several times that under load), as the real `ecnconfig` "
+              "is: the switches set the floor of a cycle at every size; hosts (plain sysfs "
+              "reads and writes, one SSH command each) grow with the count, bounded by sshd CPU "
+              "on 2 shared cores.", END]
     return "\n".join(lines) + "\n"
 
 
