@@ -570,6 +570,10 @@ class StudyRunner:
         best, _ = recommended(self.study)
         if best is None or best.is_baseline or not best.values:
             return "baseline"
+        conf = confirmation(self.study)
+        if conf is not None and conf.get("trial") == best.number and (
+                conf.get("problem") or conf.get("best_score", 0.0) <= conf["baseline_score"]):
+            return "baseline"  # the fresh repeats did not confirm the winner: do not promote
         settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
                                     best.values)
         entry = self.journal.begin(self.study_name, best.number, settings.targets(),

@@ -129,18 +129,24 @@ def test_safety_violation_rolls_back_and_is_logged(tiny: Tiny) -> None:
         assert "paused" in r.data.tags["ecntune.detail"]
 
 
-def test_keep_best_leaves_the_winner_on_the_canary(tiny: Tiny) -> None:
+def test_keep_best_leaves_the_confirmed_winner_on_the_canary(tiny: Tiny) -> None:
     exp, text = tiny(trials=3, seed=2)
     cluster = build_cluster(exp)
+    base = cluster.snapshot()
     res = _runner(exp, text, cluster, keep_best=True).run()
-    assert res.best is not None
-    now = cluster.read_back()
-    want = res.best.values
-    assert now.switches["leaf0"].kmin_bytes == want["kmin_bytes"]
-    assert now.switches["leaf0"].kmax_bytes == want["kmax_bytes"]
-    if not res.best.is_baseline:
+    assert res.best is not None and not res.best.is_baseline
+    conf = res.confirmation
+    assert conf is not None and not conf["problem"]
+    if conf["best_score"] > conf["baseline_score"]:  # confirmed: promoted and verified
         assert res.final == f"kept:{res.best.number}"
+        now = cluster.read_back()
+        assert now.switches["leaf0"].kmin_bytes == res.best.values["kmin_bytes"]
+        assert now.switches["leaf0"].kmax_bytes == res.best.values["kmax_bytes"]
+        assert now.nics[next(iter(now.nics))].rpg_ai_rate == res.best.values["rpg_ai_rate"]
         assert Journal(exp.results_path / "journal.jsonl").entries()[-1].outcomes == ["kept"]
+    else:  # the fresh repeats did not confirm it: the canary stays on the baseline
+        assert res.final == "baseline"
+        assert cluster.read_back() == base
 
 
 def test_resume_keeps_completed_trials(tiny: Tiny) -> None:
