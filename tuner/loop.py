@@ -18,7 +18,7 @@ monitor poll, the canary is restored, the in-flight trial is told FAIL (``interr
 ``Interrupted`` is raised. A second signal interrupts at once, except while a restore runs. At
 the end, on interrupt or on failure the canary is restored to the baseline; with ``keep_best``
 the best trial's settings are re-applied and verified instead (normal end and interrupt only,
-never after a failure).
+never after a failure, never a winner the confirmation repeats did not confirm).
 """
 
 from __future__ import annotations
