@@ -184,9 +184,40 @@ def _ping(conn: Connection, peer: HostEntry, mtu: int) -> str | None:
     return f"{text[-1] if text else 'no reply'} (size {size})"
 
 
-def switch_facts(inv: Inventory, sw: SwitchEntry) -> SwitchFacts:
-    """What the inventory says; ``outside_ports`` are the ports serving non-canary hosts."""
-    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports))
+_PFC_ROW = re.compile(r"^\s*(?P<port>[A-Za-z][\w./:-]*)\s+(?P<prios>[\d,]+|N/A)?\s*$")
+
+
+def parse_pfc_priority(text: str) -> dict[str, list[int]]:
+    """SONiC ``show pfc priority``: port -> lossless priorities (sonic-utilities
+    doc/Command-Reference.md example: ``Interface    Lossless priorities`` then dashes, then
+    ``Ethernet0    3,4``). Prompts, headers and blank lines are skipped."""
+    out: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith(("Interface", "---", "admin@")) or "$ " in s:
+            continue
+        m = _PFC_ROW.match(s)
+        if m:
+            prios = m.group("prios") or ""
+            out[m.group("port")] = [int(p) for p in prios.split(",") if p.isdigit()]
+    return out
+
+
+def switch_facts(sw: SwitchEntry, pfc_text: str | None) -> SwitchFacts:
+    """The inventory's view (``outside_ports``: ports serving non-canary hosts) plus, on SONiC,
+    the lossless priorities of the canary ports (``show pfc priority``)."""
+    lossless: dict[str, list[int]] = {}
+    if pfc_text:
+        table = parse_pfc_priority(pfc_text)
+        lossless = {p: table[p] for p in sw.canary_ports if p in table}
+    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports), lossless=lossless)
+
+
+def _switch_pfc(conn: Connection, sw: SwitchEntry) -> str | None:
+    if sw.platform != "sonic":
+        return None  # NVUE: `nv show qos pfc` is per profile, not per port; not read yet
+    res = conn.run("show pfc priority", check=False, timeout_s=30)
+    return res.stdout if res.status == 0 else None
 
 
 def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
@@ -226,10 +257,15 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
                     parsed[a]["ping"] = {pairs[a]: res}
     out_hosts = [HostFacts(name=h.name, nic=h.nic, error=errors.get(h.name),
                            **(parsed.get(h.name) or {})) for h in inv.hosts]
+    sws = {s.name: s for s in inv.switches}
+    pfc = pool.fan_out(lambda c: _switch_pfc(c, sws[c.name]), list(sws)) if sws else {}
+    out_switches = [switch_facts(s, pfc[s.name].value) if pfc[s.name].error is None else
+                    SwitchFacts(name=s.name, error=str(pfc[s.name].error),
+                                outside_ports=list(s.other_ports)) for s in inv.switches]
     prios = {h.roce_priority for h in inv.hosts}
     return PreflightFacts(
         backend="ssh", roce_priority=min(prios), hosts=out_hosts,
-        switches=[switch_facts(inv, s) for s in inv.switches],
+        switches=out_switches,
         line_rate_mbps=int(max((h.nic_gbps for h in inv.hosts), default=0) * 1000) or None)
 
 

@@ -212,3 +212,23 @@ def test_df_ping(ping, status):
     f = facts(hosts=[host("h0", ping=ping), host("h1", ping={})])
     res = by_check(run_checks(f, PreflightSpec()), "df_ping")
     assert worst(res) == status
+
+
+def test_sonic_show_pfc_priority_sample_feeds_the_switch_check():
+    from tuner.inventory import SwitchEntry
+    from tuner.preflight_facts import parse_pfc_priority, switch_facts
+
+    doc = (REF / "sonic" / "command-reference-doc-examples.txt").read_text()
+    sample = doc.split("**show pfc priority**", 1)[1].split("......", 1)[0]
+    table = parse_pfc_priority(sample)
+    assert table == {p: [3, 4] for p in ("Ethernet0", "Ethernet2", "Ethernet8", "Ethernet10",
+                                         "Ethernet16")}
+    sw = SwitchEntry(name="leaf0", address="10.0.0.2", platform="sonic",
+                     canary_ports=["Ethernet0", "Ethernet8"], other_ports=["Ethernet16"])
+    facts_sw = switch_facts(sw, sample)
+    assert facts_sw.lossless == {"Ethernet0": [3, 4], "Ethernet8": [3, 4]}
+    res = run_checks(facts(switches=[facts_sw]), PreflightSpec())
+    # SONiC's default 3,4: a warning per port; Ethernet16 serves hosts outside the canary
+    assert [(r.check, r.target, r.status) for r in res if r.status != "pass"] == [
+        ("pfc_priority", "leaf0/Ethernet0", "warn"), ("pfc_priority", "leaf0/Ethernet8", "warn"),
+        ("blast_radius", "leaf0", "fail")]
