@@ -232,8 +232,13 @@ class SimCluster(Cluster):
                      wall_s: float) -> Measurement:
         line = self.spec.topology.nic_gbps / 8.0  # GB/s: the busbw ideal of one rank's NIC
         colls = []
+        notes: list[str] = []
         for part, c in zip(workload.collectives, res.collectives, strict=True):
             times = [float(x) for x in c.iteration_times_us]
+            if not getattr(c, "completed", True):
+                notes.append(f"{c.op} {c.size_bytes} B finished {len(times)} of "
+                             f"{part.iterations} iterations within max_time_us "
+                             f"{self.spec.max_time_us:g}")
             colls.append(CollectiveResult(
                 name=c.op, size_bytes=int(c.size_bytes), ranks=int(c.ranks),
                 time_us=sum(times) / len(times) if times else 0.0,
@@ -254,6 +259,6 @@ class SimCluster(Cluster):
             collectives=colls, latency=latency, counters_before=before,
             counters_after=self.counters(), duration_s=sim_s,
             raw={"rocesim": json.dumps(summary, sort_keys=True),
-                 "rocesim_timeseries": timeseries_json(res)},
+                 "rocesim_timeseries": timeseries_json(res)}, notes=notes,
             extra={"wall_s": wall_s, "sim_time_us": float(res.sim_time_us),
                    "steps": float(res.steps), "storms": float(len(res.storms or []))})
