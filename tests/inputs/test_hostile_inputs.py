@@ -1,7 +1,8 @@
 """Hostile and broken input: every file in ``files/`` is named after what is wrong with it and
 starts with ``# expect: a | b | ...`` -- the field and the fix its error message must name.
 
-Each one goes through ``ecntune run`` (the command that would change the canary) and must give
+Each one goes through ``ecntune run`` (the command that would change the canary) and
+``ecntune preflight``, and must give
 exit code 2, a short message naming the file, with every expected piece, no traceback, and no
 change anywhere: no journal, no device state, no Optuna or MLflow store in the results folder.
 The SSH cases point at loopback addresses where nothing listens (127.0.10.25x).
@@ -31,14 +32,24 @@ def test_there_are_at_least_thirty_cases() -> None:
     assert len({p.stem for p in FILES}) == len(FILES)
 
 
+@pytest.mark.parametrize("command", ["run", "preflight"])
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_malformed_file_exits_2_naming_file_field_and_fix(
-        path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request) -> None:
+        path: Path, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request) -> None:
     monkeypatch.chdir(path.parent)  # relative inventory_file paths resolve next to the file
     results = tmp_path / "results"
+    text = path.read_text()
+    if command == "preflight" and "results_dir" not in text and \
+            "expected a mapping" not in text.splitlines()[0]:
+        # preflight has no --results: point results_dir (appended last, so line numbers stay)
+        # at the folder that must stay empty, instead of ./results next to the files
+        path = tmp_path / path.name
+        path.write_text(text + f"results_dir: {results}\n")
     t0 = time.monotonic()
-    res = CliRunner().invoke(main, ["run", path.name, "--results", str(results), "--quiet",
-                                    "--no-mlflow"])
+    args = ["run", str(path), "--results", str(results), "--quiet", "--no-mlflow"] \
+        if command == "run" else ["preflight", str(path)]
+    res = CliRunner().invoke(main, args)
     elapsed = time.monotonic() - t0
     err = res.stderr
     assert res.exit_code == 2, (res.exit_code, err, res.stdout, res.exception)
