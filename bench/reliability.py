@@ -90,13 +90,17 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
     if inputs:
         ok = sum(1 for s, _ in inputs.values() if s == "passed")
         worst = max(t for _, t in inputs.values())
+        ids = [k.split("[", 1)[1].rstrip("]") for k in inputs]
+        files = {i.rsplit("-", 1)[0] for i in ids}
+        commands = sorted({i.rsplit("-", 1)[1] for i in ids})
         state = "" if ok == len(inputs) else f" **{len(inputs) - ok} FAILED**"
         bad += len(inputs) - ok
         lines.append(
-            f"| {len(inputs)} malformed experiment/inventory files (`tests/inputs/files/`, "
-            f"each named after what is wrong) | sim + ssh | exit code 2 and one short message "
-            f"naming the file, the field and the fix, before any backend touches a "
-            f"target{state} | 0 | 0 | n/a (slowest case {worst:.1f} s) "
+            f"| {len(files)} malformed experiment/inventory files (`tests/inputs/files/`, "
+            f"each named after what is wrong), each through `ecntune "
+            f"{'`/`'.join(commands)}` | sim + ssh | exit code 2 and one short message naming "
+            f"the file, the field and the fix, before any backend touches a target{state} "
+            f"| 0 | 0 | n/a (slowest case {worst:.1f} s) "
             "| `tests/inputs/test_hostile_inputs.py` |")
     missing = [k for k, (s, _) in results.items() if s == "failed" and k not in seen
                and k not in inputs]
