@@ -17,6 +17,7 @@ from tuner.cli import handle_errors
 def command(study: str | None, storage: str | None, results: str | None, top: int) -> None:
     """Show STUDY (default: the newest): baseline, best trials, Pareto front, verdicts."""
     from rich.console import Console
+    from rich.table import Table
 
     from tuner import optuna_io
     from tuner.cli._render import settings_table, trials_table
@@ -48,6 +49,18 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
         console.print(settings_table(base.values, best.values,
                                      f"recommended: trial {best.number} (* = changed)"))
     counts: dict[str, int] = {}
-    for o in trials:
-        counts[o.verdict] = counts.get(o.verdict, 0) + 1
-    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    example: dict[str, tuple[int, str]] = {}
+    for t in optuna_io.trials(st):
+        v = str(t.user_attrs.get("verdict", t.state.name))
+        counts[v] = counts.get(v, 0) + 1
+        if v.startswith(("rejected", "rolled_back", "failed")) and v not in example:
+            example[v] = (t.number, str(t.user_attrs.get("detail", "")))
+    console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+                  highlight=False)
+    if example:
+        why = Table(title="why trials were stopped (first example of each)")
+        for col in ("verdict", "trials", "e.g. trial", "detail"):
+            why.add_column(col)
+        for v, (n, detail) in sorted(example.items()):
+            why.add_row(v, str(counts[v]), str(n), detail[:200])
+        console.print(why)
