@@ -163,6 +163,9 @@ class Launcher(BaseModel):
     latency_hosts: list[str] = Field(default_factory=list)  # two canary hosts; default first two
     perftest_iterations: int = Field(default=5000, ge=10, le=10_000_000)
     roce_tos: int = Field(default=106, ge=0, le=255)  # perftest -T (DSCP 26 + ECT0)
+    # Seconds between launching the collectives and starting the latency probe: mpirun takes a
+    # while to start the ranks, and the probe should sample the fabric under load.
+    probe_delay_s: float = Field(default=0.0, ge=0, le=600)
 
     @field_validator("nccl_tests_dir")
     @classmethod

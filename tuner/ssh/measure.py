@@ -135,6 +135,11 @@ def run_measurement(cluster: SshCluster, workload: Workload,
                 collectives_script(inv, parts), timeout_s=limit)
         if workload.probes:
             s_host, s_cmd, c_host, c_cmd = perftest_commands(inv, workload.probes[0])
+            if coll is not None and inv.launcher.probe_delay_s > 0:
+                coll.running(inv.launcher.probe_delay_s)  # pumps output while waiting
+                if not coll.running(0.0):
+                    notes.append("the collectives ended before the latency probe started: "
+                                 "lower launcher.probe_delay_s")
             server = cluster.pool[s_host].start(s_cmd, timeout_s=limit)
             _wait_listening(server)
             client = cluster.pool[c_host].start(c_cmd, timeout_s=limit)
