@@ -143,8 +143,9 @@ class History:
         self.clients = {u: Tracker(u, "", ".").client() for u in uris}
 
     def _experiments(self, client: Any) -> list[str]:
-        return [e.experiment_id for e in client.search_experiments(
-            filter_string="name LIKE 'ecntune/%'", max_results=1000)]
+        """Every experiment: ``tracking.experiment`` may name it anything; the role tags
+        pick out ecntune's runs."""
+        return [e.experiment_id for e in client.search_experiments(max_results=1000)]
 
     def _search(self, role: str, f: Filters, extra: list[str] | None = None
                 ) -> list[tuple[str, Any]]:

@@ -118,7 +118,13 @@ def _study_info(uri: str, study: str | None) -> tuple[str | None, str | None]:
     rows = h.studies_named(study) if study else h.studies()
     if not rows:
         return None, None
-    return rows[0].experiment_id, rows[0].storage or None
+    storage = rows[0].storage or None
+    if storage and storage.startswith("sqlite:///") and uri.startswith("sqlite:///"):
+        here = Path(storage.removeprefix("sqlite:///"))
+        beside = Path(uri.removeprefix("sqlite:///")).parent / "optuna.db"
+        if not here.is_file() and beside.is_file():  # a relative path from another cwd
+            storage = f"sqlite:///{beside}"
+    return rows[0].experiment_id, storage
 
 
 @click.command("ui")
