@@ -143,7 +143,9 @@ def run_measurement(cluster: SshCluster, workload: Workload,
             server = cluster.pool[s_host].start(s_cmd, timeout_s=limit)
             _wait_listening(server)
             client = cluster.pool[c_host].start(c_cmd, timeout_s=limit)
-        _poll(cluster, monitor, [p for p in (coll, client) if p is not None], t0, limit)
+        first = coll or client
+        if first is not None:
+            _poll(cluster, monitor, first, t0, limit)
         if coll is not None:
             res = coll.wait(check=False)
             raw["nccl"] = res.stdout + res.stderr
@@ -153,11 +155,14 @@ def run_measurement(cluster: SshCluster, workload: Workload,
             if client is not None and client.running():
                 notes.append("latency probe outlived the collectives: its tail mixes loaded "
                              "and idle samples; lower launcher.perftest_iterations")
+                _poll(cluster, monitor, client, t0, limit)
         lat = None
         if client is not None:
             cres = client.wait(check=False)
             raw["perftest"] = cres.stdout + cres.stderr
-            if server is not None:
+            if cres.status != 0:
+                _stop(server)
+            elif server is not None:
                 sres = server.wait(check=False)
                 raw["perftest_server"] = sres.stdout + sres.stderr
             if cres.status != 0:
@@ -197,22 +202,17 @@ def _wait_listening(server: RemoteProcess, timeout_s: float = 3.0) -> None:
     return
 
 
-def _poll(cluster: SshCluster, monitor: Monitor | None, procs: list[RemoteProcess],
+def _poll(cluster: SshCluster, monitor: Monitor | None, proc: RemoteProcess,
           t0: float, limit: float) -> None:
-    """Wait for ``procs``; meanwhile feed the monitor counters every ``interval_s``."""
-    interval = max(0.05, float(getattr(monitor, "interval_s", 1.0))) if monitor else 0.5
+    """Wait for ``proc``; meanwhile feed the monitor counters every ``interval_s``."""
+    interval = max(0.05, float(monitor.interval_s)) if monitor is not None else 0.5
     next_poll = time.monotonic() + interval
-    while any(p.running(0.0) for p in procs):
+    while proc.running(max(0.0, next_poll - time.monotonic())):
         if time.monotonic() - t0 > limit + 15:
             raise MeasurementError(f"measurement exceeded time_limit_s={limit:.0f} s")
-        wait = max(0.0, next_poll - time.monotonic())
-        busy = [p for p in procs if p.running(0.0)]
-        if busy:
-            busy[0].running(wait)
-        if monitor is not None and time.monotonic() >= next_poll:
-            monitor.poll(cluster.counters(), time.monotonic() - t0)
-            next_poll = time.monotonic() + interval
-        elif monitor is None:
+        if time.monotonic() >= next_poll:
+            if monitor is not None:
+                monitor.poll(cluster.counters(), time.monotonic() - t0)
             next_poll = time.monotonic() + interval
 
 
