@@ -81,8 +81,9 @@ def _burst_params(rho: float, n: int) -> tuple:
 
     A fluid model has no queue below 100 % load, but real ports see microbursts whenever
     packets from different ingress ports collide; that is what makes a Kmin of a packet or two
-    mark heavily. Model: with ``n`` ingress ports feeding the queue in this step (bytes from
-    one port arrive serialised and cannot burst) and offered load ``rho``, a packet finds
+    mark heavily. Model: with ``n`` ingress ports feeding the queue (ports whose live flows
+    are routed through it; bytes from one port arrive serialised and cannot burst) and the
+    step's offered load ``rho``, a packet finds
     k >= 1 packets ahead with probability a = (1 - 1/n) * rho, k following a geometric law of
     ratio rho truncated at n - 1 (n simultaneous arrivals leave at most n - 1 waiting).
     Returns (a, r, kmax).
@@ -133,6 +134,22 @@ def _burst_sample(rng: np.ndarray, a: float, r: float, kmax: int) -> int:
             return k
         w *= r
     return kmax
+
+
+@njit(cache=True)
+def count_ingress(live: np.ndarray, n_live: int, f_hops: np.ndarray, f_path: np.ndarray,
+                  f_pair: np.ndarray, f_cls: np.ndarray, pair_stamp: np.ndarray,
+                  nfl: np.ndarray, stamp: int) -> None:
+    """nfl[link, class] = distinct ingress ports whose live flows feed that egress queue (the
+    ``n`` of the burst model); recounted whenever the live flow set changes."""
+    nfl[:, :] = 0
+    for jf in range(n_live):
+        f = live[jf]
+        for h in range(1, f_hops[f]):
+            pid = f_pair[f, h]
+            if pair_stamp[pid] != stamp:
+                pair_stamp[pid] = stamp
+                nfl[f_path[f, h], f_cls[f]] += 1
 
 
 @njit(cache=True)
@@ -240,7 +257,7 @@ def run(
     # time series
     ts_every, ts_n, ts_t, ts_q, ts_paused, ts_rate,
     # scratch
-    serve_frac, serve_bytes, nic_tot, sh_used, pmark, qprev, qseen, arr, nfl, burst,
+    serve_frac, serve_bytes, nic_tot, sh_used, pmark, qprev, qseen, nfl, burst,
     f_pair, pair_stamp, live, n_live, slot_out, slot_hist, lrate, nic_idx, nic_ptr,
 ):
     """Advance ``n_steps`` steps from step ``t0``; returns the step reached.
@@ -311,11 +328,6 @@ def run(
                         back[f, h + 1] += x
                         nxt = f_path[f, h + 1]
                         q[nxt, c] += x
-                        arr[nxt, c] += x
-                        pid = f_pair[f, h + 1]
-                        if pair_stamp[pid] != t:  # count distinct ingress ports per queue
-                            pair_stamp[pid] = t
-                            nfl[nxt, c] += 1
                         ing[ln, c] += x
                 else:
                     ff[f, DELIV] += x
@@ -508,15 +520,15 @@ def run(
                 qm = 0.5 * (qprev[ln, c] + q_end)
                 qseen[ln, c] = qm
                 # packet-level bursts on top of the fluid queue (see _burst_params)
-                a, r, kmax = _burst_params(arr[ln, c] / cap, nfl[ln, c])
+                # arrivals this step = queue now - backlog the previous step left
+                arrived = q[ln, c] - qprev[ln, c]
+                a, r, kmax = _burst_params(arrived / cap, nfl[ln, c])
                 burst[ln, c, 0] = a
                 burst[ln, c, 1] = r
                 burst[ln, c, 2] = kmax
                 pmark[ln, c] = _mark_prob_burst(qm, l_ecn[ln, c], a, r, kmax, wire_pkt)
                 bm = _burst_mean(a, r, kmax) * wire_pkt if kmax > 0 else 0.0
                 burst[ln, c, 3] = bm
-                arr[ln, c] = 0.0
-                nfl[ln, c] = 0
                 wm = (q_end if q_end > qprev[ln, c] else qprev[ln, c]) + bm
                 q[ln, c] = q_end
                 if wm > l_counters[ln, c, C_WM]:
@@ -721,6 +733,8 @@ def run(
                         live[k] = f
                         k += 1
                     n_live[0] = k
+                    count_ingress(live, k, f_hops, f_path, f_pair, f_cls, pair_stamp, nfl,
+                                  -2 - t)
 
         # ---- 10. time series (adaptive decimation keeps <= cap points) ----
         if t % ts_every[0] == 0:

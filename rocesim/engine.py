@@ -218,7 +218,6 @@ class Simulation:
         self.pmark = np.zeros((n_links, 2))
         self.qprev = np.zeros((n_links, 2))
         self.qseen = np.zeros((n_links, 2))
-        self.arr = np.zeros((n_links, 2))
         self.nfl = np.zeros((n_links, 2), dtype=np.int64)
         self.burst = np.zeros((n_links, 2, 4))
         self.ts_every = np.array([1], dtype=np.int64)
@@ -229,6 +228,8 @@ class Simulation:
         self.ts_rate = np.zeros((TS_POINTS, n_links), dtype=np.float32)
         self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
+        K.count_ingress(self.live, int(self.n_live[0]), self.f_hops, self.f_path, self.f_pair,
+                        self.f_cls, self.pair_stamp, self.nfl, -(2**62))
 
     def _build_flows(self, line: float) -> None:
         fab, topo, wl, rs = self.fabric, self.fabric.topo, self.workload, self._rs
@@ -440,7 +441,7 @@ class Simulation:
             self.lat, self.lat_t, self.n_lat,
             self.ts_every, self.ts_n, self.ts_t, self.ts_q, self.ts_paused, self.ts_rate,
             self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used, self.pmark,
-            self.qprev, self.qseen, self.arr, self.nfl, self.burst,
+            self.qprev, self.qseen, self.nfl, self.burst,
             self.f_pair, self.pair_stamp, self.live, self.n_live, self.slot_out,
             self.slot_hist, self.lrate, self.nic_idx, self.nic_ptr,
         ))
