@@ -276,19 +276,28 @@ def best_rows(view: StudyView, limit: int = 5) -> tuple[list[str], list[list[str
     return head, rows
 
 
+def verdict_summary(view: StudyView) -> tuple[list[str], list[list[str]]]:
+    """One row per verdict that kept a trial out: how many, and what it means."""
+    counts: dict[str, int] = {}
+    for t in view.trials:
+        if kind(t.verdict) not in ("ok", "baseline"):
+            counts[t.verdict] = counts.get(t.verdict, 0) + 1
+    rows = [[v, str(n), VERDICT_TEXT.get(v.partition(":")[2] or v, v)]
+            for v, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return ["verdict", "trials", "what it means"], rows
+
+
 def verdict_rows(view: StudyView) -> tuple[list[str], list[list[str]]]:
-    """Every trial not kept as ok: why, what it tried, what it measured (if anything)."""
+    """Every trial not kept as ok: the violation, what it tried, what it measured."""
     knobs = [k for k in ("kmin_bytes", "kmax_bytes", "pmax_percent") if k in varied_knobs(view)]
-    head = ["trial", "verdict", "why", "busbw/line", "p99 µs", "PFC µs/s", *knobs]
+    head = ["trial", "verdict", "violation", "busbw/line", "p99 µs", "PFC µs/s", *knobs]
     rows = []
     for t in view.trials:
         if kind(t.verdict) in ("ok", "baseline"):
             continue
         code = t.verdict.partition(":")[2] or t.verdict
         m = t.metrics
-        why = VERDICT_TEXT.get(code, code)
-        if view.verdict_details.get(t.number):
-            why += f" ({view.verdict_details[t.number]})"
+        why = view.verdict_details.get(t.number) or VERDICT_TEXT.get(code, code)
         rows.append([str(t.number), t.verdict, why,
                      fmt(m.get("busbw_norm")), fmt(m.get("p99_us")),
                      fmt(m.get("pause_us_per_s")), *(fmt(t.values.get(k)) for k in knobs)])
@@ -336,7 +345,8 @@ def markdown(view: StudyView, images: dict[str, str]) -> str:
         if name in images:
             out += [f"## {title}", "", text, "", f"![{title}]({images[name]})", ""]
     out += ["## Best trials", "", _md_table(*best_rows(view)),
-            "## Rolled-back, rejected and failed trials", "", _md_table(*verdict_rows(view))]
+            "## Rolled-back, rejected and failed trials", "", _md_table(*verdict_summary(view)),
+            _md_table(*verdict_rows(view))]
     if view.pareto:
         out += ["## Pareto front (busbw ↑, p99 ↓)", "",
                 ", ".join(f"trial {t.number}" for t in view.pareto), ""]
@@ -389,7 +399,7 @@ box-shadow:0 1px 2px rgba(0,0,0,.06)}
 details summary{cursor:pointer;color:#58606b;font-size:13.5px;margin:4px 0}
 th,td{padding:5px 10px;border-bottom:1px solid #e5e7eb;text-align:right}
 th{background:#eef0f3;font-weight:600}td:first-child,th:first-child{text-align:left}
-td.why{text-align:left;max-width:420px;color:#3b424b}
+td.why{text-align:left;max-width:520px;color:#3b424b}td:nth-child(2),th:nth-child(2){text-align:left}
 .good{color:#1a7f37;font-weight:600}.bad{color:#c62828;font-weight:600}
 .info,.same{color:#58606b}tr.changed td{font-weight:700}
 tr.changed td:first-child::after{content:" ●";color:#1f77b4}
@@ -485,6 +495,7 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
         fig("best_vs_baseline"), fig("pareto"), fig("importance"), fig("knob_slices"),
         "<h2>Best trials</h2>", _html_table(*best_rows(view)),
         "<h2>Rolled-back, rejected and failed trials</h2>",
+        _html_table(*verdict_summary(view), why_col=2),
         _html_table(*verdict_rows(view), why_col=2),
     ]
     if view.pareto:

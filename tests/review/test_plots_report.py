@@ -19,6 +19,7 @@ from tuner.cli import main
 from tuner.cluster.sim import timeseries_json
 from tuner.loop import TrialOutcome
 from tuner.report import (
+    VERDICT_TEXT,
     StudyView,
     change,
     headline_rows,
@@ -26,6 +27,7 @@ from tuner.report import (
     markdown,
     render_html,
     verdict_rows,
+    verdict_summary,
     write_report,
 )
 
@@ -128,7 +130,11 @@ def test_report_tables_and_html_from_hand_made_trials() -> None:
     assert [r[1] for r in vrows] == ["rolled_back:pfc_storm", "rejected:kmax_above_xoff",
                                      "failed:measurement"]
     assert "paused 61.0% of the time" in vrows[0][2]
-    assert "PFC would pause before ECN" in vrows[1][2]
+    assert "PFC would pause before ECN" in vrows[1][2]  # no detail: the meaning
+    assert verdict_summary(v)[1] == [
+        ["rolled_back:pfc_storm", "1", VERDICT_TEXT["pfc_storm"]],
+        ["rejected:kmax_above_xoff", "1", VERDICT_TEXT["kmax_above_xoff"]],
+        ["failed:measurement", "1", VERDICT_TEXT["measurement"]]]
     assert v.improvement_percent == pytest.approx(33.333, rel=1e-3)
     page = render_html(v, {"convergence": b"\x89PNG-fake"})
     assert page.count("data:image/png;base64,") == 1
