@@ -151,6 +151,29 @@ def test_clamped_flow_regains_only_hai_per_time_reset_in_hyper_increase() -> Non
     assert gain_mbps == pytest.approx(10 * 50, rel=0.05)
 
 
+def test_byte_counter_and_timer_drive_recovery() -> None:
+    # [DCQCN] Fig. 6 / [CX]: increase events come from a byte counter (rpg_byte_reset bytes) and
+    # a timer (rpg_time_reset µs). After one cut from line rate (target stays at line rate) the
+    # first event is fast recovery, RC <- (RT + RC) / 2, later ones (additive increase) halve
+    # the gap too. At 50 Gb/s the default 32767-byte counter fires after 5.2 µs, at 75 Gb/s
+    # after 3.5 µs: 87.5 Gb/s ~9 µs after the cut, > 99 Gb/s within 30 µs. With the byte
+    # counter disabled only the 300 µs timer can raise the rate.
+    fast = _one_flow(DcqcnConfig())
+    fast.inject_cnp(0)
+    fast.advance(1)
+    assert fast.flow_stats()["rate_gbps"][0] == pytest.approx(50.0, rel=0.01)
+    fast.advance(10)
+    assert fast.flow_stats()["rate_gbps"][0] == pytest.approx(87.5, rel=0.01)
+    fast.advance(20)
+    assert fast.flow_stats()["rate_gbps"][0] > 99.0
+    slow = _one_flow(DcqcnConfig(rpg_byte_reset=0))
+    slow.inject_cnp(0)
+    slow.advance(299)
+    assert slow.flow_stats()["rate_gbps"][0] == pytest.approx(50.0, rel=0.01)
+    slow.advance(2)  # the 300 µs timer fires once: fast recovery halfway back to 100G
+    assert slow.flow_stats()["rate_gbps"][0] == pytest.approx(75.0, rel=0.01)
+
+
 # 4 ------------------------------------------------------------------------------------------
 def _ecn_before_pfc(ecn: EcnConfig) -> tuple[int, float, Fabric]:
     """3:1 incast from leaf1 to host0 plus a victim host7 -> host1 that shares only the
