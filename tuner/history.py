@@ -11,6 +11,7 @@ same code reads a local SQLite store and a shared ``mlflow server``. It relies o
 from __future__ import annotations
 
 import datetime as dt
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ BEST_METRICS: tuple[tuple[str, str, bool | None], ...] = (
     ("cnp_sent", "CNPs sent", None),
     ("lossless_drops", "lossless drops", False),
 )
+_PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 STUDY_METRICS = ("baseline_score", "best_score", "improvement_percent", "trials_ok",
                  "trials_rolled_back", "trials_rejected", "trials_failed")
 
@@ -241,14 +243,28 @@ class History:
         import yaml
 
         client = self.clients[row.store]
+        bar = os.environ.get(_PROGRESS)
+        os.environ[_PROGRESS] = "false"  # no download progress bar on the terminal
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 path = client.download_artifacts(row.run_id, "experiment.yaml", tmp)
                 doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
             except Exception:  # an older run without the file: compare params only
                 return []
+            finally:
+                if bar is None:
+                    os.environ.pop(_PROGRESS, None)
+                else:
+                    os.environ[_PROGRESS] = bar
         parts = (doc or {}).get("workload", {}).get("parts", [])
         return [", ".join(f"{k}={v}" for k, v in p.items()) for p in parts]
+
+
+def searched_knobs(row: StudyRow) -> set[str]:
+    """Knobs the study searched (parent params ``space.<dim>``; ``kmax_ratio`` sets
+    ``kmax_bytes``)."""
+    dims = {k.removeprefix("space.") for k in row.params if k.startswith("space.")}
+    return dims | ({"kmax_bytes"} if "kmax_ratio" in dims else set())
 
 
 def _verdicts(trials: list[TrialRow]) -> dict[str, int]:

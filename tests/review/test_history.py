@@ -13,7 +13,7 @@ from tests.review.conftest import TRIALS, Server, Study
 from tuner import optuna_io
 from tuner.cli import main
 from tuner.errors import ConfigError
-from tuner.history import Filters, History, parse_when, stores
+from tuner.history import Filters, History, parse_when, searched_knobs, stores
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,10 @@ def test_compare_before_and_after_a_mix_change(history: History,
     assert c.best_a.trial == studies["before"].result.best.number
     assert c.best_b.trial == studies["after"].result.best.number
     assert sum(c.verdicts_a.values()) == TRIALS + 1
+    # quick.yaml searches 8 dimensions; kmax_ratio sets kmax_bytes
+    assert searched_knobs(c.a) == {"kmin_bytes", "kmax_ratio", "kmax_bytes", "pmax_percent",
+                                   "rpg_ai_rate", "rpg_hai_rate", "rpg_time_reset",
+                                   "rpg_min_dec_fac", "min_time_between_cnps"}
     diff = {what: (a, b) for what, a, b in c.setup_diff}
     # the mix change is found in the logged experiment.yaml: weight 2 -> 4 of the alltoall
     (what, (a, b)), = [(w, v) for w, v in diff.items() if w.startswith("workload")]

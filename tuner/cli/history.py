@@ -65,7 +65,7 @@ def trials_table(rows: list[TrialRow]) -> Table:
 def compare_tables(c: Comparison) -> list[Table]:
     from rich.table import Table
 
-    from tuner.history import BEST_METRICS, STUDY_METRICS
+    from tuner.history import BEST_METRICS, STUDY_METRICS, searched_knobs
     from tuner.report import change
     from tuner.settings import KNOBS
 
@@ -79,7 +79,8 @@ def compare_tables(c: Comparison) -> list[Table]:
     for k in STUDY_METRICS:
         va, vb = c.a.metrics.get(k), c.b.metrics.get(k)
         pct = k == "improvement_percent"
-        s.add_row(k, _fmt(va, pct), _fmt(vb, pct), "")
+        delta = change(va, vb, True)[0] if k in ("baseline_score", "best_score") else ""
+        s.add_row(k, _fmt(va, pct), _fmt(vb, pct), delta)
     verdicts = sorted(set(c.verdicts_a) | set(c.verdicts_b))
     for v in verdicts:
         s.add_row(f"verdict {v}", str(c.verdicts_a.get(v, 0)), str(c.verdicts_b.get(v, 0)), "")
@@ -96,15 +97,21 @@ def compare_tables(c: Comparison) -> list[Table]:
             colour = {"good": "green", "bad": "red"}.get(cls, "dim")
             t.add_row(label, _fmt(va), _fmt(vb), f"[{colour}]{text}[/]")
         out.append(t)
-        knobs = Table(title="recommended settings (* = differs)")
+        searched = searched_knobs(c.a) | searched_knobs(c.b)
+        knobs = Table(title="recommended settings of the searched knobs (* = differs)")
         for col in ("knob", "unit", a, b):
             knobs.add_column(col, justify="left" if col in ("knob", "unit") else "right")
+        same = 0
         for name, knob in KNOBS.items():
             pa, pb = c.best_a.params.get(name), c.best_b.params.get(name)
             if pa is None and pb is None:
                 continue
+            if name not in searched and pa == pb:
+                same += 1
+                continue
             mark = " *" if pa != pb else ""
             knobs.add_row(name + mark, knob.unit, pa or "-", pb or "-")
+        knobs.caption = f"{same} other knobs equal in both" if same else None
         out.append(knobs)
     if c.setup_diff:
         d = Table(title="what differs in the set-up")
