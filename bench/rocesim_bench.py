@@ -233,14 +233,23 @@ def render(rows: list[Row], curve: list[Row], jit: dict[str, float],
              f"Produced by `bench/rocesim_bench.py` on {now}.", "",
              f"Machine: {machine}.", "",
              "| scenario | NICs | flows | simulated | steps | wall s | CPU s | live flow-steps/s "
-             "(CPU) | target | wall / target |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "(CPU) | target | wall / target | CPU / target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tgt = f"<= {r.target_s:g} s" if r.target_s else ""
         ratio = f"{r.wall_s / r.target_s:.2f}" if r.target_s else ""
+        cratio = f"{r.cpu_s / r.target_s:.2f}" if r.target_s else ""
         lines.append(f"| {r.name} | {r.nics} | {r.flows} | {r.sim_us / 1e3:.2f} ms | {r.steps} "
                      f"| {r.wall_s:.3f} | {r.cpu_s:.3f} | {r.rate / 1e6:.1f} M | {tgt} | "
-                     f"{ratio} |")
+                     f"{ratio} | {cratio} |")
+    slow = [r.name.split()[0] for r in rows
+            if r.target_s and r.wall_s > r.target_s >= r.cpu_s]
+    if slow:
+        lines += ["", f"{', '.join(slow)}: over target in wall time but not in CPU time - the "
+                  "machine was shared (see the load average); on an idle core wall ~ CPU."]
+    missed = [r.name.split()[0] for r in rows if r.target_s and r.cpu_s > r.target_s]
+    if missed:
+        lines += ["", f"{', '.join(missed)}: over target even in CPU time."]
     lines += ["", "Scaling curve (AlltoAll 4 MB, 200G NICs, 400G uplinks, 1 iteration): "
               "cost per live flow-step should stay flat if wall time grows linearly in "
               "flows x simulated time.", "",
