@@ -215,7 +215,15 @@ def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndar
 
 @njit(cache=True)
 def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -> None:
-    """One DCQCN increase event (timer or byte counter), ConnectX stage semantics."""
+    """One DCQCN increase event (timer or byte counter), ConnectX stage semantics.
+
+    The event's counter has already been incremented. With F = ``rpg_threshold``: fast recovery
+    (RC <- (RT + RC) / 2) while both stage counters are <= F, i.e. the first F events after a
+    cut as in the DCQCN paper; additive increase (RT += ``rpg_ai_rate``) once one counter is
+    past F; hyper increase (RT += ``rpg_hai_rate``) once both are. With the byte counter
+    disabled (``rpg_byte_reset`` = 0) the timer stage stands in for both. ``rpg_max_rate``
+    caps RT and RC.
+    """
     thr = par[n, P_THRESHOLD]
     ts = fi[f, TSTAGE]
     bs = fi[f, BSTAGE] if par[n, P_BYTE_RESET] > 0 else ts
