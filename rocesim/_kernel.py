@@ -1,6 +1,6 @@
 """The compiled inner loop: one call advances the fabric by many fixed time steps.
 
-State lives in numpy arrays (see ``rocesim.engine._State`` for the layout); this module only
+State lives in numpy arrays (built in ``rocesim.engine.Simulation._build``); this module only
 holds numba kernels, so that the Python side stays readable. Units inside the kernel: time in
 µs, data in wire bytes, rates in bytes/µs. numba is used because per-step Python overhead
 dominates small scenarios (see bench/rocesim_bench.py, which reports it); ``cache=True`` keeps
