@@ -275,3 +275,26 @@ def test_nic_port_is_shared_max_min_between_qps() -> None:
     rates = (sim.flow_stats()["delivered_bytes"] - d0) * 8 / 1000 / 1e3
     eff = fab.topo.efficiency
     assert rates == pytest.approx([10 * eff, 90 * eff], rel=0.01)
+
+
+def test_wrr_shares_a_link_between_roce_and_the_other_class() -> None:
+    # Egress scheduling: work-conserving WRR between the two data classes (50/50 by default),
+    # and a lossless "other" class is paused on its own priority (PFC 4), not on priority 3.
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=3))
+    fab.set_ecn("sw0", EcnConfig(enabled=False))
+    n = fab.nic_names
+    wl = Workload(background=[Background("incast", 1.0, 1, [n[0], n[1]], priority="roce"),
+                              Background("incast", 1.0, 1, [n[0], n[2]], priority="other",
+                                         lossless=True)])
+    sim = Simulation(fab, wl, max_time_us=4000)
+    sim.advance(2000)
+    d0 = sim.flow_stats()["delivered_bytes"].copy()
+    sim.advance(2000)
+    rates = (sim.flow_stats()["delivered_bytes"] - d0) * 8 / 2000 / 1e3
+    eff = fab.topo.efficiency
+    assert rates == pytest.approx([50 * eff, 50 * eff], rel=0.02)
+    c = sim.counters()
+    assert c["host2/mlx5_0"]["rx_prio4_pause"] > 0  # the other class is paused on prio 4
+    assert c["host1/mlx5_0"]["rx_prio3_pause"] > 0
+    assert sum(v.get("queue4_drop_pkts", 0) + v.get("queue3_drop_pkts", 0)
+               for v in c.values()) == 0
