@@ -245,20 +245,15 @@ class StudyRunner:
         self.baseline_measurement: Measurement | None = None
 
     # Set-up --------------------------------------------------------------------------------
-    def _recover_journal(self) -> None:
-        """A change left open by a killed run: restore its baseline before anything else."""
+    def _refuse_if_dirty(self) -> None:
+        """A change left open by a killed run: the canary may be on trial settings. Refuse to
+        tune on top of it; `ecntune recover` restores (and verifies) its baseline first."""
         entry = self.journal.dirty()
-        if entry is None:
-            return
-        desc = self.cluster.describe()
-        mine = set(desc.canary_switches) | set(desc.canary_nics)
-        if not set(entry.targets) <= mine:
+        if entry is not None:
             raise RollbackError(
-                f"journal {self.journal.path} has an open change on {entry.targets} (study "
-                f"{entry.study}, trial {entry.trial}) outside this canary; run `ecntune recover`")
-        with self.guard.shield():
-            restore(self.cluster, entry.baseline)
-            self.journal.end(entry.id, "restored")
+                f"journal {self.journal.path} has an open change (study {entry.study}, trial "
+                f"{entry.trial}) on {', '.join(entry.targets)}: the canary may not be on its "
+                f"baseline. Run `ecntune recover --results {self.results}` first")
 
     def _open_study(self, resume: bool) -> None:
         multi = self.exp.objective.mode == "multi"
@@ -596,7 +591,7 @@ class StudyRunner:
         final = "baseline"
         try:
             with self.guard.shield():
-                self._recover_journal()
+                self._refuse_if_dirty()
                 self.desc = self.cluster.describe()
                 self.baseline_settings = self.cluster.snapshot()
                 self.baseline_values = self.baseline_settings.flat()

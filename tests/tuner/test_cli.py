@@ -60,6 +60,24 @@ def test_run_show_export_in_process(tiny: Tiny, tmp_path: Path) -> None:
     assert r.exit_code == 2
 
 
+def test_run_refuses_while_the_journal_is_dirty(tiny: Tiny, tmp_path: Path) -> None:
+    """An open change in the journal (a killed run) blocks `run` until `recover` closed it."""
+    exp, text = tiny(trials=1)
+    path = _write(tmp_path, text)
+    sim = SimCluster(exp.fabric, ["leaf0"])
+    base = sim.snapshot()
+    Journal(exp.results_path / "journal.jsonl").begin("old", 7, base.targets(), base, base)
+    r = CliRunner().invoke(main, ["run", str(path), "--study", "d1", "--quiet"])
+    assert r.exit_code == 4, r.output
+    assert "open change (study old, trial 7)" in r.output and "ecntune recover" in r.output
+    db = exp.results_path / "optuna.db"
+    assert not db.exists() or "d1" not in optuna_io.study_names(exp.storage_url)
+    r = CliRunner().invoke(main, ["recover", str(path)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["run", str(path), "--study", "d1", "--quiet"])
+    assert r.exit_code == 0, r.output
+
+
 def test_export_render_golden() -> None:
     base = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5,
             "rpg_ai_rate": 5, "min_time_between_cnps": 0, "rpg_gd": 11}
@@ -142,10 +160,10 @@ def test_signal_to_a_real_run_then_resume(tiny: Tiny, tmp_path: Path, sig: int) 
 
 
 @pytest.mark.slow
-def test_sigkill_mid_study_then_resume_recovers_and_continues(tiny: Tiny,
+def test_sigkill_mid_study_then_recover_and_resume(tiny: Tiny,
                                                                tmp_path: Path) -> None:
-    """A killed process leaves a change open; resume restores the baseline first (journal),
-    closes the trial it left RUNNING as interrupted and finishes the budget."""
+    """A killed process may leave a change open: resume refuses (exit 4) until `recover` has
+    restored the baseline; then it closes the trial left RUNNING and finishes the budget."""
     exp, text = tiny(trials=400)
     path = _write(tmp_path, text)
     journal = exp.results_path / "journal.jsonl"
@@ -165,8 +183,13 @@ def test_sigkill_mid_study_then_resume_recovers_and_continues(tiny: Tiny,
     done = {t.number: t.params for t in st.trials if t.state.name in ("COMPLETE", "PRUNED")}
     used = len([t for t in st.trials if t.number > 0 and t.state.name in
                 ("COMPLETE", "PRUNED", "FAIL")])
-    r = CliRunner().invoke(main, ["resume", str(exp.results_path), "--trials", str(used + 1),
-                                  "--quiet"])
+    resume = ["resume", str(exp.results_path), "--trials", str(used + 1), "--quiet"]
+    if Journal(journal).dirty() is not None:
+        r = CliRunner().invoke(main, resume)
+        assert r.exit_code == 4 and "ecntune recover" in r.output, r.output
+        r = CliRunner().invoke(main, ["recover", "--results", str(exp.results_path)])
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, resume)
     assert r.exit_code == 0, r.output
     assert Journal(journal).dirty() is None
     left = read_state(exp.results_path / "sim-state.json")
