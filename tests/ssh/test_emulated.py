@@ -4,6 +4,7 @@ tools keeping state on disk, faults injected through faults.json (tuner.emulated
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,15 +173,26 @@ def test_one_unreachable_target_is_one_failed_outcome(emu: EmulatedCluster) -> N
 def test_a_changed_host_key_is_refused_with_its_fingerprint(emu: EmulatedCluster) -> None:
     emu.reset()
     emu.rotate_host_key("host1")
+    pub = emu.keys_dir / "host1_host_ed25519.pub"
     try:
+        offered = _openssh_fingerprint(pub)
         conn = Connection(_endpoint(emu, "host1"))
         with pytest.raises(HostKeyError) as err:
             conn.connect()
     finally:
         emu.restore_host_key("host1")
+    expected = _openssh_fingerprint(pub)  # the key known_hosts holds
     msg = str(err.value)
     assert msg.startswith(f"host1: host key for {_addr(emu, 'host1')}:22 CHANGED")
-    assert msg.count("SHA256:") == 2
+    # The fingerprints are OpenSSH's own (what `ssh-keygen -lf` prints on the console).
+    assert f"server offers ssh-ed25519 {offered}" in msg and f"has {expected}" in msg
+    assert offered != expected
+
+
+def _openssh_fingerprint(pub: Path) -> str:
+    out = subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()[1]  # "256 SHA256:... comment (ED25519)"
 
 
 def test_unknown_keys_need_trust_on_first_use(emu: EmulatedCluster, tmp_path: Path) -> None:
