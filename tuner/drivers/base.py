@@ -113,20 +113,23 @@ class Driver(ABC, Generic[S]):
             if getattr(exc, "started", False):  # lost mid-command: it may have changed things
                 raise WriteError(f"{self.target}: {exc}", current) from exc
             raise
-        head, _, rest = res.stdout.partition(f"{BEFORE}\n")
+        head, sep, rest = res.stdout.partition(f"{BEFORE}\n")
         before: S | None = None
-        if _:
+        if sep:  # the writes started: what the device held is printed above the mark
             try:
                 before = self.parse(head)
             except ApplyError:
-                before = None
+                before = current  # unreadable (unlikely: it was read the same way): best known
         if res.status != 0:
             tail = " | ".join(res.stderr.strip().splitlines()[-3:]) or "(no stderr)"
-            # Without the first marker the writes never started: nothing changed.
-            started = bool(_) and before is not None
+            # Without the first mark the writes never started: nothing changed.
             raise WriteError(f"{self.target}: write failed (exit status {res.status}): {tail}",
-                             before if started else None)
-        after = self.parse(rest.partition(f"{AFTER}\n")[2])
+                             before)
+        try:
+            after = self.parse(rest.partition(f"{AFTER}\n")[2])
+        except ApplyError as exc:
+            raise WriteError(f"{self.target}: read-back after write unreadable: {exc}",
+                             before) from exc
         self.known = after
         if after != settings:
             diff = {k: (v, getattr(after, k)) for k, v in settings.model_dump().items()
