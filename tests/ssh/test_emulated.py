@@ -247,3 +247,44 @@ def test_an_unknown_wred_profile_is_refused_before_any_write(emu: EmulatedCluste
                                                                   kmax_bytes=9_000)}))
         assert emu.state(sonic["name"])["config_db"]["WRED_PROFILE"] == before
         assert "NOT_CONFIGURED" not in before
+
+
+def test_a_hanging_switch_cli_fails_the_apply_and_the_rest_is_restored(
+        emu: EmulatedCluster) -> None:
+    with SshCluster(_inventory(emu, command_timeout_s=2)) as c:
+        base = c.snapshot()
+        emu.inject("leaf1", hang={"nv": 30})
+        t0 = time.monotonic()
+        with pytest.raises(ApplyError, match=r"leaf1: write failed \(timed out") as err:
+            c.apply(_new(base))
+        assert time.monotonic() - t0 < 15
+        assert "restored [" in str(err.value) and "'leaf0'" in str(err.value)
+        emu.clear_faults("leaf1")
+        assert c.read_back() == base
+
+
+def test_a_connection_dropped_mid_write_is_rolled_back(emu: EmulatedCluster) -> None:
+    import threading
+
+    with SshCluster(_inventory(emu)) as c:
+        base = c.snapshot()
+        emu.inject("leaf0", hang={"ecnconfig": 3})  # the write command is slow: cut it
+        errors: list[BaseException] = []
+
+        def apply() -> None:
+            try:
+                c.apply(_new(base))
+            except BaseException as exc:  # noqa: BLE001 - examined below
+                errors.append(exc)
+
+        worker = threading.Thread(target=apply)
+        worker.start()
+        time.sleep(1.0)
+        assert emu.kill_sessions("leaf0") > 0  # the link drops mid-command
+        emu.clear_faults("leaf0")
+        worker.join(60)
+        assert len(errors) == 1 and isinstance(errors[0], ApplyError)
+        msg = str(errors[0])
+        assert "apply failed on ['leaf0']" in msg and "connection lost" in msg
+        assert "'leaf0'" in msg.split("restored")[1]  # outcome unknown: put back to be sure
+        assert c.read_back() == base  # leaf0 (reconnected) and every other target

@@ -123,8 +123,9 @@ class Driver(ABC, Generic[S]):
         if res.status != 0:
             tail = " | ".join(res.stderr.strip().splitlines()[-3:]) or "(no stderr)"
             # Without the first mark the writes never started: nothing changed.
-            raise WriteError(f"{self.target}: write failed (exit status {res.status}): {tail}",
-                             before)
+            why = ("timed out (killed on the target)" if res.status in (124, 137)
+                   else f"exit status {res.status}")
+            raise WriteError(f"{self.target}: write failed ({why}): {tail}", before)
         try:
             after = self.parse(rest.partition(f"{AFTER}\n")[2])
         except ApplyError as exc:

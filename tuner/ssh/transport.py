@@ -327,6 +327,9 @@ class RemoteProcess:
                                        "connection lost before the exit status")
                 status = self.chan.recv_exit_status()
                 self.chan.close()
+                if status == -1:  # paramiko: closed without an exit status (link dropped)
+                    raise CommandError(self.conn.name, self.command, None, self._err_text(),
+                                       "connection lost before the exit status")
                 self._done = Result(self.conn.name, self.command, status,
                                     self._out.decode(errors="replace"), self._err_text(),
                                     time.monotonic() - self.started)
