@@ -38,8 +38,11 @@ def runs_url(base: str, experiment_id: str | None, flat: bool = False) -> str:
 
 
 def port_free(host: str, port: int) -> bool:
+    """Nothing listens on ``host:port`` (SO_REUSEADDR, as servers bind: a closed connection in
+    TIME_WAIT does not count)."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(fam) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
