@@ -69,7 +69,11 @@ class SonicDriver(Driver[EcnSettings]):
         return [f"ecnconfig -p {profile} " + " ".join(call) for call in calls]
 
     def counters_command(self) -> str:
+        """The counter commands as one line (``counters`` runs them as parallel channels)."""
         return " && ".join(f"echo {shlex.quote(_mark(s))} && {SHOW[s]}" for s in SECTIONS)
+
+    def counters_commands(self) -> list[str]:
+        return [SHOW[s] for s in SECTIONS]
 
     def commands(self) -> list[str]:
         lower = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
@@ -123,7 +127,14 @@ class SonicDriver(Driver[EcnSettings]):
 
     # -- Driver ------------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
-        return self.counters_from(self.runner.run(self.counters_command()).stdout)
+        """The four ``show`` commands at once, one SSH channel each (each is a slow Python
+        start on a switch CPU), reassembled in ``counters_command`` form for parsing."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(SECTIONS)) as pool:
+            outs = dict(zip(SECTIONS, pool.map(lambda sec: self.runner.run(SHOW[sec]).stdout,
+                                               SECTIONS), strict=True))
+        return self.counters_from("".join(f"{_mark(sec)}\n{outs[sec]}" for sec in SECTIONS))
 
 
 def _split(text: str) -> dict[str, str]:

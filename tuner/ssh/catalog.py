@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from tuner.drivers import NIC_LAYOUTS, detect_command, switch_driver
+from tuner.drivers import NIC_LAYOUTS, SonicDriver, detect_command, switch_driver
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
 from tuner.ssh.measure import collectives_script, perftest_commands
@@ -73,8 +73,12 @@ def catalog(inv: Inventory) -> list[Planned]:
                     sw.write_command(EcnSettings(), LOW), s.sudo),
             Planned(s.name, "write ECN, raising thresholds (example values)",
                     sw.write_command(LOW, EcnSettings()), s.sudo),
-            Planned(s.name, "counters", sw.counters_command(), s.sudo),
         ]
+        if isinstance(sw, SonicDriver):
+            out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
+                            s.sudo) for cmd in sw.counters_commands()]
+        else:
+            out.append(Planned(s.name, "counters", sw.counters_command(), s.sudo))
     la = inv.launcher
     launcher = next(h for h in inv.hosts if h.name == la.host)
     parts = [CollectivePart(op="all_reduce", size_bytes=4_194_304, iterations=5),
