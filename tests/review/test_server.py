@@ -50,7 +50,7 @@ def test_parent_and_nested_runs_over_rest(mlflow_server: Server,
     assert pparams["experiment"] == "quick" and pparams["backend"] == "sim"
     assert pparams["trials_budget"] == str(TRIALS)
     pm = _metrics(parent)
-    assert pm["best_score"] >= pm["baseline_score"] > 0
+    assert pm["best_score"] >= pm["baseline_score"]  # the baseline is a candidate too
 
     optuna_trials = {t.number: t for t in optuna_io.trials(
         optuna_io.load_study(st.name, st.storage))}
