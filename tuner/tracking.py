@@ -9,8 +9,9 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   ``backend``, ``sampler``, ``sampler_seed``, ``mode``, ``trials_budget``, ``fabric.<fact>``,
   ``canary_switches``, ``canary_nics``, ``space.<dim>`` (range text), ``fixed.<knob>``,
   ``objective.<field>``, ``safety.<field>``. Tags: ``ecntune.version``, ``ecntune.study``,
-  ``ecntune.role=study``, ``ecntune.storage``. Artifacts: ``experiment.yaml`` (secrets
-  redacted), ``search_space.json``, ``fabric.json``; at the end ``summary.json`` and metrics
+  ``ecntune.role=study``, ``ecntune.storage``, ``ecntune.cluster``. Artifacts:
+  ``experiment.yaml`` (secrets redacted), ``search_space.json``, ``fabric.json``; at the end
+  ``report/`` (``tuner.report``: HTML, Markdown, ``img/*.png``), ``summary.json`` and metrics
   ``baseline_score``, ``best_score``, ``improvement_percent``, ``trials_ok``,
   ``trials_rolled_back``, ``trials_rejected``.
 * **nested run** per trial (tag ``mlflow.parentRunId``), named ``trial-<n>``. Params: every knob
@@ -25,7 +26,9 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   (COMPLETE/PRUNED/FAIL), ``ecntune.verdict`` (``baseline``, ``ok``, ``rejected:<code>``,
   ``rolled_back:<code>``, ``failed:<reason>``, ``interrupted``), ``ecntune.role=trial``,
   ``ecntune.detail`` (the violation text, when there is one).
-  Artifact: ``measurement.json`` (the raw ``Measurement``).
+  Artifacts: ``trial-<n>.json`` (the raw ``Measurement``) and what
+  ``tuner.plots.write_trial_files`` writes: ``settings_diff.json``, ``raw/``,
+  ``counters_before.json``/``counters_after.json``/``counters_delta.json``, ``timeseries.png``.
 
 A tracking failure never stops tuning: every call here catches, logs a warning and returns
 ``None``; the loop back-fills every finished Optuna trial that has no nested run (tag
