@@ -268,7 +268,7 @@ def test_a_connection_dropped_mid_write_is_rolled_back(emu: EmulatedCluster) -> 
 
     with SshCluster(_inventory(emu)) as c:
         base = c.snapshot()
-        emu.inject("leaf0", hang={"ecnconfig": 3})  # the write command is slow: cut it
+        emu.inject("leaf0", hang={"ecnconfig": 5})  # the write command is slow: cut it
         errors: list[BaseException] = []
 
         def apply() -> None:
@@ -279,7 +279,9 @@ def test_a_connection_dropped_mid_write_is_rolled_back(emu: EmulatedCluster) -> 
 
         worker = threading.Thread(target=apply)
         worker.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 10
+        while not stand_ins(emu, "ecnconfig") and time.monotonic() < deadline:
+            time.sleep(0.05)  # until leaf0's write command is running (hung in ecnconfig)
         assert emu.kill_sessions("leaf0") > 0  # the link drops mid-command
         emu.clear_faults("leaf0")
         worker.join(60)
