@@ -52,6 +52,18 @@ def stand_ins(emu: Any, tool: str) -> list[int]:
     return pids
 
 
+def gone(emu: Any, tool: str, timeout_s: float = 5.0) -> bool:
+    """True once no ``tool`` stand-in of this cluster runs (polls: TERM takes a moment)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while stand_ins(emu, tool):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.fixture
 def inventory_data() -> dict[str, Any]:
     return copy.deepcopy(BASE_INVENTORY)
