@@ -1,10 +1,11 @@
 """End to end in a real browser: a short study into a results folder (SQLite MLflow store),
 ``ecntune ui`` started on it as a user would, and the printed MLflow runs page loaded in
-headless Debian Chromium; the trial runs must be listed. The screenshot is kept as
-``tests/artifacts/mlflow-runs.png``. Run with ``pytest -m browser``."""
+headless Debian Chromium; the trial runs must be listed, and a trial's artifacts shown. The
+screenshots are kept in ``tests/artifacts/``. Run with ``pytest -m browser``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,25 @@ def test_trial_runs_listed_in_the_mlflow_ui(chromium: str, tmp_path: Path,
         assert st.name in dom
         m = re.search(r"<strong>(\d+)</strong> matching runs", dom)
         assert m and int(m.group(1)) == len(trials) + 1  # the parent run and every trial
+
+        # a trial's artifacts in the UI: the baseline run's files, its time series shown
+        base = f"http://127.0.0.1:{port}"
+        exp_id = nested.group(1).split("/#/experiments/")[1].split("/")[0]
+        req = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search", headers={"Content-Type": "application/json"},
+            data=json.dumps({"experiment_ids": [exp_id],
+                             "filter": "tags.`ecntune.trial` = '0'"}).encode())
+        with urllib.request.urlopen(req, timeout=30) as r:
+            run_id = json.loads(r.read())["runs"][0]["info"]["run_id"]
+        page = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/timeseries.png"
+        dom = browse(chromium, page, tmp_path / "p4", "--dump-dom")
+        for name in ("trial-0000.json", "settings_diff.json", "counters_delta.json",
+                     "timeseries.png", "raw"):
+            assert f">{name}<" in dom, name
+        art = ARTIFACTS / "mlflow-trial-artifacts.png"
+        art.unlink(missing_ok=True)
+        browse(chromium, page, tmp_path / "p5", f"--screenshot={art}")
+        assert art.stat().st_size > 20_000
     finally:
         ui.send_signal(signal.SIGTERM)
         tail = ui.communicate(timeout=30)[0]
