@@ -288,3 +288,21 @@ def test_a_connection_dropped_mid_write_is_rolled_back(emu: EmulatedCluster) -> 
         assert "apply failed on ['leaf0']" in msg and "connection lost" in msg
         assert "'leaf0'" in msg.split("restored")[1]  # outcome unknown: put back to be sure
         assert c.read_back() == base  # leaf0 (reconnected) and every other target
+
+
+def test_secrets_stay_out_of_errors_and_logs(emu: EmulatedCluster,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from pydantic import SecretStr
+
+    from tuner.ssh.transport import SshError
+
+    ep = _endpoint(emu, "host2", key_file=None, password=SecretStr("hunter2-pw"),
+                   key_passphrase=SecretStr("phrase-xyz"), connect_retries=1)
+    caplog.set_level(logging.DEBUG)  # paramiko's own debug logging included
+    with pytest.raises(SshError) as err:
+        Connection(ep).connect()  # the emulated sshd accepts keys only
+    assert "authentication failed for root@" in str(err.value)
+    for text in (str(err.value), caplog.text, repr(ep)):
+        assert "hunter2-pw" not in text and "phrase-xyz" not in text
