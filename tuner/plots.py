@@ -206,18 +206,27 @@ def pareto(trials: Sequence[TrialOutcome], title: str = "") -> Figure:
 
 def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
                      base_m: Measurement | None = None,
-                     best_m: Measurement | None = None) -> Figure:
-    """Left: busbw per iteration of each collective (the repeat spread); right: change of the
-    headline metrics against the baseline, green where better."""
+                     best_m: Measurement | None = None,
+                     confirm: dict[str, Any] | None = None) -> Figure:
+    """Best trial against the baseline, left to right: the score of the fresh confirmation
+    repeats (``confirm``, see ``tuner.loop.confirmation``), busbw of every iteration of each
+    collective (both are the repeat spread), and the change of the headline metrics, green
+    where better. Panels without data are left out."""
     plt = _plt()
     with _style():
+        have_conf = bool(confirm and confirm.get("baseline_scores")
+                         and confirm.get("trial") == best.number)
         have_iters = bool(base_m and best_m and base_m.collectives and best_m.collectives)
-        fig, axes = plt.subplots(1, 2 if have_iters else 1, figsize=(12 if have_iters else 7,
-                                                                      4.4), squeeze=False)
+        n = 1 + have_conf + have_iters
+        fig, axes = plt.subplots(1, n, figsize=(5.2 * n + 1.2, 4.4), squeeze=False,
+                                 gridspec_kw={"width_ratios": [1.0] * (n - 1) + [1.4]})
         ax_bar = axes[0][-1]
+        if have_conf:
+            assert confirm is not None
+            _confirmation(axes[0][0], confirm, base, best)
         if have_iters:
             assert base_m is not None and best_m is not None
-            _iteration_spread(axes[0][0], base_m, best_m, best.number)
+            _iteration_spread(axes[0][n - 2], base_m, best_m, best.number)
         labels, pct, colors, texts = [], [], [], []
         for key, label, up in COMPARE_METRICS:
             b, w = base.metrics.get(key), best.metrics.get(key)
@@ -249,6 +258,32 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
         ax_bar.set_title(f"Best (trial {best.number}) vs baseline")
         fig.tight_layout()
     return fig
+
+
+def _confirmation(ax: Any, conf: dict[str, Any], base: TrialOutcome,
+                  best: TrialOutcome) -> None:
+    """Scores of the fresh repeats, baseline and best, with the single trial's score (the one
+    the search picked, biased upwards by the winner's curse) as a hollow marker."""
+    groups = (("baseline", list(conf.get("baseline_scores") or []), base.score, BASE),
+              (f"best #{best.number}", list(conf.get("best_scores") or []), best.score, OK))
+    for x, (_label, vals, single, col) in enumerate(groups):
+        if vals:
+            mean = sum(vals) / len(vals)
+            ax.bar([x], [mean], width=0.55, color=col, alpha=0.25)
+            ax.scatter([x] * len(vals), vals, c=col, s=28, zorder=3)
+            ax.text(x, mean, f" {mean:.3f}", ha="left", va="bottom", fontsize=9)
+        if single is not None:
+            ax.scatter([x + 0.18], [single], facecolors="none", edgecolors=col, s=60,
+                       zorder=3, marker="D")
+    ax.set_xticks([0, 1], [g[0] for g in groups])
+    ax.set_ylabel("score (higher is better)")
+    problem = conf.get("problem")
+    title = f"Confirmed over {conf.get('repeats', '?')} fresh repeats"
+    if problem:
+        title = f"Not confirmed: {problem}"
+    ax.set_title(title)
+    ax.text(0.02, 0.02, "dots: repeats  ◇: the trial's own score", transform=ax.transAxes,
+            fontsize=8, color="#555555")
 
 
 def _iteration_spread(ax: Any, base_m: Measurement, best_m: Measurement, best_n: int) -> None:

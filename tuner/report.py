@@ -68,8 +68,9 @@ PLOTS: tuple[tuple[str, str, str], ...] = (
      "Score of every trial (higher is better) and the best so far. Red crosses were rolled "
      "back by the safety checks, grey triangles were rejected before being applied."),
     ("best_vs_baseline", "Best trial against the baseline",
-     "Left: bus bandwidth of every iteration, so the spread between repeats is visible. "
-     "Right: change of each headline metric, green where the best trial is better."),
+     "The spread between repeats: the score of fresh re-measurements of both (when the "
+     "study confirmed its winner) and the bus bandwidth of every iteration. Right: change of "
+     "each headline metric, green where the best trial is better."),
     ("pareto", "Bandwidth, tail latency and PFC",
      "Each dot is a trial; right and down is better, colour is PFC pause time. The green line "
      "joins the trials no other trial beats on both axes."),
@@ -99,6 +100,7 @@ class StudyView:
     details: dict[str, str] = field(default_factory=dict)
     measurement_paths: dict[int, str] = field(default_factory=dict)
     verdict_details: dict[int, str] = field(default_factory=dict)  # the violation, as logged
+    confirmation: dict[str, Any] | None = None  # fresh repeats (``tuner.loop.confirmation``)
     study: Any = None  # the Optuna study (for Optuna's own plots); None when built by hand
 
     @property
@@ -128,7 +130,7 @@ def load(study_name: str | None, storage: str) -> StudyView:
     """Read a study (default: the newest in ``storage``) from its Optuna storage."""
     from tuner import optuna_io
     from tuner.errors import ConfigError
-    from tuner.loop import outcome_of, recommended
+    from tuner.loop import confirmation, outcome_of, recommended
 
     names = optuna_io.study_names(storage)
     if not names:
@@ -164,7 +166,7 @@ def load(study_name: str | None, storage: str) -> StudyView:
                            if t.user_attrs.get("measurement_path")},
         verdict_details={t.number: str(t.user_attrs["detail"]) for t in frozen
                          if t.user_attrs.get("detail")},
-        study=study)
+        confirmation=confirmation(study), study=study)
 
 
 # Plots -------------------------------------------------------------------------------------
@@ -183,7 +185,7 @@ def render_plots(view: StudyView, out_dir: str | Path) -> dict[str, Path]:
     if view.baseline is not None and view.best is not None and not view.best.is_baseline:
         b, w = view.baseline, view.best
         makers["best_vs_baseline"] = lambda: plots.best_vs_baseline(
-            b, w, view.measurement(b.number), view.measurement(w.number))
+            b, w, view.measurement(b.number), view.measurement(w.number), view.confirmation)
     if view.study is not None:
         makers["importance"] = lambda: plots.importance(view.study)
     paths: dict[str, Path] = {}
@@ -312,8 +314,26 @@ def headline_sentence(view: StudyView) -> str:
         return (f"No trial beat the baseline (score {b.score:.4f}); keep the current "
                 "settings.")
     imp = view.improvement_percent
-    return (f"Trial {w.number} beats the baseline: score {b.score:.4f} → {w.score:.4f} "
-            f"({imp:+.1f} %).")
+    out = (f"Trial {w.number} beats the baseline: score {b.score:.4f} → {w.score:.4f} "
+           f"({imp:+.1f} %).")
+    return out + confirmation_sentence(view)
+
+
+def confirmation_sentence(view: StudyView) -> str:
+    """What the fresh repeats of the best trial and the baseline said ('' without them)."""
+    c = view.confirmation
+    if not c or view.best is None or c.get("trial") != view.best.number:
+        return ""
+    n = c.get("repeats", len(c.get("baseline_scores", [])))
+    if c.get("problem"):
+        return f" Not confirmed: a fresh repeat ended {c['problem']}."
+    if "best_score" not in c:
+        return ""
+    gain = c.get("improvement_percent")
+    verdict = "Confirmed" if c["best_score"] > c["baseline_score"] else "NOT confirmed"
+    tail = f" ({gain:+.1f} %)" if gain is not None else ""
+    return (f" {verdict} by {n} fresh repeats each: {c['baseline_score']:.4f} → "
+            f"{c['best_score']:.4f}{tail}.")
 
 
 # Markdown ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from tuner.report import (
     VERDICT_TEXT,
     StudyView,
     change,
+    confirmation_sentence,
     headline_rows,
     load,
     markdown,
@@ -173,3 +174,21 @@ def test_ecntune_report_cli(studies: dict[str, Study], tmp_path: Path) -> None:
     assert (out / "img" / "convergence.png").is_file()
     bad = CliRunner().invoke(main, ["report", "nope", "--storage", st.storage])
     assert bad.exit_code == 2 and "no study 'nope'" in bad.output
+
+
+def test_confirmation_sentence_and_panel(tmp_path: Path) -> None:
+    v = view()
+    assert confirmation_sentence(v) == ""
+    v.confirmation = {"trial": 3, "repeats": 2, "baseline_scores": [0.2, 0.4],
+                      "best_scores": [0.5, 0.7], "problem": "", "baseline_score": 0.3,
+                      "best_score": 0.6, "improvement_percent": 100.0}
+    assert confirmation_sentence(v) == (
+        " Confirmed by 2 fresh repeats each: 0.3000 → 0.6000 (+100.0 %).")
+    fig = plots.best_vs_baseline(TRIALS[0], TRIALS[3], confirm=v.confirmation)
+    assert [a.get_title() for a in fig.axes][:1] == ["Confirmed over 2 fresh repeats"]
+    plots.save(fig, tmp_path / "bvb.png")
+    v.confirmation = {**v.confirmation, "problem": "rolled_back:pfc_storm"}
+    assert confirmation_sentence(v) == (
+        " Not confirmed: a fresh repeat ended rolled_back:pfc_storm.")
+    v.confirmation = {**v.confirmation, "problem": "", "trial": 5}  # another trial's repeats
+    assert confirmation_sentence(v) == ""
