@@ -419,7 +419,8 @@ box-shadow:0 1px 2px rgba(0,0,0,.06)}
 details summary{cursor:pointer;color:#58606b;font-size:13.5px;margin:4px 0}
 th,td{padding:5px 10px;border-bottom:1px solid #e5e7eb;text-align:right}
 th{background:#eef0f3;font-weight:600}td:first-child,th:first-child{text-align:left}
-td.why{text-align:left;max-width:520px;color:#3b424b}td:nth-child(2),th:nth-child(2){text-align:left}
+td.why{text-align:left;max-width:520px;color:#3b424b}
+.l2 td:nth-child(2),.l2 th:nth-child(2){text-align:left}
 .good{color:#1a7f37;font-weight:600}.bad{color:#c62828;font-weight:600}
 .info,.same{color:#58606b}tr.changed td{font-weight:700}
 tr.changed td:first-child::after{content:" ●";color:#1f77b4}
@@ -437,11 +438,14 @@ def _h(s: object) -> str:
 
 
 def _html_table(head: list[str], rows: list[list[str]], cls_col: int | None = None,
-                why_col: int | None = None, changed_col: int | None = None) -> str:
+                why_col: int | None = None, changed_col: int | None = None,
+                left2: bool = False) -> str:
     if not rows:
         return "<p class=meta>none</p>"
     width = len(head)
-    out = ["<div class=scroll><table><tr>" + "".join(f"<th>{_h(c)}</th>" for c in head) + "</tr>"]
+    cls = " class=l2" if left2 else ""
+    out = [f"<div class=scroll><table{cls}><tr>"
+           + "".join(f"<th>{_h(c)}</th>" for c in head) + "</tr>"]
     for r in rows:
         tr = "<tr class=changed>" if changed_col is not None and r[changed_col] else "<tr>"
         cells = []
@@ -516,7 +520,7 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
         "<h2>Best trials</h2>", _html_table(*best_rows(view)),
         "<h2>Rolled-back, rejected and failed trials</h2>",
         _html_table(*verdict_summary(view), why_col=2),
-        _html_table(*verdict_rows(view), why_col=2),
+        _html_table(*verdict_rows(view), why_col=2, left2=True),
     ]
     if view.pareto:
         parts.append("<h2>Pareto front (busbw ↑, p99 ↓)</h2><p>" + _h(
