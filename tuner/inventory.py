@@ -90,7 +90,9 @@ class HostEntry(_Target):
     gid_index: int = Field(default=3, ge=0, le=255)  # perftest -x (RoCEv2 GID)
     data_address: str | None = None  # address perftest clients use (default: address)
     mpi_host: str | None = None  # name mpirun uses for this host (default: address)
-    nic_gbps: float = Field(default=0.0, ge=0)
+    # Line rate of the port (Gb/s): bounds the DCQCN rate knobs and normalises busbw. Required:
+    # without it every rate check would be against 0.
+    nic_gbps: float = Field(gt=0, le=1600)
 
     @field_validator("netdev")
     @classmethod

@@ -17,9 +17,10 @@ BASE_INVENTORY: dict[str, Any] = {
     "hosts": [
         {"name": "host0", "address": "127.0.10.11", "key_file": "/k/id", "netdev": "ens1f0np0",
          "rdma_device": "mlx5_0", "pci": "0000:3b:00.0", "roce_priority": 3,
-         "nic_layout": "sysfs", "sysfs_root": "/srv/emu/host0"},
+         "nic_layout": "sysfs", "sysfs_root": "/srv/emu/host0", "nic_gbps": 100},
         {"name": "host1", "address": "127.0.10.12", "key_file": "/k/id", "netdev": "ens1f0np0",
-         "rdma_device": "mlx5_0", "pci": "0000:3b:00.0", "nic_layout": "debugfs"},
+         "rdma_device": "mlx5_0", "pci": "0000:3b:00.0", "nic_layout": "debugfs",
+         "nic_gbps": 100},
     ],
     "switches": [
         {"name": "leaf0", "address": "127.0.10.2", "platform": "sonic",
