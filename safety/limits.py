@@ -78,8 +78,8 @@ def check_proposal(
                        f"{limits.xoff_margin_percent:g} % margin): PFC would pause before ECN "
                        "acts"))
     for name in RATE_KNOBS:
-        value = values.get(name)
-        if value is not None and value > line_rate_mbps:
+        rate = values.get(name)
+        if rate is not None and rate > line_rate_mbps:
             out.append(Violation(code="rate_above_line_rate",
-                                 detail=f"{name}={value} Mbit/s above line rate {line_rate_mbps}"))
+                                 detail=f"{name}={rate} Mbit/s above line rate {line_rate_mbps}"))
     return out

@@ -19,6 +19,12 @@ def test_ruff_is_clean() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_mypy_is_clean() -> None:
+    res = subprocess.run([sys.executable, "-m", "mypy", "tuner", "objectives", "safety",
+                          "rocesim"], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 @pytest.mark.parametrize("package", ["tuner", "objectives", "safety", "rocesim"])
 def test_top_level_packages_are_ours(package: str) -> None:
     # `safety` is also a popular vulnerability scanner on PyPI: make sure we import ours.

@@ -162,6 +162,6 @@ class Settings(BaseModel):
         unknown = set(values) - set(KNOBS)
         if unknown:
             raise ValueError(f"unknown knobs: {sorted(unknown)}")
-        ecn = EcnSettings(**{k: v for k, v in values.items() if k in SWITCH_KNOBS})
-        dcqcn = DcqcnSettings(**{k: v for k, v in values.items() if k in NIC_KNOBS})
+        ecn = EcnSettings.model_validate({k: v for k, v in values.items() if k in SWITCH_KNOBS})
+        dcqcn = DcqcnSettings.model_validate({k: v for k, v in values.items() if k in NIC_KNOBS})
         return cls(switches={s: ecn for s in switches}, nics={n: dcqcn for n in nics})
