@@ -9,6 +9,7 @@ module only says where the folder is and how each ``DcqcnSettings`` field is spe
 from __future__ import annotations
 
 import shlex
+from abc import abstractmethod
 from typing import TYPE_CHECKING
 
 from tuner.drivers.base import Driver, Runner
@@ -45,8 +46,9 @@ class Mlx5Driver(Driver[DcqcnSettings]):
         if missing:  # pragma: no cover - a layout module bug
             raise TypeError(f"{type(self).__name__} lacks files for {sorted(missing)}")
 
+    @abstractmethod
     def folder(self) -> str:
-        raise NotImplementedError
+        """The layout's folder of knob files on the host (under ``sysfs_root``)."""
 
     # -- commands (pure) ---------------------------------------------------------------
     def read_command(self) -> str:
