@@ -24,7 +24,7 @@ from objectives.parsers._common import (
     parse_int,
     parse_opt_int,
 )
-from objectives.parsers._table import is_dash_line, read_tables
+from objectives.parsers._table import Table, is_dash_line, read_tables
 
 _CACHED = re.compile(r"^\s*Last cached time (?:was|is)\s+(?P<t>.+?)\s*$")
 _NAMESPACE = re.compile(r"^\s*For namespace\s*(?P<ns>\S*)\s*:?\s*$")
@@ -49,6 +49,19 @@ def _loose_ok(tool: str, loose: list[tuple[int, str]], *extra: re.Pattern[str]) 
             continue
         raise fail(tool, lineno, line, "not part of any table")
     return notes
+
+
+def _sonic_tables(
+    tool: str, text: str, allow_truncated: bool, *extra: re.Pattern[str]
+) -> tuple[list[tuple[int, str]], list[Table]]:
+    """The numbered lines and tabulate tables of a SONiC show command; any other line must be
+    one ``_loose_ok`` accepts."""
+    lines = numbered(text)
+    tables, loose = read_tables(
+        tool, lines, allow_truncated=allow_truncated, last=last_content_line(lines)
+    )
+    _loose_ok(tool, loose, *extra)
+    return lines, tables
 
 
 # ---------------------------------------------------------------- show pfc counters
@@ -85,11 +98,7 @@ class PfcCounters(Model):
 def parse_pfcstat(text: str, *, allow_truncated: bool = False) -> PfcCounters:
     """``show pfc counters`` / ``pfcstat`` (Rx and Tx tables) or ``--history``."""
     tool = "pfcstat"
-    lines = numbered(text)
-    tables, loose = read_tables(
-        tool, lines, allow_truncated=allow_truncated, last=last_content_line(lines)
-    )
-    _loose_ok(tool, loose)
+    lines, tables = _sonic_tables(tool, text, allow_truncated)
     cached = next((m.group("t") for _, ln in lines if (m := _CACHED.match(ln))), None)
     rx: dict[str, dict[int, int | None]] = {}
     tx: dict[str, dict[int, int | None]] = {}
@@ -307,11 +316,7 @@ def _queue_json(tool: str, text: str) -> QueueCounters:
 def _queue_tables(tool: str, text: str, allow_truncated: bool, want: str) -> QueueCounters:
     if text.lstrip().startswith("{"):
         return _queue_json(tool, text)
-    lines = numbered(text)
-    tables, loose = read_tables(
-        tool, lines, allow_truncated=allow_truncated, last=last_content_line(lines)
-    )
-    _loose_ok(tool, loose)
+    lines, tables = _sonic_tables(tool, text, allow_truncated)
     rows = []
     for t in tables:
         if t.headers[:2] != ["Port", "TxQ"] or not any(want in h for h in t.headers):
@@ -397,11 +402,7 @@ _PAIR_COLS = (
 def parse_pfcwd_stats(text: str, *, allow_truncated: bool = False) -> PfcwdStats:
     """``show pfcwd stats`` (single or multi-ASIC): ``Ethernet0:3`` rows with ``a/b`` pairs."""
     tool = "pfcwd stats"
-    lines = numbered(text)
-    tables, loose = read_tables(
-        tool, lines, allow_truncated=allow_truncated, last=last_content_line(lines)
-    )
-    _loose_ok(tool, loose)
+    lines, tables = _sonic_tables(tool, text, allow_truncated)
     rows = []
     for t in tables:
         if not t.headers or t.headers[0] != "QUEUE" or "STATUS" not in t.headers:
@@ -456,11 +457,7 @@ _POLL = re.compile(r"^\s*Changed polling interval to (?P<ms>\d+)\s*ms\s*$")
 def parse_pfcwd_config(text: str, *, allow_truncated: bool = False) -> PfcwdConfig:
     """``show pfcwd config`` in the old (no HISTORY) and new (HISTORY column) formats."""
     tool = "pfcwd config"
-    lines = numbered(text)
-    tables, loose = read_tables(
-        tool, lines, allow_truncated=allow_truncated, last=last_content_line(lines)
-    )
-    _loose_ok(tool, loose, _POLL)
+    lines, tables = _sonic_tables(tool, text, allow_truncated, _POLL)
     poll = next((int(m.group("ms")) for _, ln in lines if (m := _POLL.match(ln))), None)
     ports: dict[str, PfcwdPortConfig] = {}
     for t in tables:
@@ -520,11 +517,7 @@ def parse_watermark(text: str, *, allow_truncated: bool = False) -> Watermarks:
         except (json.JSONDecodeError, ValueError, AttributeError, TypeError) as exc:
             raise fail_empty(tool, text, f"bad watermark JSON ({exc})") from None
         return Watermarks(tables={"": rows})
-    lines = numbered(text)
-    tables, loose = read_tables(
-        tool, lines, allow_truncated=allow_truncated, last=last_content_line(lines)
-    )
-    _loose_ok(tool, loose)
+    lines, tables = _sonic_tables(tool, text, allow_truncated)
     out: dict[str, dict[str, dict[str, int | None]]] = {}
     for t in tables:
         if t.headers[0] not in ("Port", "Pool"):
