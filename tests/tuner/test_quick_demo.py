@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.experiment import load_experiment
 from tuner.cluster import build_cluster
+from tuner.experiment import load_experiment
 from tuner.loop import StudyRunner
 
 ROOT = Path(__file__).resolve().parents[2]
