@@ -654,6 +654,17 @@ def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, 
 
 
 @njit(cache=True, inline="always")
+def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
+    """What flow ``f`` may forward of predecessor ``pr``'s deliveries: all of it, or only
+    whole ``quantum`` chunks (store and forward per chunk, NCCL Tree) until ``pr`` is done."""
+    d = ff[pr, DELIV]
+    q = fl.quantum[f]
+    if q > 0.0 and d < fl.size[pr] * (1.0 - 1e-9) - 1e-6:
+        d = np.floor(d / q) * q
+    return d
+
+
+@njit(cache=True, inline="always")
 def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch) -> None:
     """NICs inject each flow at min(DCQCN rate, offered load, ring credit), share the port
     max-min between QPs (the NIC's arbiter) and stop while the port is paused."""
@@ -675,8 +686,11 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
         if rem < b:
             b = rem
         pr = fl.pred[f]
-        if pr >= 0:
-            credit = ff[pr, DELIV] + fl.chunk[f] - ff[f, SENT]
+        if pr >= 0:  # at most ``chunk`` ahead of what the predecessor(s) delivered
+            credit = _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT]
+            pr = fl.pred2[f]
+            if pr >= 0:
+                credit = min(credit, _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT])
             if credit < b:
                 b = credit
         if b <= 0.0:
