@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,9 +15,10 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     """Shared by ``run`` and ``resume``: build everything, run, print the result."""
     from rich.console import Console
 
-    from tuner.cli._render import LiveProgress, print_result
+    from safety.lock import hold
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster, default_study_name
+    from tuner.input_checks import check_inputs
+    from tuner.loop import default_study_name
 
     exp = parse_experiment(exp_text, source)
     update: dict[str, object] = {}
@@ -30,11 +32,19 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         exp = exp.model_copy(update=update)
     name = study or default_study_name(exp)
     console = Console(stderr=False)
+    check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
+    with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary
+        _run_locked(exp, exp_text, source, name, console, keep_best, resume, quiet)
+
+
+def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
+                keep_best: bool, resume: bool, quiet: bool) -> None:
+    from tuner.cli._render import LiveProgress, print_result
     from tuner.cli.preflight import gate
     from tuner.errors import ConfigError
-    from tuner.input_checks import check_inputs, with_source
+    from tuner.input_checks import with_source
+    from tuner.loop import StudyRunner, build_cluster
 
-    check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
     try:
         cluster = build_cluster(exp)
     except ConfigError as exc:
