@@ -19,8 +19,14 @@ from pathlib import Path
 import pytest
 
 from safety.journal import Journal
-from tests.faults.conftest import ECNTUNE, finished_trials, lost_trials, sim_experiment, \
-    start_run, wait_until
+from tests.faults.conftest import (
+    ECNTUNE,
+    finished_trials,
+    lost_trials,
+    sim_experiment,
+    start_run,
+    wait_until,
+)
 from tests.faults.test_sim_crash import dirty_targets, kill_mid_trial
 from tuner.cluster.statefile import read_state
 

@@ -36,7 +36,7 @@ def test_second_holder_refused_then_free_after_sigkill(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     with hold(tmp_path, "recover") as path:  # no stale lock to clean up
-        assert path.read_text().startswith('{"pid": %d' % os.getpid())
+        assert path.read_text().startswith(f'{{"pid": {os.getpid()}')
 
 
 def test_same_process_twice_is_refused_too(tmp_path: Path) -> None:
