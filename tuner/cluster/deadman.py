@@ -230,30 +230,37 @@ class DeadmanCluster(Cluster):
                 "trial's settings")
         return result
 
-    def take_over_locks(self) -> list[str]:
-        """``recover``: release target locks left by a tuner that is gone; raises while a
-        lock's timer is still armed (a live tuner, or a dead one's timer about to fire)."""
+    def take_over_locks(self, wait_s: float | None = None) -> list[str]:
+        """``recover``: release target locks left by a tuner that is gone. A lock whose timer
+        is still armed (a live tuner elsewhere, or a dead one's timer about to fire) is waited
+        for up to ``wait_s`` (default: the timeout plus 5 s), then refused."""
+        import time
+
         keys = sorted(self.inner.drivers())
-        res = self._fan(lambda k: parse_reply(self._run(
-            k, DeadmanTimer.new(k, self.directory).takeover_command())), keys)
-        lines, busy = [], []
-        for k in keys:
-            o = res[k]
-            if o.error is not None:
-                raise RollbackError(f"{k}: cannot check its lock: {o.error}")
-            word, rest = o.value
-            if word == "busy":
-                busy.append(f"{k} (change {rest})")
-            elif word == "taken":
-                lines.append(f"{k}: took over the lock of a tuner that is gone ({rest})")
-            elif word == "unsafe":
-                raise RollbackError(f"{k}: dead-man runtime directory refused: {rest}")
-        if busy:
-            raise RollbackError(
-                "target(s) locked by a change whose dead-man timer is still armed: "
-                + ", ".join(busy) + f". Another tuner is running, or a dead one's timer fires "
-                f"within {self.timeout_s:g} s; retry after that")
-        return lines
+        deadline = time.monotonic() + (self.timeout_s + 5 if wait_s is None else wait_s)
+        lines: list[str] = []
+        while True:
+            res = self._fan(lambda k: parse_reply(self._run(
+                k, DeadmanTimer.new(k, self.directory).takeover_command())), keys)
+            busy = []
+            for k in keys:
+                o = res[k]
+                if o.error is not None:
+                    raise RollbackError(f"{k}: cannot check its lock: {o.error}")
+                word, rest = o.value
+                if word == "busy":
+                    busy.append(f"{k} (change {rest})")
+                elif word == "taken":
+                    lines.append(f"{k}: took over the lock of a tuner that is gone ({rest})")
+                elif word == "unsafe":
+                    raise RollbackError(f"{k}: dead-man runtime directory refused: {rest}")
+            if not busy:
+                return lines
+            if time.monotonic() > deadline:
+                raise RollbackError(
+                    "target(s) locked by a change whose dead-man timer is still armed: "
+                    + ", ".join(busy) + ". Another tuner is running on them; stop it first")
+            time.sleep(1.0)
 
     def __getattr__(self, name: str) -> Any:  # inventory, pool, drivers of the SSH backend
         return getattr(self.inner, name)
