@@ -19,6 +19,7 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     from tuner.experiment import parse_experiment
     from tuner.input_checks import check_inputs
     from tuner.loop import default_study_name
+    from tuner.tracking import redact
 
     exp = parse_experiment(exp_text, source)
     update: dict[str, object] = {}
@@ -33,8 +34,28 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     name = study or default_study_name(exp)
     console = Console(stderr=False)
     check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
+    exp = _without_credentials(exp, source)
     with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary
-        _run_locked(exp, exp_text, source, name, console, keep_best, resume, quiet)
+        # only the redacted text is stored (Optuna user attrs, MLflow artifact)
+        _run_locked(exp, redact(exp_text), source, name, console, keep_best, resume, quiet)
+
+
+def _without_credentials(exp: Any, source: str) -> Any:
+    """URL passwords move into the drivers' environment variables: no stored or printed URL
+    holds them (``tuner.tracking.move_url_credentials``)."""
+    import os
+
+    from tuner.errors import ConfigError
+    from tuner.tracking import move_url_credentials
+
+    try:
+        urls, env = move_url_credentials({"storage": exp.storage,
+                                          "tracking.uri": exp.tracking.uri})
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    os.environ.update(env)
+    return exp.model_copy(update={"storage": urls["storage"], "tracking": exp.tracking.model_copy(
+        update={"uri": urls["tracking.uri"]})})
 
 
 def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
