@@ -102,11 +102,8 @@ def command(experiment: Path, study: str | None, trials: int | None, keep_best: 
     and the canary is restored after it. Ctrl-C or SIGTERM restores the baseline and exits 130;
     `ecntune resume` continues the study. Exit codes: see `ecntune --help`.
     """
-    from tuner.errors import ConfigError
+    from tuner.input_checks import read_text_file
 
-    try:
-        text = experiment.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{experiment}: cannot read experiment file: {exc.strerror}") from None
+    text = read_text_file(experiment, "experiment file")
     execute(text, str(experiment), study=study, resume=False, trials=trials,
             keep_best=keep_best, results=results, no_mlflow=no_mlflow, quiet=quiet)
