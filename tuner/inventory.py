@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,6 +27,14 @@ from tuner.errors import ConfigError
 from tuner.ssh.shell import PATTERNS
 
 _STRICT = ConfigDict(frozen=True, extra="forbid")
+
+# launcher.nccl_env: the variables the ranks may be given (docs/real-cluster.md). Anything else
+# (LD_PRELOAD, PATH, BASH_ENV, PYTHONPATH ...) can make the launcher run code of the file's
+# author's choosing.
+ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_")
+ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                       "CUDA_DEVICE_MAX_CONNECTIONS", "HCOLL_ENABLE_MCAST_ALL",
+                       "SHARP_COLL_ENABLE_SAT"})
 
 
 def _pattern(kind: str, value: str) -> str:
@@ -200,6 +207,11 @@ class Launcher(BaseModel):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, val in v.items():
             _pattern("env_name", k)
+            if not k.startswith(ENV_PREFIXES) and k not in ENV_NAMES:
+                raise ValueError(
+                    f"{k!r} is not an NCCL/UCX/Open MPI variable: only names starting with "
+                    f"{', '.join(ENV_PREFIXES)} or one of {', '.join(sorted(ENV_NAMES))} are "
+                    "passed to the ranks (LD_PRELOAD, PATH, BASH_ENV... would run code)")
             _pattern("env_value", str(val))
         return {k: str(val) for k, val in v.items()}
 
@@ -259,8 +271,13 @@ def _where(data: Any, loc: tuple[int | str, ...]) -> str:
 
 def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
     """Validate a mapping; a bad value raises ``ConfigError`` naming the entry and field."""
+    from tuner.input_checks import value_problems
+
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the inventory must be a mapping, got {type(data).__name__}")
+    problems = value_problems(data, Inventory)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems[:10]))
     try:
         return Inventory.model_validate(data)
     except ValidationError as exc:
@@ -273,11 +290,7 @@ def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
 
 def load_inventory(path: str | Path) -> Inventory:
     """Read and validate an inventory YAML file."""
+    from tuner.input_checks import load_yaml, read_text_file
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read inventory: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    return parse_inventory(data, str(p))
+    return parse_inventory(load_yaml(read_text_file(p, "inventory file"), str(p)), str(p))

@@ -193,6 +193,7 @@ class EmulatedCluster:
             for leftover in ("perftest_server.json", "perftest_result.json"):
                 (self.root / name / leftover).unlink(missing_ok=True)
         for name, t in self.targets.items():
+            self._clear_run(name)
             if (self.keys_dir / f"{name}_host_ed25519.orig").exists():
                 self.restore_host_key(name)
             elif t.pid is None and self._started:
@@ -279,6 +280,21 @@ class EmulatedCluster:
 
     def start_target(self, target: str) -> None:
         self._start_sshd([target], 10.0)
+
+    def reboot(self, target: str) -> None:
+        """The target restarts: its sshd and every process of it (dead-man timers too) die and
+        its /run (a tmpfs) comes back empty; the device settings stay, as NVUE's auto-saved
+        startup configuration would keep them."""
+        self.stop_target(target)
+        self._clear_run(target)
+        self.start_target(target)
+
+    def _clear_run(self, target: str) -> None:
+        import shutil
+
+        run = self._tdir(target) / "run"
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(mode=0o700)
 
     def kill_sessions(self, target: str) -> int:
         """Drop every open SSH connection (and its commands) of one target; returns how many."""
@@ -416,6 +432,7 @@ class EmulatedCluster:
         st.write_json(tdir / "counters.json", {})
         st.write_json(tdir / "faults.json", {})
         (tdir / "refused_writes").write_text("")
+        (tdir / "run").mkdir(mode=0o700, exist_ok=True)  # the target's /run (dead-man timers)
 
     def _write_inventory(self) -> None:
         import yaml
@@ -489,6 +506,7 @@ class EmulatedCluster:
             (st.ENV_ROOT, str(self.root)), (st.ENV_NAME, t.name),
             ("PATH", f"{self.bin_dir}:/usr/bin:/bin"),
             ("BASH_ENV", str(self.root / "bashenv.sh")),
+            ("XDG_RUNTIME_DIR", str(self.root / t.name / "run")),
             # sshd's login bash reads ~/.bashrc; the machine's root .bashrc costs ~200 ms
             # (pyenv init) per command. HOME here keeps sessions independent of it.
             ("HOME", str(self.run_dir))))
