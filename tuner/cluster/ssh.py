@@ -75,6 +75,7 @@ class SshCluster(Cluster):
                          workers=inventory.ssh.fanout_workers)
         self._drivers: dict[str, Driver[Any]] | None = None
         self._conn_of: dict[str, str] = {}
+        self._switch_facts: dict[str, Outcome[Any]] | None = None
 
     @classmethod
     def from_fabric(cls, fabric: Any, *, name: str = "ssh") -> SshCluster:
@@ -127,21 +128,67 @@ class SshCluster(Cluster):
         return {by_conn[c]: o for c, o in res.items()}
 
     # -- Cluster ------------------------------------------------------------------------
+    def switch_facts(self, refresh: bool = False) -> dict[str, Outcome[Any]]:
+        """Per switch, read once: the PFC XOFF point, counter poll intervals and the
+        configuration the blast radius is computed from (``driver.facts()``)."""
+        if self._switch_facts is None or refresh:
+            names = [s.name for s in self.inventory.switches]
+            self._switch_facts = self._fan(lambda d: d.facts(), names) if names else {}
+        return self._switch_facts
+
+    def xoff_bytes(self) -> tuple[int | None, list[str]]:
+        """The lowest XOFF over the canary switches (switch and inventory values, the lower
+        wins) and the switches where neither gives one."""
+        values: list[int] = []
+        missing: list[str] = []
+        for sw in self.inventory.switches:
+            o = self.switch_facts()[sw.name]
+            found = [v for v in ((o.value or {}).get("xoff_bytes") if o.error is None else None,
+                                 sw.xoff_bytes or None) if v]
+            if found:
+                values.append(min(found))
+            else:
+                missing.append(sw.name)
+        return (min(values) if values else None), missing
+
+    def counter_poll_s(self) -> dict[str, float]:
+        """Seconds between two updates of each switch counter group (SONiC ``counterpoll``;
+        the slowest switch counts): ``{"pfc": 1.0, "queue": 10.0, "wred": 10.0}``."""
+        from tuner.drivers.sonic import POLL_GROUPS
+
+        out: dict[str, float] = {}
+        for sw in self.inventory.switches:
+            o = self.switch_facts()[sw.name]
+            poll = (o.value or {}).get("counterpoll") or {} if o.error is None else {}
+            for section, group in POLL_GROUPS.items():
+                if group in poll:
+                    out[section] = max(out.get(section, 0.0), poll[group][0])
+        return out
+
     def describe(self) -> ClusterDescription:
         inv = self.inventory
+        facts = {
+            "hosts": ",".join(f"{h.name}={h.address}" for h in inv.hosts),
+            "switches": ",".join(f"{s.name}={s.platform}" for s in inv.switches),
+            "lossless_queue": ",".join(sorted({str(s.lossless_queue) for s in inv.switches})),
+            "roce_priority": ",".join(sorted({str(h.roce_priority) for h in inv.hosts})),
+            "launcher": inv.launcher.host,
+        }
+        if inv.switches:
+            xoff, missing = self.xoff_bytes()
+            if xoff is not None:
+                facts["xoff_bytes"] = str(xoff)  # the loop's Kmax < XOFF rule reads this
+            if missing:
+                facts["xoff_unknown"] = ",".join(missing)
+            poll = self.counter_poll_s()
+            if poll:
+                facts["counter_poll_s"] = ",".join(f"{k}={v:g}" for k, v in sorted(poll.items()))
         return ClusterDescription(
             name=self.name, backend="ssh",
             canary_switches=[s.name for s in inv.switches],
             canary_nics=[h.nic for h in inv.hosts],
             nic_gbps=max((h.nic_gbps for h in inv.hosts), default=0.0),
-            facts={
-                "hosts": ",".join(f"{h.name}={h.address}" for h in inv.hosts),
-                "switches": ",".join(f"{s.name}={s.platform}" for s in inv.switches),
-                "lossless_queue": ",".join(sorted({str(s.lossless_queue)
-                                                   for s in inv.switches})),
-                "roce_priority": ",".join(sorted({str(h.roce_priority) for h in inv.hosts})),
-                "launcher": inv.launcher.host,
-            })
+            facts=facts)
 
     def snapshot(self) -> Settings:
         return self._read_all("snapshot")
