@@ -41,6 +41,17 @@ CONFIG = "nv config show -o json"
 PORT_MARK = "==ecntune:port:{}=="
 
 
+def nv_set_steps(profile: str, tc: int, current: EcnSettings, settings: EcnSettings
+                 ) -> list[str]:
+    """Every field of ``profile``'s traffic class ``tc`` as staged ``nv set`` lines, thresholds
+    in the min < max-safe order (``nv config apply`` then applies them at once)."""
+    prefix = f"nv set qos congestion-control {q('wred_profile', profile)} traffic-class {int(tc)}"
+    order = (["kmax_bytes", "kmin_bytes"] if settings.kmax_bytes >= current.kmax_bytes
+             else ["kmin_bytes", "kmax_bytes"]) + ["pmax_percent"]
+    steps = [f"{prefix} {NV_NAMES[k]} {q('value', getattr(settings, k))}" for k in order]
+    return [*steps, f"{prefix} ecn {'enable' if settings.enabled else 'disable'}"]
+
+
 def _mark(port: str) -> str:
     return PORT_MARK.format(port)
 
@@ -122,11 +133,7 @@ class NvueDriver(Driver[EcnSettings]):
             steps = [f"nv unset interface {p} qos congestion-control" for p in ports]
             steps.append(f"nv unset qos congestion-control {canary}")
         else:
-            prefix = f"nv set qos congestion-control {canary} traffic-class {self.tc}"
-            order = (["kmax_bytes", "kmin_bytes"] if settings.kmax_bytes >= current.kmax_bytes
-                     else ["kmin_bytes", "kmax_bytes"]) + ["pmax_percent"]
-            steps = [f"{prefix} {NV_NAMES[k]} {q('value', getattr(settings, k))}" for k in order]
-            steps.append(f"{prefix} ecn {'enable' if settings.enabled else 'disable'}")
+            steps = nv_set_steps(self.canary, self.tc, current, settings)
             steps += [f"nv set interface {p} qos congestion-control profile {canary}"
                       for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout

@@ -51,6 +51,24 @@ POLL_GROUPS = {"pfc": "PORT_STAT", "queue": "QUEUE_STAT", "wred": "WRED_ECN_QUEU
                "pfcwd": "PFC_WD"}
 
 
+def ecnconfig_calls(profile: str, current: EcnSettings, settings: EcnSettings) -> list[str]:
+    """``ecnconfig -p <profile>`` calls taking ``current`` to ``settings``, never min > max.
+
+    One call writes its fields one CONFIG_DB write at a time in a fixed order (gmax, gmin, ...,
+    gdrop last; scripts/ecnconfig L372-388), so each threshold gets its own call in the order of
+    ``ecn_write_order`` (a single call would write gmax before gmin, wrong when lowering) and
+    ``-gdrop`` rides on the last call, where ecnconfig writes it after the threshold anyway.
+    """
+    calls: list[list[str]] = []
+    for name, value in ecn_write_order(current, settings):
+        flag = f"{FLAGS[name]} {q('value', value)}"
+        if name == "pmax_percent" and calls:
+            calls[-1].append(flag)
+        else:
+            calls.append([flag])
+    return [f"ecnconfig -p {q('wred_profile', profile)} " + " ".join(c) for c in calls]
+
+
 def _mark(section: str) -> str:
     return f"==ecntune:{section}=="
 
@@ -161,12 +179,7 @@ class SonicDriver(Driver[EcnSettings]):
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
         """Back to the original values: rebind the original, drop the clone. Otherwise clone
         the original unless the canary ports already use the clone (then it holds ``current``),
-        bind it, and move the thresholds with ``ecnconfig`` calls in the min < max-safe order.
-
-        One ``ecnconfig`` call writes its fields one CONFIG_DB write at a time in a fixed order
-        (gmax, gmin, ..., gdrop last; scripts/ecnconfig L372-388), so the thresholds get one
-        call each (a single call would write gmax before gmin, wrong when lowering) and
-        ``-gdrop`` rides on the last call, where ecnconfig writes it after the threshold anyway.
+        bind it, and move the thresholds with ``ecnconfig_calls`` (min < max at every step).
         """
         if settings.enabled != current.enabled:
             raise WriteError(f"{self.target}: switching ECN marking on/off is not done by this "
@@ -182,14 +195,7 @@ class SonicDriver(Driver[EcnSettings]):
         steps = [f'{{ [ "$({DB} HGET {q("db_key", first)} wred_profile)" = {canary} ] || '
                  f"{DB} HSET {q('db_key', 'WRED_PROFILE|' + self.canary)} {pairs}; }}",
                  *self._bind(self.canary)]
-        calls: list[list[str]] = []
-        for name, value in ecn_write_order(current, settings):
-            flag = f"{FLAGS[name]} {q('value', value)}"
-            if name == "pmax_percent" and calls:
-                calls[-1].append(flag)
-            else:
-                calls.append([flag])
-        return steps + [f"ecnconfig -p {canary} " + " ".join(call) for call in calls]
+        return steps + ecnconfig_calls(self.canary, current, settings)
 
     def original_settings(self) -> EcnSettings | None:
         """The original profile's values as last read (``None`` before any read)."""
