@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from safety.preflight import HostFacts, PreflightFacts, PreflightSpec, SwitchFacts
+from tuner.drivers import SonicDriver, switch_driver
 from tuner.errors import TunerError
 from tuner.ssh.shell import check, q
 
@@ -264,7 +265,7 @@ def enable_counters(cluster: Any) -> list[str]:
         o = cluster.switch_facts()[sw.name]
         poll = (o.value or {}).get("counterpoll") or {} if o.error is None else {}
         if sw.platform == "sonic" and not poll.get("WRED_ECN_QUEUE_STAT", (0, True))[1]:
-            drv = cluster.drivers()[sw.name]
+            drv = SonicDriver(cluster.pool.conns[sw.name], sw)
             drv.runner.run(drv.enable_counters_command(), timeout_s=30)
             done.append(sw.name)
     if done:
@@ -312,7 +313,7 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
     sws = {s.name: s for s in inv.switches}
     pfc = pool.fan_out(lambda c: _switch_pfc(c, sws[c.name]), list(sws)) if sws else {}
     found = cluster.switch_facts(refresh=True) if sws else {}
-    drivers = cluster.drivers() if sws else {}
+    drivers = {n: switch_driver(pool.conns[n], sw) for n, sw in sws.items()}
     out_switches = []
     for s in inv.switches:
         err = pfc[s.name].error or found[s.name].error

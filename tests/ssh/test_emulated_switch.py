@@ -141,10 +141,10 @@ def test_enable_counters_turns_on_the_wred_ecn_queue_group(emu: EmulatedCluster)
     with _cluster(emu) as c:
         warn = [r for r in run_checks(ssh_facts(c, SPEC), SPEC) if r.check == "counters"]
         assert [r.status for r in warn] == ["warn"]
-        assert c.describe().facts["counter_poll_s"] == "pfc=1,pfcwd=10,queue=10,wred=10"
+        assert c.describe().facts["counter_poll_s"] == "pfc=1,queue=1"  # wred: off
         assert enable_counters(c) == ["leaf0"]
         res = [r for r in run_checks(ssh_facts(c, SPEC), SPEC) if r.check == "counters"]
-        assert [r.status for r in res] == ["pass"] and "queue 10 s" in res[0].evidence
+        assert [r.status for r in res] == ["pass"] and "wred 10 s" in res[0].evidence
         assert enable_counters(c) == []  # already on: nothing written
 
 
@@ -162,3 +162,22 @@ def test_nic_facts_algorithm_roce_mtu_and_cnp_queue(emu: EmulatedCluster) -> Non
         bad = set(_bad(c))
     assert {("cc_algorithm", "host1"), ("roce_mtu", "host1"),
             ("cnp_queue", "leaf0/Ethernet0")} <= bad
+
+
+def test_final_counters_wait_one_switch_poll_interval(emu: EmulatedCluster) -> None:
+    import time
+
+    from objectives.measurement import Measurement
+    from tuner.emulated import state as st
+
+    with _cluster(emu) as c:
+        before = c.counters()
+        m = Measurement(counters_before=before, counters_after=c.counters())
+        port = emu.state("leaf0")["host_ports"][0]
+        # drops the switch publishes only at its next poll (queue stats: every 1 s here)
+        st.add_counters(emu.target_dir("leaf0"), {port: {"q3_drop_pkts": 7}})
+        t0 = time.monotonic()
+        got = c.settled(m)
+        assert time.monotonic() - t0 >= 0.9  # waited for the poll interval
+        assert got.counters.ports[f"leaf0/{port}"]["queue3_drop_pkts"] == 7
+        assert "1 s after the traffic" in got.notes[-1]

@@ -132,8 +132,10 @@ class SshCluster(Cluster):
         """Per switch, read once: the PFC XOFF point, counter poll intervals and the
         configuration the blast radius is computed from (``driver.facts()``)."""
         if self._switch_facts is None or refresh:
-            names = [s.name for s in self.inventory.switches]
-            self._switch_facts = self._fan(lambda d: d.facts(), names) if names else {}
+            # the switches' own drivers only: a host that cannot be reached must not stop this
+            sws = {s.name: s for s in self.inventory.switches}
+            self._switch_facts = self.pool.fan_out(
+                lambda c: switch_driver(c, sws[c.name]).facts(), list(sws)) if sws else {}
         return self._switch_facts
 
     def xoff_bytes(self) -> tuple[int | None, list[str]]:
@@ -161,7 +163,7 @@ class SshCluster(Cluster):
             o = self.switch_facts()[sw.name]
             poll = (o.value or {}).get("counterpoll") or {} if o.error is None else {}
             for section, group in POLL_GROUPS.items():
-                if group in poll:
+                if group in poll and poll[group][1]:  # a group that is off never moves
                     out[section] = max(out.get(section, 0.0), poll[group][0])
         return out
 
@@ -264,11 +266,30 @@ class SshCluster(Cluster):
 
     def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
         try:
-            return run_measurement(self, workload, monitor)
+            return self.settled(run_measurement(self, workload, monitor))
         except TunerError:
             raise
         except Exception as exc:  # a bug or an unexpected remote answer: keep the reason
             raise MeasurementError(f"measurement failed: {type(exc).__name__}: {exc}") from exc
+
+    def settled(self, m: Measurement) -> Measurement:
+        """Take the final counters one switch poll interval after the traffic ended.
+
+        A switch publishes its counters every poll interval (SONiC ``counterpoll``: port stats
+        1 s, queue and WRED/ECN stats 10 s by default), so a read right after the traffic can
+        miss up to one interval of drops or marks: never judge such a value as "no change".
+        """
+        wait = max(self.counter_poll_s().values(), default=0.0) if self.inventory.switches \
+            else 0.0
+        if wait <= 0 or not m.counters_after.ports:
+            return m
+        left = wait - (time.monotonic() - m.counters_after.taken_at_s)
+        if left > 0:
+            time.sleep(left)
+        return m.model_copy(update={
+            "counters_after": self.counters(),
+            "notes": [*m.notes, f"final counters read {wait:g} s after the traffic (switch "
+                                "counter poll interval)"]})
 
     def __enter__(self) -> SshCluster:
         return self

@@ -46,9 +46,9 @@ SHOW = {"pfc": "show pfc counters", "queue": "show queue counters",
 QUEUE_MARK = "==ecntune:queue-table=="
 READ_QUEUES = "sonic-cfggen -d --var-json QUEUE"
 DB = "sonic-db-cli CONFIG_DB"
-# counterpoll groups behind the counters the monitors read (sonic-utilities counterpoll/main.py)
-POLL_GROUPS = {"pfc": "PORT_STAT", "queue": "QUEUE_STAT", "wred": "WRED_ECN_QUEUE_STAT",
-               "pfcwd": "PFC_WD"}
+# counterpoll groups (`counterpoll show` types) behind the counters the monitors read: PFC
+# frames are port stats, drops queue stats, ECN marks the WRED/ECN queue group (off by default)
+POLL_GROUPS = {"pfc": "PORT_STAT", "queue": "QUEUE_STAT", "wred": "WRED_ECN_QUEUE_STAT"}
 
 
 def ecnconfig_calls(profile: str, current: EcnSettings, settings: EcnSettings) -> list[str]:
@@ -172,8 +172,13 @@ class SonicDriver(Driver[EcnSettings]):
         """Every field of the original profile (as last read), so the clone marks yellow and
         red traffic like the original does."""
         prof = (self.profiles or {}).get(self.original)
-        if prof is None:  # never read (only the command catalog does this): green fields
-            prof = {FIELDS[k]: getattr(current, k) for k in FIELDS} | {"ecn": "ecn_all"}
+        if prof is None:  # never read (only the command catalog does this): a stock profile
+            prof = {"ecn": "ecn_all"}  # as qos_config.j2 makes it, every colour alike
+            for colour in ("green", "yellow", "red"):
+                prof |= {f"wred_{colour}_enable": "true",
+                         f"{colour}_min_threshold": current.kmin_bytes,
+                         f"{colour}_max_threshold": current.kmax_bytes,
+                         f"{colour}_drop_probability": current.pmax_percent}
         return {str(k): str(v) for k, v in prof.items()}
 
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:

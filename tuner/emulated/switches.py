@@ -83,9 +83,10 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
                 "xoff": str(xoff), "xon": "4608", "xon_offset": "4608"},
             "egress_lossless_profile": {"pool": "egress_lossless_pool", "size": "0",
                                         "static_th": "32599040"}},
-        # counterpoll: SONiC's defaults; the WRED/ECN queue group is off until enabled
+        # counterpoll: SONiC's defaults but queue stats every 1 s (`counterpoll queue interval
+        # 1000`, keeps emulated trials short); the WRED/ECN queue group is off until enabled
         "FLEX_COUNTER_TABLE": {
-            "QUEUE": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "10000"},
+            "QUEUE": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "1000"},
             "PORT": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "1000"},
             "PFCWD": {"FLEX_COUNTER_STATUS": "enable"},
             "WRED_ECN_QUEUE": {"FLEX_COUNTER_STATUS": "disable", "POLL_INTERVAL": "10000"}},
