@@ -142,12 +142,15 @@ class SwitchEntry(_Target):
 
     platform: Literal["sonic", "nvue"]
     lossless_queue: int = Field(default=3, ge=0, le=7)
-    wred_profile: str = "AZURE_LOSSLESS"
+    wred_profile: str = "AZURE_LOSSLESS"  # SONiC: the profile the canary ports use today
+    # The object ecntune writes, bound to the canary ports only (SONiC WRED profile cloned from
+    # wred_profile; NVUE congestion-control profile, Cumulus Linux >= 5.4).
+    canary_profile: str = "ECNTUNE_CANARY"
     canary_ports: list[str] = Field(min_length=1)
     other_ports: list[str] = Field(default_factory=list)
     xoff_bytes: int = Field(default=0, ge=0)
 
-    @field_validator("wred_profile")
+    @field_validator("wred_profile", "canary_profile")
     @classmethod
     def _profile(cls, v: str) -> str:
         return _pattern("wred_profile", v)

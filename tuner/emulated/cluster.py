@@ -33,6 +33,9 @@ TOOLS = {
     "ethtool": "ethtool", "mlnx_qos": "mlnx_qos", "ip": "ip", "mpirun": "mpirun",
     "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
     "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
+    "sonic-db-cli": "sonic_db_cli", "sonic-cfggen": "sonic_cfggen", "mmuconfig": "mmuconfig",
+    "counterpoll": "counterpoll", "mstconfig": "mstconfig", "mlxconfig": "mstconfig",
+    "ibv_devinfo": "ibv_devinfo",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -243,6 +246,15 @@ class EmulatedCluster:
                 (tdir / f"sys/class/net/{s['netdev']}/mtu").write_text(f"{int(mtu)}\n")
             st.write_json(tdir / "state.json", s)
 
+    def edit_state(self, target: str, change: Any) -> None:
+        """Change a target's device state behind the tuner's back: ``change(state)`` edits the
+        dict in place (e.g. bind a switch profile to an uplink, set ``cc_algorithm``)."""
+        tdir = self._tdir(target)
+        with st.locked(tdir):
+            s = st.load_state(tdir)
+            change(s)
+            st.write_json(tdir / "state.json", s)
+
     def clear_faults(self, target: str) -> None:
         tdir = self._tdir(target)
         with st.locked(tdir):
@@ -391,20 +403,21 @@ class EmulatedCluster:
             mine = host_names[j * self.hosts_per_leaf:(j + 1) * self.hosts_per_leaf]
             ports_fn = swmod.sonic_ports if t.platform == "sonic" else swmod.nvue_ports
             host_ports, up_ports = ports_fn(self.hosts_per_leaf, uplinks)
+            xoff = swmod.twin_xoff(self.topology, f"leaf{j}")
             state: dict[str, Any] = {
                 "kind": "switch", "name": sw, "address": t.address, "platform": t.platform,
                 "lossless_queue": 3,
                 "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine)],
                 "uplink_ports": up_ports, "hosts": dict(zip(mine, host_ports, strict=False)),
-                "xoff_bytes": 1_000_000, "rocesim_name": f"leaf{j}",
+                "xoff_bytes": xoff, "rocesim_name": f"leaf{j}",
             }
             if t.platform == "sonic":
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
-                    host_ports[:len(mine)] + up_ports, 3)
+                    host_ports[:len(mine)] + up_ports, 3, xoff)
             else:
                 state.update(swmod.init_nvue(ecn["kmin_bytes"], ecn["kmax_bytes"],
-                                             ecn["pmax_percent"], 3))
+                                             ecn["pmax_percent"], 3, xoff))
             t.extra = state
             self._init_dir(sw, state)
             for h, port in state["hosts"].items():
@@ -452,8 +465,7 @@ class EmulatedCluster:
             t = self.targets[s]
             sw = {"name": s, "address": t.address, "port": self.port, "user": "root",
                   "key_file": key, "platform": t.platform, "lossless_queue": 3,
-                  "canary_ports": list(t.extra["host_ports"]), "other_ports": [],
-                  "xoff_bytes": t.extra["xoff_bytes"]}
+                  "canary_ports": list(t.extra["host_ports"]), "other_ports": []}
             if t.platform == "sonic":
                 sw["wred_profile"] = "AZURE_LOSSLESS"
             switches.append(sw)

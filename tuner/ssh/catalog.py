@@ -68,6 +68,8 @@ def catalog(inv: Inventory) -> list[Planned]:
     for s in inv.switches:
         sw = switch_driver(None, s)  # type: ignore[arg-type]
         out += [
+            Planned(s.name, "pre-flight and describe(), read-only: QoS configuration (blast "
+                    "radius, CNP queue), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
             Planned(s.name, "read ECN (snapshot, read-back)", sw.read_command(), s.sudo),
             Planned(s.name, "write ECN, lowering thresholds (example values)",
                     sw.write_command(EcnSettings(), LOW), s.sudo),
@@ -77,6 +79,9 @@ def catalog(inv: Inventory) -> list[Planned]:
         if isinstance(sw, SonicDriver):
             out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
                             s.sudo) for cmd in sw.counters_commands()]
+            out.append(Planned(s.name, "only with `ecntune preflight --enable-counters`: poll "
+                               "the WRED/ECN queue counters", sw.enable_counters_command(),
+                               s.sudo))
         else:
             out.append(Planned(s.name, "counters", sw.counters_command(), s.sudo))
     la = inv.launcher
