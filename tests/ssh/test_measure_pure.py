@@ -224,3 +224,11 @@ def test_preflight_refuses_a_workload_the_ssh_backend_cannot_generate(
     good = SimpleNamespace(workload=Workload(parts=[{"kind": "probe"}]))
     assert [r.status for r in preflight.check(good, cluster)] == ["pass"]  # type: ignore[arg-type]
     assert preflight.check(good, SimpleNamespace()) == []  # type: ignore[arg-type]  # sim
+
+
+def test_the_overlap_is_a_trial_metric() -> None:
+    from objectives.measurement import Measurement
+    from tuner.tracking import trial_metrics
+
+    assert trial_metrics(Measurement(extra={"probe_overlap": 0.97}))["probe_overlap"] == 0.97
+    assert "probe_overlap" not in trial_metrics(Measurement())

@@ -230,7 +230,9 @@ def _run_parts(run: _Run, inv: Inventory, parts: list[CollectivePart],
 
 
 def _wait_first_rows(run: _Run, running: list[_Part]) -> None:
-    """Until every part has printed a result row (traffic flows) or one has ended."""
+    """Until every part has printed a result row (traffic flows) or one has ended. Rows come
+    live: nccl-tests sets stdout line-buffered (``setlinebuf`` in its main) and mpirun
+    forwards rank 0's lines as they come."""
     while True:
         now = time.monotonic()
         for p in running:
