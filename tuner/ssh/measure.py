@@ -136,7 +136,7 @@ def run_measurement(cluster: SshCluster, workload: Workload,
     probe = workload.probes[0] if workload.probes else None
     lat: LatencyResult | None = None
     try:
-        bg = [_start_flow(run, f) for f in background_flows(inv, workload.background, limit)]
+        bg = _start_flows(run, background_flows(inv, workload.background, limit))
         iters: list[int | None] = [None] * len(parts)
         cycles = 1
         if parts and probe is not None:
@@ -159,7 +159,7 @@ def run_measurement(cluster: SshCluster, workload: Workload,
             until = time.monotonic() + inv.launcher.probe_delay_s
             while time.monotonic() < until:
                 run.tick()
-            probes = [_start_probe(run, f) for f in probe_flows(inv, probe)]
+            probes = [_Probe(*f) for f in _start_flows(run, probe_flows(inv, probe))]
         _wait_all(run, running, probes)
         _check_background(bg)
         results, texts = [], []
@@ -200,15 +200,13 @@ def run_measurement(cluster: SshCluster, workload: Workload,
                        notes=notes, extra=extra)
 
 
-def _start_flow(run: _Run, flow: Flow) -> tuple[Flow, RemoteProcess, RemoteProcess]:
-    server = run.start(flow.server, flow.server_cmd)
-    _wait_listening(server)
-    return flow, server, run.start(flow.client, flow.client_cmd)
-
-
-def _start_probe(run: _Run, flow: Flow) -> _Probe:
-    _, server, client = _start_flow(run, flow)
-    return _Probe(flow, server, client)
+def _start_flows(run: _Run, flows: list[Flow]) -> list[tuple[Flow, RemoteProcess,
+                                                             RemoteProcess]]:
+    """Every server, one wait until they listen, then every client: the pairs start together."""
+    servers = [run.start(f.server, f.server_cmd) for f in flows]
+    _wait_listening(servers)
+    return [(f, s, run.start(f.client, f.client_cmd))
+            for f, s in zip(flows, servers, strict=True)]
 
 
 def _run_parts(run: _Run, inv: Inventory, parts: list[CollectivePart],
@@ -304,17 +302,22 @@ def _probe_results(probes: list[_Probe], raw: dict[str, str], inv: Inventory
                          mean_us=sum(s.mean_us * s.count for s in stats) / max(1, count))
 
 
-def _wait_listening(server: RemoteProcess, timeout_s: float = 3.0) -> None:
-    """Give a perftest server time to listen (it prints its banner first)."""
+def _wait_listening(servers: list[RemoteProcess], timeout_s: float = 3.0) -> None:
+    """Give perftest servers time to listen: until each printed its banner, at most
+    ``timeout_s`` (perftest does not flush stdout into a pipe, so often the whole wait)."""
     end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if not server.running(0.05):
-            res = server.wait(check=False)
-            raise MeasurementError(f"perftest server on {server.conn.name} exited early "
-                                   f"(status {res.status}): {_tail(res.stderr or res.stdout)}")
-        out = server.output_so_far()
-        if "Waiting for client" in out or "-" * 20 in out:
-            return
+    waiting = list(servers)
+    while waiting and time.monotonic() < end:
+        for server in list(waiting):
+            if not server.running(0.0):
+                res = server.wait(check=False)
+                raise MeasurementError(f"perftest server on {server.conn.name} exited early "
+                                       f"(status {res.status}): "
+                                       f"{_tail(res.stderr or res.stdout)}")
+            out = server.output_so_far()
+            if "Waiting for client" in out or "-" * 20 in out:
+                waiting.remove(server)
+        time.sleep(0.05)
 
 
 def _tail(text: str, n: int = 3) -> str:

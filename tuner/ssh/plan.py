@@ -29,7 +29,9 @@ PROBE_PORT = 18515  # perftest's default port; probe pair k listens on PROBE_POR
 BW_PORT = 18715  # background flow k listens on BW_PORT + k
 RTT_GUESS_US = 10.0  # per-sample round trip assumed when planning (loaded RTTs run longer)
 WINDOW_FACTOR = 3.0  # collectives run this many planned probe durations after the first row
-PROBE_START_S = 2.0  # plus this, for starting the probe pairs (SSH, QP connection set-up)
+# plus this, for starting the probe pairs: SSH, up to 3 s for the servers to listen (perftest's
+# banner rarely comes through a pipe before the end), QP connection set-up.
+PROBE_START_S = 5.0
 MAX_ITERATIONS = 10_000_000
 
 
