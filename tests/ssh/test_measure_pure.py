@@ -165,6 +165,8 @@ def test_cycles_are_averaged_row_by_row(inv: Any) -> None:
          "NCCL WARN NET/IB : Got completion with error 12"),
         (lambda t: t.replace("297.86      0", "297.86      3"), 0, "#wrong = 3"),
         (lambda t: t.split("# Out of bounds")[0], 0, "unreadable output"),  # strict: no footer
+        (lambda t: "invalid option 'N'\nUSAGE: all_reduce_perf \n", 0,
+         "refused an option: invalid option 'N' .*-N/--run_cycles"),  # old build, exit 0
     ],
 )
 def test_failed_runs_are_failures_with_the_reason(inv: Any, mutate: Any, rc: int | None,

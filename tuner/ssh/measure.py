@@ -339,6 +339,10 @@ def part_result(text: str, rc: int | None, part: CollectivePart, inv: Inventory
         raise MeasurementError(f"{what}: {warns[0].strip()}")
     if rc is None:
         raise MeasurementError(f"{what}: no exit status (killed or cut short): {_tail(text)}")
+    refused = re.search(r"^.*invalid option.*$", text, re.M)
+    if refused:  # nccl-tests prints its usage and may still exit 0
+        raise MeasurementError(f"{what}: nccl-tests refused an option: {refused.group(0).strip()}"
+                               " (the measured pass needs a build with -N/--run_cycles)")
     try:
         parsed = parse_nccl_tests(text)
     except ParseError as exc:
