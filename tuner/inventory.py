@@ -169,14 +169,20 @@ class Launcher(BaseModel):
     nccl_tests_dir: str = "/opt/nccl-tests/build"
     mpirun: str = "mpirun --allow-run-as-root -np {np} -H {hostlist}"
     perftest_bin: str = "ib_write_lat"
+    bw_bin: str = "ib_write_bw"  # perftest bandwidth tool for background parts
     nccl_env: dict[str, str] = Field(default_factory=dict)
     gpus_per_host: int = Field(default=1, ge=1, le=64)
     warmup_iters: int = Field(default=2, ge=0, le=1000)
-    latency_hosts: list[str] = Field(default_factory=list)  # two canary hosts; default first two
-    perftest_iterations: int = Field(default=5000, ge=10, le=10_000_000)
-    roce_tos: int = Field(default=106, ge=0, le=255)  # perftest -T (DSCP 26 + ECT0)
-    # Seconds between launching the collectives and starting the latency probe: mpirun takes a
-    # while to start the ranks, and the probe should sample the fabric under load.
+    latency_hosts: list[str] = Field(default_factory=list)  # probe pairs among these (default all)
+    perftest_iterations: int = Field(default=5000, ge=10, le=10_000_000)  # samples per pair
+    roce_tos: int = Field(default=106, ge=0, le=255)  # perftest --tclass (DSCP 26 + ECT0)
+    # ToS of background parts with `priority: other`; unset, such parts are refused.
+    other_tos: int | None = Field(default=None, ge=0, le=255)
+    # nccl-tests -N: result rows (cycles) of the measured pass; the probe starts after the first.
+    nccl_cycles: int = Field(default=8, ge=3, le=1000)
+    # Share of probe samples that must fall while every collective ran, else failed:measurement.
+    min_probe_overlap: float = Field(default=0.9, ge=0, le=1)
+    # Extra seconds after the first result row before the probe starts.
     probe_delay_s: float = Field(default=0.0, ge=0, le=600)
 
     @field_validator("nccl_tests_dir")
@@ -184,7 +190,7 @@ class Launcher(BaseModel):
     def _dir(cls, v: str) -> str:
         return _pattern("path", os.path.expandvars(v))
 
-    @field_validator("perftest_bin")
+    @field_validator("perftest_bin", "bw_bin")
     @classmethod
     def _bin(cls, v: str) -> str:
         return _pattern("binary", v)

@@ -227,8 +227,9 @@ def trial_metrics(m: Any) -> dict[str, float]:
         cnp_handled=d.total("rp_cnp_handled"),
         lossless_drops=d.total("rx_prio3_discards") + d.total("queue3_drop_pkts"),
     )
-    if "wall_s" in m.extra:
-        out["wall_s"] = m.extra["wall_s"]
+    for key in ("wall_s", "probe_overlap"):  # probe_overlap: SSH, share of probe under load
+        if key in m.extra:
+            out[key] = m.extra[key]
     return {k: float(v) for k, v in out.items()}
 
 

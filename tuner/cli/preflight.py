@@ -36,9 +36,10 @@ def spec_of(exp: Experiment) -> PreflightSpec:
 def check(exp: Experiment, cluster: Cluster) -> list[CheckResult]:
     from safety.preflight import run_checks
     from tuner.preflight_facts import collect
+    from tuner.ssh.plan import workload_checks
 
     spec = spec_of(exp)
-    return run_checks(collect(exp, cluster, spec), spec)
+    return run_checks(collect(exp, cluster, spec), spec) + workload_checks(exp, cluster)
 
 
 def render(console: Console, results: list[CheckResult], title: str) -> None:

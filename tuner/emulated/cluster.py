@@ -32,10 +32,10 @@ SSHD = "/usr/sbin/sshd"
 TOOLS = {
     "ethtool": "ethtool", "mlnx_qos": "mlnx_qos", "ip": "ip", "mpirun": "mpirun",
     "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
-    "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
-    "sonic-db-cli": "sonic_db_cli", "sonic-cfggen": "sonic_cfggen", "mmuconfig": "mmuconfig",
-    "counterpoll": "counterpoll", "mstconfig": "mstconfig", "mlxconfig": "mstconfig",
-    "ibv_devinfo": "ibv_devinfo",
+    "ib_write_lat": "ib_write_lat", "ib_write_bw": "ib_write_bw", "ecnconfig": "ecnconfig",
+    "show": "show", "nv": "nv", "sonic-db-cli": "sonic_db_cli", "sonic-cfggen": "sonic_cfggen",
+    "mmuconfig": "mmuconfig", "counterpoll": "counterpoll", "mstconfig": "mstconfig",
+    "mlxconfig": "mstconfig", "ibv_devinfo": "ibv_devinfo",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -191,10 +191,11 @@ class EmulatedCluster:
         self._write_states()
         self._write_refused_all()
         self.set_background(self._initial_background)
-        (self.root / "last_probes.json").unlink(missing_ok=True)
         for name in self.host_names:
-            for leftover in ("perftest_server.json", "perftest_result.json"):
-                (self.root / name / leftover).unlink(missing_ok=True)
+            for leftover in (self.root / name).glob("perftest_*.json"):
+                leftover.unlink(missing_ok=True)
+        for leftover in (self.root / "traffic").glob("*.json"):
+            leftover.unlink(missing_ok=True)
         for name, t in self.targets.items():
             self._clear_run(name)
             if (self.keys_dir / f"{name}_host_ed25519.orig").exists():
