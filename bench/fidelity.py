@@ -176,12 +176,14 @@ class HpccEcmpFabric(Fabric):
     """
 
     def routes(self, src: np.ndarray, dst: np.ndarray, sport: np.ndarray,
-               ) -> tuple[np.ndarray, np.ndarray]:
+               ack: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         path, hops = super().routes(src, dst, sport)
         for i in np.flatnonzero(hops == 4):
             s, d = int(src[i]), int(dst[i])
             leaf_s, leaf_d = int(self.nic_leaf[s]), int(self.nic_leaf[d])
-            idx = hpcc_ecmp_hash((_node_ip(s), _node_ip(d), 10000 | (100 << 16)),
+            # an ACK carries the data packet's ports swapped (rdma-hw.cc ReceiveUdp)
+            ports = 100 | (10000 << 16) if ack is not None and ack[i] else 10000 | (100 << 16)
+            idx = hpcc_ecmp_hash((_node_ip(s), _node_ip(d), ports),
                                  LEAF0 + leaf_s) % 2
             spine = 1 - idx
             path[i, 1] = self.leaf_up[leaf_s, spine]
@@ -202,7 +204,7 @@ def fabric_for(case: Case) -> Fabric:
     buf = case.buffer_mib * 2**20
     common = dict(nic_gbps=g, link_delay_us=1.0, payload_bytes=PAYLOAD, header_bytes=HEADER,
                   reserve_bytes=RESERVE, resume_offset_bytes=RESUME, pfc_alpha_log2=-3,
-                  headroom_bytes=hr)
+                  headroom_bytes=hr, ack_bytes=60)
     fab: Fabric
     if case.kind == "incast":
         ports = case.n + 1
@@ -270,8 +272,9 @@ class _Tap:
             self.sim = Simulation(fab, wl, seed=seed, dt_us=1.0, max_time_us=float(max_steps))
         finally:
             E.TS_POINTS = saved
-        self.sim.f_size[:] = size_wire  # background flows that end after size_wire bytes
-        self.sim.ff[:, K.REMAIN] = size_wire
+        self.n = int(np.sum(self.sim.f_kind != 2))  # data flows first, then their ACK flows
+        self.sim.f_size[: self.n] = size_wire  # background flows that end after size_wire bytes
+        self.sim.ff[: self.n, K.REMAIN] = size_wire
 
     def queues(self, links: np.ndarray) -> np.ndarray:
         """[step, link] queue bytes after every step (fluid backlog + mean microburst)."""
@@ -282,15 +285,16 @@ class _Tap:
         return np.asarray(self.sim.l_counters[links, 0, K.C_TX]).copy()
 
     def delivered(self) -> np.ndarray:
-        return np.asarray(self.sim.ff[:, K.TOTDEL]).copy()
+        return np.asarray(self.sim.ff[: self.n, K.TOTDEL]).copy()
 
     def totals(self) -> tuple[float, float, float, float, float]:
         """(marks, CNPs handled, rate decreases, pause transitions, paused µs)."""
         s = self.sim
         lc = s.l_counters[:, 0]
         pauses = float(lc[:, K.C_TRANS].sum() + s.xoff[:, 0].sum())
-        return (float(lc[:, K.C_MARKS].sum()), float(s.nic_ctr[:, 2].sum()), math.nan,
-                pauses, float(lc[:, K.C_PAUSED_US].sum()))
+        return (float(lc[:, K.C_MARKS].sum()), float(s.nic_ctr[:, 2].sum()),
+                float(s.flow_stats()["rate_decreases"].sum()), pauses,
+                float(lc[:, K.C_PAUSED_US].sum()))
 
 
 def run_case(case: Case, max_ms: float = 300.0) -> Metrics:
