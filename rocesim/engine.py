@@ -14,9 +14,11 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase f
    (bounded by a ring of a few hundred µs) and the CNP reaches the sender after the reverse
    propagation delay. CNPs ride the strict-priority class (TC6), which is never
    paused and whose bytes are negligible, so they are modelled as delay only;
-3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics (see
-   ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``): the first CNP starts
-   the α and rate-decrease timers, a cut happens at a decrease-timer tick that follows a CNP;
+3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics; every
+   ``dce_tcp_rtt`` µs α <- (G/1024) α, plus (1 - G/1024) if a CNP arrived, G = ``dce_tcp_g``
+   (see ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``); the first CNP
+   starts the α and rate-decrease timers, a cut happens at a decrease-timer tick that follows
+   a CNP;
 4. PFC per switch ingress port and priority: XOFF above min(static, alpha x free shared
    buffer), XON ``resume_offset`` below; one pause frame at XOFF, one per refresh period
    (half the 0xFFFF-quanta pause time) while XOFF lasts and one XON (zero-quanta) frame; the
@@ -203,6 +205,9 @@ class Simulation:
             p[S.P_MIN_DEC] = d.rpg_min_dec_fac / 100.0
             p[S.P_MIN_RATE] = _mbps(d.rpg_min_rate)
             p[S.P_FIRST_RATE] = _mbps(d.rate_to_set_on_first_cnp)
+            # dce_tcp_g is the share of alpha KEPT per dce_tcp_rtt (Mellanox "DCQCN
+            # Parameters", DOC-2790: alpha <- G/1024 alpha [+ 1 - G/1024 with a CNP]), so the
+            # DCQCN paper's gain g is (1024 - G)/1024: factory 1019 -> 5/1024 ~ the paper's 1/256
             p[S.P_G] = (1024 - d.dce_tcp_g) / 1024.0
             p[S.P_ALPHA_RTT] = d.dce_tcp_rtt
             p[S.P_RRMP] = d.rate_reduce_monitor_period
