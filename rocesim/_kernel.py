@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from rocesim._state import (
+    ACK_FLOW,
     ACTIVE,
     ALPHA,
     BSTAGE,
@@ -37,6 +38,7 @@ from rocesim._state import (
     N_CNP_HANDLED,
     N_CNP_SENT,
     N_ECN_MARKED,
+    NCUTS,
     OFFER,
     P_AI,
     P_ALPHA_RTT,
@@ -127,59 +129,63 @@ def _burst_params(rho: float, n: int) -> tuple:
 
     A fluid model has no queue below 100 % load, but real ports see microbursts whenever
     packets from different ingress ports collide; that is what makes a Kmin of a packet or two
-    mark heavily. Model: with ``n`` ingress ports feeding the queue (ports whose live flows
-    are routed through it; bytes from one port arrive serialised and cannot burst) and the
-    step's offered load ``rho``, a packet finds
-    k >= 1 packets ahead with probability a = (1 - 1/n) * rho, k following a geometric law of
-    ratio rho truncated at n - 1 (n simultaneous arrivals leave at most n - 1 waiting).
-    Returns (a, r, kmax).
+    mark. DCQCN senders are paced at their rate, so a queue fed by ``n`` ingress ports (bytes
+    from one port arrive serialised and cannot burst) at the step's load ``rho`` is a
+    superposition of n periodic streams, the N*D/D/1 queue, whose backlog tail is
+    P(B >= k) = exp(-2k (k + n (1 - rho)) / n) (Brownian-bridge approximation, J. Roberts et
+    al. (eds.), COST 242 final report, 1996, ch. on the N*D/D/1 queue), truncated at n - 1
+    (n simultaneous arrivals leave at most n - 1 waiting). Returns (n, rho, kmax).
     """
     if n <= 1 or rho <= 0.0:
         return 0.0, 0.0, 0
-    if rho > 0.98:
-        rho = 0.98
+    if rho > 1.0:
+        rho = 1.0
     kmax = n - 1 if n - 1 < BURST_MAX else BURST_MAX
-    return (1.0 - 1.0 / n) * rho, rho, kmax
+    return float(n), rho, kmax
 
 
 @njit(cache=True)
-def _burst_mean(a: float, r: float, kmax: int) -> float:
-    """E[B] in packets: a x mean of the geometric law truncated at kmax (closed form)."""
-    if kmax <= 0 or a <= 0.0:
+def _burst_tail(k: int, n: float, rho: float, kmax: int) -> float:
+    """P(B >= k) of the N*D/D/1 backlog (``_burst_params``)."""
+    if k <= 0:
+        return 1.0
+    if k > kmax:
         return 0.0
-    rk = r ** kmax
-    return a * (1.0 - (kmax + 1) * rk + kmax * rk * r) / ((1.0 - r) * (1.0 - rk))
+    return np.exp(-2.0 * k * (k + n * (1.0 - rho)) / n)
 
 
 @njit(cache=True)
-def _mark_prob_burst(qf: float, ecn: np.ndarray, a: float, r: float, kmax: int,
+def _burst_mean(n: float, rho: float, kmax: int) -> float:
+    """E[B] in packets: the sum of P(B >= k) over k >= 1."""
+    m = 0.0
+    for k in range(1, kmax + 1):
+        m += _burst_tail(k, n, rho, kmax)
+    return m
+
+
+@njit(cache=True)
+def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int,
                      pkt: float) -> float:
     """Expected RED marking probability over the burst backlog distribution."""
     on = int(ecn[3])
     if on == 0:
         return 0.0
-    p = (1.0 - a) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
+    p = (1.0 - _burst_tail(1, n, rho, kmax)) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
     if kmax <= 0 or qf + kmax * pkt <= ecn[0]:
         return p  # even the largest burst stays below Kmin
-    w = a * (1.0 - r) / (1.0 - r ** kmax)  # P(B = 1); P(B = k + 1) = P(B = k) x r
     for k in range(1, kmax + 1):
+        w = _burst_tail(k, n, rho, kmax) - _burst_tail(k + 1, n, rho, kmax)
         p += w * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
-        w *= r
     return p
 
 
 @njit(cache=True)
-def _burst_sample(rng: np.ndarray, a: float, r: float, kmax: int) -> int:
+def _burst_sample(rng: np.ndarray, n: float, rho: float, kmax: int) -> int:
     u = _uniform(rng)
-    if u >= a:
-        return 0
-    w = a * (1.0 - r) / (1.0 - r ** kmax)
-    for k in range(1, kmax + 1):
-        u -= w
-        if u < 0.0:
-            return k
-        w *= r
-    return kmax
+    k = 0
+    while k < kmax and u < _burst_tail(k + 1, n, rho, kmax):
+        k += 1
+    return k
 
 
 @njit(cache=True)
@@ -286,7 +292,7 @@ def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -
     if rc > cap:
         rc = cap
     ff[f, RC] = rc
-    fi[f, INCSINCE] = 1  # any increase since the last cut (issue #2 semantics)
+
 
 
 
@@ -305,8 +311,9 @@ def _restart_increase(ff: np.ndarray, fi: np.ndarray, f: int) -> None:
 @njit(cache=True, inline="always")
 def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float) -> None:
     """CNPs reach flow ``f``'s reaction point. The first one allocates the NIC's rate limiter
-    (``initial_alpha_value``, and ``rate_to_set_on_first_cnp`` if set, else a normal cut);
-    later ones mark the α period and request a cut."""
+    (``initial_alpha_value``; ``rate_to_set_on_first_cnp`` if set, else the rate stays) and
+    starts its α and rate-decrease timers; every CNP marks the α period and requests a cut at
+    the next tick of the decrease timer."""
     if fi[f, ACTIVE] == 0:
         fi[f, ACTIVE] = 1
         ff[f, ALPHA] = par[n, P_INIT_ALPHA]
@@ -319,8 +326,8 @@ def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now:
             ff[f, TCUT] = now
             fi[f, INCSINCE] = 0
         else:
-            ff[f, TCUT] = -1e18
-            fi[f, INCSINCE] = 1  # the target starts from the pre-cut rate
+            ff[f, TCUT] = now
+            fi[f, INCSINCE] = 3  # the first cut's target is the pre-cut rate
             fi[f, CUTPEND] = 1
     else:
         fi[f, CNPPERIOD] = 1
@@ -346,12 +353,24 @@ def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
 @njit(cache=True, inline="always")
 def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float,
             dt: float) -> None:
-    """A pending cut, at most once per ``rate_reduce_monitor_period``:
-    RC <- max(RC (1 - α gd), RC ``rpg_min_dec_fac``, ``rpg_min_rate``); otherwise the timer
-    and byte-counter increase events (``_increase``)."""
-    if fi[f, CUTPEND] != 0 and now - ff[f, TCUT] >= par[n, P_RRMP] - 1e-9:
+    """The rate-decrease timer ticks every ``rate_reduce_monitor_period`` from the first CNP;
+    a tick that finds a CNP received since the previous one cuts (mlxconfig RPG_GD: "the flow
+    rate is reduced at the beginning of the next rate_reduce_monitor_period interval"):
+    RC <- max(RC (1 - α gd), RC ``rpg_min_dec_fac``, ``rpg_min_rate``). RT <- RC first when
+    ``clamp_tgt_rate``, or when the rate increased since the last cut: by the byte counter
+    always, by the timer only with ``clamp_tgt_rate_after_time_inc`` (mlxconfig
+    CLAMP_TGT_RATE_AFTER_TIME_INC: "the target rate should be updated if the transmission rate
+    was increased due to the timer, and not only due to the byte counter"). Otherwise the
+    timer and byte-counter increase events (``_increase``).
+    """
+    period = par[n, P_RRMP]
+    tick = now - ff[f, TCUT] >= period - 1e-9
+    if tick:
+        ff[f, TCUT] = ff[f, TCUT] + period if period > 0.0 else now
+    if fi[f, CUTPEND] != 0 and tick:
         rc = ff[f, RC]
-        if par[n, P_CLAMP] != 0.0 or (fi[f, INCSINCE] != 0 and par[n, P_CLAMP_TI] != 0.0):
+        inc = fi[f, INCSINCE]  # bit 0: a timer increase, bit 1: a byte-counter increase
+        if par[n, P_CLAMP] != 0.0 or inc & 2 or (inc & 1 and par[n, P_CLAMP_TI] != 0.0):
             ff[f, RT] = rc
         new = rc * (1.0 - ff[f, ALPHA] * par[n, P_GD_FAC])
         floor = rc * par[n, P_MIN_DEC]
@@ -360,7 +379,7 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
         if new < par[n, P_MIN_RATE]:
             new = par[n, P_MIN_RATE]
         ff[f, RC] = new
-        ff[f, TCUT] = now
+        fi[f, NCUTS] += 1
         _restart_increase(ff, fi, f)
         fi[f, INCSINCE] = 0
         fi[f, CUTPEND] = 0
@@ -369,6 +388,7 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
         if ff[f, TTIMER] >= par[n, P_TIME_RESET] - 1e-9:
             ff[f, TTIMER] -= par[n, P_TIME_RESET]
             fi[f, TSTAGE] += 1
+            fi[f, INCSINCE] |= 1
             _increase(ff, fi, f, par, n)
         br = par[n, P_BYTE_RESET]
         if br > 0.0:
@@ -376,6 +396,7 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
             while ff[f, BYTECNT] >= br and guard < 64:
                 ff[f, BYTECNT] -= br
                 fi[f, BSTAGE] += 1
+                fi[f, INCSINCE] |= 2
                 _increase(ff, fi, f, par, n)
                 guard += 1
 
@@ -430,6 +451,8 @@ def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
                 ff[f, DELIV] += x
                 ff[f, TOTDEL] += x
                 ff[f, INFL] -= x
+                if fl.ack[f] >= 0:  # the receiver acknowledges what it got, on the way back
+                    ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
 
 
 @njit(cache=True, inline="always")
@@ -632,13 +655,16 @@ def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, 
             pm = x.pmark[ln, c]
             if pm <= 0.0:
                 continue  # no marking: skip the per-packet accounting
+            pkt = wire_pkt if fl.pred[f] != ACK_FLOW else sw.ack_pkt
             acc = pacc[f, h] + out
-            if acc >= wire_pkt:
-                npk = int(acc * inv_pkt)
-                pacc[f, h] = acc - npk * wire_pkt
+            if acc >= pkt:
+                npk = int(acc * inv_pkt) if pkt == wire_pkt else int(acc / pkt)
+                pacc[f, h] = acc - npk * pkt
                 m = _binomial(rng, npk, pm)
                 if m > 0:
                     lk.counters[ln, c, C_MARKS] += m
+                    if fl.pred[f] == ACK_FLOW:
+                        continue  # a marked ACK counts, but the NP answers data only
                     # the marked packet still crosses the downstream queues (their current
                     # delay, capped by the ring) and cables before the NP sees it
                     qd = 0.0
@@ -873,7 +899,7 @@ def time_series(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesStat
     ff = fl.ff
     for jf in range(fl.n_live[0]):
         f = fl.live[jf]
-        if ff[f, REMAIN] > 0.0:
+        if ff[f, REMAIN] > 0.0 and fl.pred[f] != ACK_FLOW:
             r = ff[f, RC]
             if fl.cap[f] < r:
                 r = fl.cap[f]

@@ -18,8 +18,10 @@ RC, RT, ALPHA, REMAIN, SENT, DELIV, BYTECNT, TTIMER, TALPHA, TCUT, TNPCNP, INFL,
     OFFER = range(14)
 NFF = 14
 # Flow int state columns (FlowState.fi).
-TSTAGE, BSTAGE, ACTIVE, CUTPEND, INCSINCE, CNPPERIOD = range(6)
-NFI = 6
+TSTAGE, BSTAGE, ACTIVE, CUTPEND, INCSINCE, CNPPERIOD, NCUTS = range(7)
+NFI = 7
+# FlowState.pred of a flow that carries another flow's acknowledgements.
+ACK_FLOW = -2
 # NIC parameter columns (NicState.par, kernel units).
 (P_TIME_RESET, P_BYTE_RESET, P_THRESHOLD, P_MAX_RATE, P_AI, P_HAI, P_GD_FAC, P_MIN_DEC,
  P_MIN_RATE, P_FIRST_RATE, P_G, P_ALPHA_RTT, P_RRMP, P_INIT_ALPHA, P_CLAMP, P_CLAMP_TI,
@@ -69,6 +71,8 @@ class SwitchState(NamedTuple):
     w_roce: float             # WRR weight of the RoCE class
     wd_detect: float          # PFC watchdog detection time, µs
     wire_pkt: float           # wire bytes of one full data packet
+    ack_ratio: float          # ACK wire bytes per data wire byte (0: ACKs not modelled)
+    ack_pkt: float            # wire bytes of one ACK
 
 
 class NicState(NamedTuple):
@@ -84,8 +88,10 @@ class FlowState(NamedTuple):
     cls: np.ndarray           # [flow] data class
     src: np.ndarray           # [flow] sending NIC
     dst: np.ndarray           # [flow] receiving NIC
-    pred: np.ndarray          # [flow] flow whose deliveries give credit (ring/tree), -1 none
+    pred: np.ndarray          # [flow] flow whose deliveries give credit (ring/tree), -1 none,
+                              # ACK_FLOW for a flow of acknowledgements
     pred2: np.ndarray         # [flow] a second one (tree: the other child), -1 none
+    ack: np.ndarray           # [flow] the flow carrying this flow's ACKs, -1 none
     group: np.ndarray         # [flow] collective, -1 for background
     rd: np.ndarray            # [flow, hop] steps from hop h to the receiver
     rev: np.ndarray           # [flow] steps for a CNP back to the sender

@@ -5,7 +5,9 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase f
 
 1. bytes that left a link ``delay`` steps ago arrive: into the next switch egress queue
    (per-(ingress port, priority) buffer accounting; headroom overflow drops the lossless
-   class, the dynamic threshold drops the lossy class) or at the receiver;
+   class, the dynamic threshold drops the lossy class) or at the receiver, which (with
+   ``Topology.ack_bytes`` > 0) acknowledges them on the reverse path: ACK flows share the data
+   queues and PFC of their class in the switches and get no CNPs;
 2. the receiver NIC (notification point) turns CE-marked packets into CNPs, at most one per
    flow per ``min_time_between_cnps`` µs (0: one per marked packet); a mark reaches the NP
    after the remaining forward propagation delay plus the downstream queues' current delay
@@ -14,7 +16,9 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase f
    paused and whose bytes are negligible, so they are modelled as delay only;
 3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics; every
    ``dce_tcp_rtt`` µs α <- (G/1024) α, plus (1 - G/1024) if a CNP arrived, G = ``dce_tcp_g``
-   (see ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``);
+   (see ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``); the first CNP
+   starts the α and rate-decrease timers, a cut happens at a decrease-timer tick that follows
+   a CNP;
 4. PFC per switch ingress port and priority: XOFF above min(static, alpha x free shared
    buffer), XON ``resume_offset`` below; one pause frame at XOFF, one per refresh period
    (half the 0xFFFF-quanta pause time) while XOFF lasts and one XON (zero-quanta) frame; the
@@ -259,11 +263,13 @@ class Simulation:
             buffer=self.sw_buffer, sh_used=self.sh_used, reserve=reserve, resume=resume,
             alpha_xoff=a_x, static_xoff=s_x, alpha_lossy=a_l, cls_lossless=self.cls_lossless,
             w_roce=float(topo.wrr_weight_roce), wd_detect=float(topo.pfcwd_detect_us),
-            wire_pkt=float(topo.wire_bytes))
+            wire_pkt=float(topo.wire_bytes), ack_ratio=topo.ack_bytes / topo.wire_bytes,
+            ack_pkt=float(max(1, topo.ack_packet_bytes)))
         nics = S.NicState(par=self.npar, ctr=self.nic_ctr)
         flows = S.FlowState(
             path=self.f_path, hops=self.f_hops, cls=self.f_cls, src=self.f_src,
-            dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, group=self.f_group, rd=self.f_rd,
+            dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
+            group=self.f_group, rd=self.f_rd,
             rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
             quantum=self.f_quantum,
             pair=self.f_pair, ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
@@ -300,7 +306,7 @@ class Simulation:
         cap: list[float] = []
         size: list[float] = []
         chunk: list[float] = []
-        kind: list[int] = []  # 0 collective, 1 background
+        kind: list[int] = []  # 0 collective, 1 background, 2 ACKs of another flow
         self.g_f0: list[int] = []
         self.g_f1: list[int] = []
         for gi, col in enumerate(wl.collectives):
@@ -364,6 +370,25 @@ class Simulation:
                 group.append(-1)
                 cap.append(bg.load * line)
                 kind.append(1)
+        # every data flow's receiver acknowledges on the reverse path, in the same class:
+        # ACKs share the switch queues (and PFC) with data; at the NIC they are tiny offers
+        # that the max-min arbiter serves in full, ahead of the data QPs
+        n_data = len(src)
+        ack_of = [-1] * n_data
+        if topo.ack_bytes > 0:
+            for f in range(n_data):
+                ack_of[f] = len(src)
+                src.append(dst[f])
+                dst.append(src[f])
+                pred.append(S.ACK_FLOW)
+                chunk.append(math.inf)
+                size.append(math.inf)
+                cls.append(cls[f])
+                group.append(group[f])
+                cap.append(line)
+                kind.append(2)
+            ack_of.extend([-1] * n_data)
+        self.f_ack = np.array(ack_of, dtype=np.int64)
         n_f = len(src)
         self.f_src = np.array(src, dtype=np.int64)
         self.f_dst = np.array(dst, dtype=np.int64)
@@ -383,7 +408,8 @@ class Simulation:
         # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded
         self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
         if n_f:
-            self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport)
+            self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport,
+                                                  ack=self.f_kind == 2)
         else:
             self.f_path = np.zeros((0, 4), dtype=np.int64)
             self.f_hops = np.zeros(0, dtype=np.int64)
@@ -408,7 +434,7 @@ class Simulation:
         line_f = self.npar[self.f_src, S.P_MAX_RATE] if n_f else np.zeros(0)
         self.ff[:, S.RC] = line_f
         self.ff[:, S.RT] = line_f
-        self.ff[:, S.REMAIN] = self.f_size
+        self.ff[:, S.REMAIN] = np.where(self.f_kind == 2, 0.0, self.f_size)
         self.ff[:, S.TNPCNP] = -1e18
         self.back = np.zeros((n_f, 4))
         self.pacc = np.zeros((n_f, 4))
@@ -597,8 +623,8 @@ class Simulation:
         return bool(np.any(self.f_cls == 1))
 
     def flow_stats(self) -> dict[str, np.ndarray]:
-        """Per-flow arrays: src/dst NIC index, kind (0 collective, 1 background), cumulative
-        delivered payload bytes, current DCQCN rate (Gb/s) and alpha."""
+        """Per-flow arrays: src/dst NIC index, kind (0 collective, 1 background, 2 ACKs),
+        cumulative delivered payload bytes, current DCQCN rate (Gb/s), alpha and rate cuts."""
         eff = self.fabric.topo.efficiency
         return {
             "src": self.f_src.copy(), "dst": self.f_dst.copy(), "kind": self.f_kind.copy(),
@@ -606,6 +632,7 @@ class Simulation:
             "rate_gbps": self.ff[:, S.RC] * 8.0 / 1e3,
             "alpha": self.ff[:, S.ALPHA].copy(),
             "limited": self.fi[:, S.ACTIVE].copy(),
+            "rate_decreases": self.fi[:, S.NCUTS].copy(),
             "path": self.f_path.copy(),
         }
 

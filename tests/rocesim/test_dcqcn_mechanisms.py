@@ -96,10 +96,12 @@ def test_dce_tcp_g_is_the_share_of_alpha_kept_per_period() -> None:
 # cuts ---------------------------------------------------------------------------------------
 def test_one_cut_per_rate_reduce_monitor_period() -> None:
     # [CX-PARAMS] rate_reduce_monitor_period = 7 µs, a CNP every µs for 70 µs: exactly 10 cuts,
-    # 7 µs apart, each RC <- RC (1 - α gd) with α = 1, gd = 1/2 (so halving, floor 0).
+    # 7 µs apart, each RC <- RC (1 - α gd) with α = 1, gd = 1/2 (so halving, floor 0). The
+    # decrease timer starts at the first CNP and cuts on its ticks (mlxconfig RPG_GD: "reduced
+    # at the beginning of the next rate_reduce_monitor_period interval").
     ff, fi, p = _flow(P_RRMP=7.0, P_MIN_DEC=0.0)
     cuts = []
-    for t in range(70):
+    for t in range(71):
         rc = ff[0, S.RC]
         K.rp_cnp(ff, fi, 0, p, 0, float(t))
         fi[0, S.CNPPERIOD] = 0  # keep α at 1: this test is about the cut's timing only
@@ -107,7 +109,7 @@ def test_one_cut_per_rate_reduce_monitor_period() -> None:
         if ff[0, S.RC] < rc:
             cuts.append(t)
             assert ff[0, S.RC] == pytest.approx(rc * 0.5)
-    assert cuts == list(range(0, 70, 7))
+    assert cuts == list(range(7, 71, 7))
 
 
 def test_rpg_min_dec_fac_floors_one_cut() -> None:
@@ -135,6 +137,8 @@ def test_rate_to_set_on_first_cnp() -> None:
     K.rp_cnp(ff, fi, 0, p, 0, 10.0)
     assert ff[0, S.RC] == 100.0 and fi[0, S.CUTPEND] == 1
     K.rp_rate(ff, fi, 0, p, 0, 10.0, 1.0)
+    assert ff[0, S.RC] == 100.0  # the cut waits for the decrease timer's first tick
+    K.rp_rate(ff, fi, 0, p, 0, 10.0 + 4.0, 1.0)
     assert ff[0, S.RC] == pytest.approx(100.0 * (1 - 0.75 * 0.5))
     # engine end to end: 20 000 Mb/s on the first CNP of a 100G flow
     fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=2))
