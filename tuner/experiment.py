@@ -27,6 +27,7 @@ from pydantic import (
 from objectives.score import check_weights
 from safety.limits import SafetyLimits
 from safety.preflight import PreflightSpec
+from tuner import storage_url
 from tuner.errors import ConfigError
 from tuner.settings import KNOBS
 from tuner.workload import Workload
@@ -221,6 +222,11 @@ class TrackingSpec(BaseModel):
     uri: str | None = None
     experiment: str | None = None  # MLflow experiment name; default "ecntune/<name>"
 
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        return None if v is None else storage_url.check_tracking(v)
+
 
 class Experiment(BaseModel):
     """A whole experiment file."""
@@ -256,6 +262,11 @@ class Experiment(BaseModel):
         if not _NAME.fullmatch(v):
             raise ValueError("use 1-64 letters, digits, '_', '-', '.' (it names files and runs)")
         return v
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        return None if v is None else storage_url.check_storage(v)
 
     @field_validator("current")
     @classmethod
@@ -316,6 +327,8 @@ def format_errors(source: str, exc: ValidationError) -> str:
         elif err["type"] == "literal_error" and "ctx" in err:
             msg = f"not allowed; allowed: {err['ctx'].get('expected')}"
         value = err.get("input")
+        if isinstance(value, str) and storage_url.has_secret(value):
+            value = storage_url.hide(value)  # a password never reaches a message
         shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
         if len(shown) > 80:
             shown = shown[:77] + "..."
