@@ -56,7 +56,7 @@ class FlakyCluster(Cluster):
     def counters(self) -> Counters:
         return Counters()
 
-    def measure(self, workload, monitor=None) -> Measurement:  # type: ignore[no-untyped-def]
+    def measure(self, workload, monitor=None, *, replicate=0) -> Measurement:  # type: ignore[no-untyped-def]
         return Measurement()
 
 
