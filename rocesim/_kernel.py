@@ -821,6 +821,28 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 pb.ready[i] = arrive
 
 
+@njit(cache=True)
+def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
+    """Remove the flows of finished collectives from the per-port QP lists (``nic_idx`` /
+    ``nic_ptr``, in place and in order) that the NIC arbiter scans every step. Exact: those
+    flows offer nothing any more, and adding their zero offers changed no sum."""
+    idx, ptr = fl.nic_idx, fl.nic_ptr
+    lo = ptr[0]
+    k = 0
+    for ln in range(ptr.shape[0] - 1):
+        hi = ptr[ln + 1]
+        ptr[ln] = k
+        for i in range(lo, hi):
+            f = idx[i]
+            g = fl.group[f]
+            if g >= 0 and gr.iter[g] >= gr.iters[g]:
+                continue
+            idx[k] = f
+            k += 1
+        lo = hi
+    ptr[ptr.shape[0] - 1] = k
+
+
 @njit(cache=True, inline="always")
 def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState) -> None:
     """An iteration ends when every flow of the group delivered its bytes; the next one
@@ -867,6 +889,7 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             fl.n_live[0] = k
             count_ingress(fl.live, k, fl.hops, fl.path, fl.pair, fl.cls, fl.pair_stamp,
                           lk.nfl, -2 - t)
+            _drop_finished_from_ports(fl, gr)
 
 
 @njit(cache=True, inline="always")
