@@ -96,7 +96,8 @@ def test_torn_last_line_is_terminated_and_reported_as_possibly_open(tmp_path: Pa
 
 @pytest.mark.parametrize("line,reason", [
     (b"[]", "a list, not a record"),
-    (b"null", "a NoneType, not a record"),
+    (b"null", "null, not a record"),
+    (b"3.5", "a number, not a record"),
     (b'{"event":"begin"}', "checksum"),
     (b"\xff\xfe garbage", "not JSON"),
 ])
