@@ -305,3 +305,15 @@ def test_nvue_counters_per_port_from_the_documented_output(inv: Any) -> None:
     row = got["leaf1/swp1"]
     assert row["pfc3_rx_pkts"] == 0 and row["pfc3_tx_pkts"] == 0
     assert row["queue3_wred_drop_pkts"] == 0 and row["ecn_marked_pkts"] == 0
+
+
+def test_nvue_applied_config_as_a_list_or_a_bare_tree() -> None:
+    from tuner.drivers.nvue import applied_tree
+
+    tree = {"qos": {"congestion-control": {}}}
+    assert applied_tree(json.dumps([{"header": {}}, {"set": tree}])) == tree
+    assert applied_tree(json.dumps(tree)) == tree
+    with pytest.raises(ApplyError, match="no 'set' section"):
+        applied_tree("[]")
+    with pytest.raises(ApplyError, match="printed no JSON"):
+        applied_tree("Error: not allowed")

@@ -66,6 +66,8 @@ def applied_tree(text: str) -> dict[str, Any]:
     for item in items:
         if isinstance(item, dict) and isinstance(item.get("set"), dict):
             return dict(item["set"])
+    if isinstance(doc, dict) and ({"qos", "interface"} & set(doc)):
+        return dict(doc)  # the bare tree (as `nv config show -o json` prints some revisions)
     raise ApplyError(f"`{CONFIG}` has no 'set' section")
 
 
