@@ -317,3 +317,21 @@ def test_nvue_applied_config_as_a_list_or_a_bare_tree() -> None:
         applied_tree("[]")
     with pytest.raises(ApplyError, match="printed no JSON"):
         applied_tree("Error: not allowed")
+
+
+def test_a_clone_holding_the_original_values_still_gives_way_on_restore(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    clone = _canary_profile(1048576, 2097152, 5)  # what a write that failed after binding left
+    canary = {**BOUND, **{f"Ethernet{i}|3": {"wred_profile": "ECNTUNE_CANARY"} for i in (0, 4)}}
+    cur = drv.parse(_sonic_read(canary, clone))
+    assert cur == drv.original_settings() and drv.needs_write(cur, cur)
+    assert drv.write_steps(cur, cur)[-1] == ("sonic-db-cli CONFIG_DB DEL "
+                                             "'WRED_PROFILE|ECNTUNE_CANARY'")
+    drv.parse(_sonic_read(BOUND))
+    assert not drv.needs_write(cur, cur)  # on the original: nothing to do
+    nv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    row = {"min-threshold": 150000, "max-threshold": 1500000, "probability": 100}
+    status = fixture("nvue-show-interface-qos-roce-status.txt").replace("153.00 KB", "146.48 KB")
+    cur = nv.parse(_nv_read(_nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
+                                     {"ECNTUNE_CANARY": row}), status))
+    assert nv.needs_write(cur, cur) and nv.write_steps(cur, cur)[0].startswith("nv unset")
