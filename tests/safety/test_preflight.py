@@ -290,3 +290,15 @@ def test_cnp_must_leave_by_a_strict_priority_queue():
                            "Ethernet4": "DWRR (DSCP 48 -> TC 0 -> queue 0)"})
     bad = failures(run_checks(facts(switches=[sw]), PreflightSpec()))
     assert [(r.check, r.target) for r in bad] == [("cnp_queue", "leaf0/Ethernet4")]
+
+
+def test_cc_algorithm_from_the_real_mstconfig_query():
+    from tuner.preflight_facts import cc_algorithm
+
+    text = (REF / "mlx5-dcqcn-config" / "mstconfig-query-cx4lx-roce-cc-defaults.txt").read_text()
+    assert cc_algorithm(text, 1) == "ECN(0)" and cc_algorithm(text, 2) == "ECN(0)"
+    extended = ("Device #1:\n----------\n\nDevice type:    ConnectX6DX\n\n"
+                "Configurations:          Default         Current         Next Boot\n"
+                "         ROCE_CC_ALGORITHM_P1    ECN(0)          QCN(1)          ECN(0)\n")
+    assert cc_algorithm(extended, 1) == "QCN(1)"  # what runs now, not what boots next
+    assert cc_algorithm("bash: mstconfig: command not found", 1) is None
