@@ -4,8 +4,9 @@ The checks themselves are pure (``safety.preflight``); this module is the I/O ed
 every host answers one command (sections separated by markers, each tool allowed to fail on
 its own so one missing tool does not hide the rest), error counters are read twice
 ``error_sample_s`` apart, and consecutive host pairs run one don't-fragment ping at the RoCE
-MTU. Switch facts come from the inventory (which ports serve hosts outside the canary) and,
-where the platform answers them, ``show interfaces status``/``show pfc priority`` (SONiC).
+MTU. Switch facts come from the switch itself: the ports the written profile reaches (its QUEUE
+table or applied NVUE config), the PFC XOFF point, counter polling, the CNP queue, and on SONiC
+``show pfc priority``.
 """
 
 from __future__ import annotations
@@ -265,7 +266,10 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
         extra.update(xoff_bytes=min(xoffs) if xoffs else None,
                      xoff_source=found.get("xoff_source") if found.get("xoff_bytes") == (
                          min(xoffs) if xoffs else None) else "inventory xoff_bytes")
-    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports), lossless=lossless,
+    # With the switch's own view the blast radius is computed (``reach``): the inventory's
+    # other_ports are only watched (counters), the canary profile never reaches them.
+    outside = [] if extra.get("reach") else list(sw.other_ports)
+    return SwitchFacts(name=sw.name, outside_ports=outside, lossless=lossless,
                        canary_ports=list(sw.canary_ports), written=sw.canary_profile, **extra)
 
 
