@@ -138,19 +138,20 @@ def test_sonic_clones_binds_then_moves_thresholds_and_rebinds_the_original(inv: 
     low = EcnSettings(kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
     steps = drv.write_steps(cur, low)
     db = "sonic-db-cli CONFIG_DB"
-    # clone every field of AZURE_LOSSLESS unless the canary queues already use the clone
+    # unless the canary queues already use the clone: clone every field of AZURE_LOSSLESS,
+    # then bind it to the canary ports' lossless queue only (Ethernet8 is not in the inventory)
     assert steps[0].startswith(f"{{ [ \"$({db} HGET 'QUEUE|Ethernet0|3' wred_profile)\" = "
-                               f"ECNTUNE_CANARY ] || {db} HSET 'WRED_PROFILE|ECNTUNE_CANARY' ")
+                               f"ECNTUNE_CANARY ] || {{ {db} HSET 'WRED_PROFILE|ECNTUNE_CANARY' ")
     assert "yellow_max_threshold 2097152" in steps[0] and "ecn ecn_all" in steps[0]
-    # bound to the canary ports' lossless queue only (Ethernet8 is not in the inventory)
-    assert steps[1:3] == [f"{db} HSET 'QUEUE|Ethernet0|3' wred_profile ECNTUNE_CANARY",
-                          f"{db} HSET 'QUEUE|Ethernet4|3' wred_profile ECNTUNE_CANARY"]
+    assert steps[0].endswith(f" && {db} HSET 'QUEUE|Ethernet0|3' wred_profile ECNTUNE_CANARY && "
+                             f"{db} HSET 'QUEUE|Ethernet4|3' wred_profile ECNTUNE_CANARY; }}; }}")
+    assert "Ethernet8" not in steps[0]
     # Lowering: -gmin first (one ecnconfig call with both would write gmax first); -gdrop
     # rides on the last call, which ecnconfig writes after the threshold.
-    assert steps[3:] == ["ecnconfig -p ECNTUNE_CANARY -gmin 100000",
+    assert steps[1:] == ["ecnconfig -p ECNTUNE_CANARY -gmin 100000",
                          "ecnconfig -p ECNTUNE_CANARY -gmax 400000 -gdrop 10"]
     mid = EcnSettings(kmin_bytes=200000, kmax_bytes=800000, pmax_percent=10)
-    assert drv.write_steps(low, mid)[3:] == ["ecnconfig -p ECNTUNE_CANARY -gmax 800000",
+    assert drv.write_steps(low, mid)[1:] == ["ecnconfig -p ECNTUNE_CANARY -gmax 800000",
                                              "ecnconfig -p ECNTUNE_CANARY -gmin 200000"]
     # Back to the original's values: rebind the original, drop the clone, nothing else.
     assert drv.write_steps(low, cur) == [

@@ -198,9 +198,13 @@ class SonicDriver(Driver[EcnSettings]):
         first = self._queue_key(self.switch.canary_ports[0])
         pairs = " ".join(f"{q('db_field', k)} {q('db_value', v)}"
                          for k, v in self._clone_fields(current).items())
+        # Once bound (the steady state of a study) a write is the ecnconfig calls alone: every
+        # sonic-db-cli call is a Python start on the switch CPU. A half-done bind is refused by
+        # the read-back (``parse``), so checking the first canary port suffices here.
+        setup = " && ".join([f"{DB} HSET {q('db_key', 'WRED_PROFILE|' + self.canary)} {pairs}",
+                             *self._bind(self.canary)])
         steps = [f'{{ [ "$({DB} HGET {q("db_key", first)} wred_profile)" = {canary} ] || '
-                 f"{DB} HSET {q('db_key', 'WRED_PROFILE|' + self.canary)} {pairs}; }}",
-                 *self._bind(self.canary)]
+                 f"{{ {setup}; }}; }}"]
         return steps + ecnconfig_calls(self.canary, current, settings)
 
     def needs_write(self, current: EcnSettings, settings: EcnSettings) -> bool:
