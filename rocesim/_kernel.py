@@ -45,6 +45,7 @@ from rocesim._state import (
     P_BYTE_RESET,
     P_CLAMP,
     P_CLAMP_TI,
+    P_CNP_PER_PORT,
     P_FIRST_RATE,
     P_G,
     P_GD_FAC,
@@ -458,8 +459,8 @@ def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
 @njit(cache=True, inline="always")
 def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None:
     """Marked packets reach the receiver NIC, which sends CNPs: one per marked packet, or at
-    most one per flow per ``min_time_between_cnps``; each reaches the sender ``rev`` steps
-    later."""
+    most one per ``min_time_between_cnps`` from the port (``cnp_moderation`` 1) or from each
+    flow (2); each reaches the sender ``rev`` steps later."""
     ce_ring, cnp_ring = fl.ce_ring, fl.cnp_ring
     slot2 = t % ce_ring.shape[0]
     ring3 = cnp_ring.shape[0]
@@ -475,6 +476,10 @@ def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None
         k = 0
         if gap <= 0.0:
             k = m
+        elif nic.par[nd, P_CNP_PER_PORT] != 0.0:
+            if now - nic.tcnp[nd] >= gap:
+                k = 1
+                nic.tcnp[nd] = now
         elif now - fl.ff[f, TNPCNP] >= gap:
             k = 1
             fl.ff[f, TNPCNP] = now
@@ -584,6 +589,7 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
             x.serve_bytes[ln, 1] = cap
             x.nic_tot[ln, 0] = 0.0
             x.nic_tot[ln, 1] = 0.0
+            x.nic_nq[ln] = 0.0
             x.serve_frac[ln, 0] = p0
             x.serve_frac[ln, 1] = p1
             continue
@@ -709,6 +715,8 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
             continue
         ff[f, OFFER] = b
         x.nic_tot[ln, c] += b
+        if c == 0 and fl.pred[f] != ACK_FLOW:
+            x.nic_nq[ln] += 1.0
     for ln in range(lk.cap.shape[0]):
         if lk.src_nic[ln] < 0:
             continue
@@ -741,7 +749,10 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
 def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, pb: ProbeState,
            x: Scratch) -> None:
     """Latency probes start on schedule and advance through the queues they meet: the bytes
-    ahead of them (fluid queue + a sampled microburst) drain first, pauses included."""
+    ahead of them (fluid queue + a sampled microburst) drain first, pauses included. At the
+    sending NIC a probe is one more QP in the port's round-robin arbiter: it waits for one
+    packet of each other RoCE QP that has one ready (each of the k QPs with bytes to send is
+    ready with probability u, the port's offered load this step, capped at 1)."""
     n_inst = pb.inst.shape[0]
     wire_pkt = sw.wire_pkt
     for p in range(pb.hops.shape[0]):
@@ -768,7 +779,11 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 if paused:
                     pb.ready[i] = now + dt
                     break
-                depart = tready
+                cap = lk.cap[ln] * dt
+                u = x.nic_tot[ln, 0] / cap if cap > 0.0 else 0.0
+                if u > 1.0:
+                    u = 1.0
+                depart = tready + x.nic_nq[ln] * u * wire_pkt / lk.cap[ln]
             else:
                 if pb.ahead[i] < 0.0:
                     pb.ahead[i] = x.qseen[ln, 0] + 1e-9
