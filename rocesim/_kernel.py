@@ -686,6 +686,17 @@ def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, 
 
 
 @njit(cache=True, inline="always")
+def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
+    """What flow ``f`` may forward of predecessor ``pr``'s deliveries: all of it, or only
+    whole ``quantum`` chunks (store and forward per chunk, NCCL Tree) until ``pr`` is done."""
+    d = ff[pr, DELIV]
+    q = fl.quantum[f]
+    if q > 0.0 and d < fl.size[pr] * (1.0 - 1e-9) - 1e-6:
+        d = np.floor(d / q) * q
+    return d
+
+
+@njit(cache=True, inline="always")
 def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch) -> None:
     """NICs inject each flow at min(DCQCN rate, offered load, ring credit), share the port
     max-min between QPs (the NIC's arbiter) and stop while the port is paused."""
@@ -707,8 +718,11 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
         if rem < b:
             b = rem
         pr = fl.pred[f]
-        if pr >= 0:
-            credit = ff[pr, DELIV] + fl.chunk[f] - ff[f, SENT]
+        if pr >= 0:  # at most ``chunk`` ahead of what the predecessor(s) delivered
+            credit = _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT]
+            pr = fl.pred2[f]
+            if pr >= 0:
+                credit = min(credit, _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT])
             if credit < b:
                 b = credit
         if b <= 0.0:
@@ -822,6 +836,28 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 pb.ready[i] = arrive
 
 
+@njit(cache=True)
+def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
+    """Remove the flows of finished collectives from the per-port QP lists (``nic_idx`` /
+    ``nic_ptr``, in place and in order) that the NIC arbiter scans every step. Exact: those
+    flows offer nothing any more, and adding their zero offers changed no sum."""
+    idx, ptr = fl.nic_idx, fl.nic_ptr
+    lo = ptr[0]
+    k = 0
+    for ln in range(ptr.shape[0] - 1):
+        hi = ptr[ln + 1]
+        ptr[ln] = k
+        for i in range(lo, hi):
+            f = idx[i]
+            g = fl.group[f]
+            if g >= 0 and gr.iter[g] >= gr.iters[g]:
+                continue
+            idx[k] = f
+            k += 1
+        lo = hi
+    ptr[ptr.shape[0] - 1] = k
+
+
 @njit(cache=True, inline="always")
 def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState) -> None:
     """An iteration ends when every flow of the group delivered its bytes; the next one
@@ -868,6 +904,7 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             fl.n_live[0] = k
             count_ingress(fl.live, k, fl.hops, fl.path, fl.pair, fl.cls, fl.pair_stamp,
                           lk.nfl, -2 - t)
+            _drop_finished_from_ports(fl, gr)
 
 
 @njit(cache=True, inline="always")

@@ -89,15 +89,17 @@ class FlowState(NamedTuple):
     cls: np.ndarray           # [flow] data class
     src: np.ndarray           # [flow] sending NIC
     dst: np.ndarray           # [flow] receiving NIC
-    pred: np.ndarray          # [flow] ring predecessor whose deliveries give credit, -1 none,
+    pred: np.ndarray          # [flow] flow whose deliveries give credit (ring/tree), -1 none,
                               # ACK_FLOW for a flow of acknowledgements
+    pred2: np.ndarray         # [flow] a second one (tree: the other child), -1 none
     ack: np.ndarray           # [flow] the flow carrying this flow's ACKs, -1 none
     group: np.ndarray         # [flow] collective, -1 for background
     rd: np.ndarray            # [flow, hop] steps from hop h to the receiver
     rev: np.ndarray           # [flow] steps for a CNP back to the sender
     cap: np.ndarray           # [flow] offered rate cap, bytes/µs
     size: np.ndarray          # [flow] bytes per iteration (inf for background)
-    chunk: np.ndarray         # [flow] ring credit, bytes
+    chunk: np.ndarray         # [flow] bytes a flow may run ahead of its predecessor(s)
+    quantum: np.ndarray       # [flow] forwards whole chunks of this size only (tree), 0 none
     pair: np.ndarray          # [flow, hop] (ingress, egress) pair id of each switch hop
     ff: np.ndarray            # [flow, NFF] float state
     fi: np.ndarray            # [flow, NFI] int state

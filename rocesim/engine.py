@@ -53,7 +53,13 @@ import numpy as np
 from rocesim import _kernel as K
 from rocesim import _state as S
 from rocesim.fabric import OTHER_LOSSLESS_TC, OTHER_LOSSY_TC, ROCE_TC, Fabric
-from rocesim.workload import Workload, busbw_factor
+from rocesim.workload import (
+    Collective,
+    Workload,
+    busbw_factor,
+    double_binary_tree,
+    tree_chunk_bytes,
+)
 
 DEFAULT_DT_US = 1.0  # chosen by the convergence test (tests/rocesim/test_physics.py, #8)
 NO_COLLECTIVE_TIME_US = 10_000.0
@@ -266,9 +272,10 @@ class Simulation:
         nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
             path=self.f_path, hops=self.f_hops, cls=self.f_cls, src=self.f_src,
-            dst=self.f_dst, pred=self.f_pred, ack=self.f_ack, group=self.f_group,
-            rd=self.f_rd,
+            dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
+            group=self.f_group, rd=self.f_rd,
             rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
+            quantum=self.f_quantum,
             pair=self.f_pair, ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
             transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
             live=self.live, n_live=self.n_live, pair_stamp=self.pair_stamp,
@@ -298,6 +305,8 @@ class Simulation:
         dst: list[int] = []
         cls: list[int] = []
         pred: list[int] = []
+        pred2: dict[int, int] = {}  # flows that wait for a second predecessor (trees)
+        quantum: dict[int, float] = {}  # flows that forward whole chunks only (trees)
         group: list[int] = []
         cap: list[float] = []
         size: list[float] = []
@@ -321,6 +330,9 @@ class Simulation:
                             pred.append(-1)
                             chunk.append(math.inf)
                             size.append(per)
+            elif col.algo == "tree":
+                self._tree_flows(col, ranks, wire, src, dst, pred, pred2, quantum, chunk,
+                                size)
             else:
                 factor = 2.0 * (n - 1) / n if col.op == "all_reduce" else (n - 1) / n
                 k = col.channels * col.qps_per_connection
@@ -387,6 +399,12 @@ class Simulation:
         self.f_dst = np.array(dst, dtype=np.int64)
         self.f_cls = np.array(cls, dtype=np.int64)
         self.f_pred = np.array(pred, dtype=np.int64)
+        self.f_pred2 = np.full(n_f, -1, dtype=np.int64)
+        for f, p2 in pred2.items():
+            self.f_pred2[f] = p2
+        self.f_quantum = np.zeros(n_f)
+        for f, q in quantum.items():
+            self.f_quantum[f] = q
         self.f_group = np.array(group, dtype=np.int64)
         self.f_cap = np.array(cap, dtype=np.float64)
         self.f_size = np.array(size, dtype=np.float64)
@@ -436,7 +454,7 @@ class Simulation:
         self.live = np.arange(n_f, dtype=np.int32)
         self.n_live = np.array([n_f], dtype=np.int64)
         # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
-        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_group", "f_path", "f_hops",
+        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_group", "f_path", "f_hops",
                      "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring", "nic_idx"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
@@ -447,6 +465,52 @@ class Simulation:
         self.g_f0a = np.array(self.g_f0, dtype=np.int64)
         self.g_f1a = np.array(self.g_f1, dtype=np.int64)
         self.g_cur = self.g_f0a.copy()
+
+    @staticmethod
+    def _tree_flows(col: Collective, ranks: list[int], wire: float, src: list[int],
+                    dst: list[int], pred: list[int], pred2: dict[int, int],
+                    quantum: dict[int, float], chunk: list[float], size: list[float]) -> None:
+        """NCCL Tree AllReduce: per channel and QP, each of the two trees of
+        ``double_binary_tree`` carries S/2; every edge has an up flow (child -> parent, waits
+        for the child's own children) and a down flow (parent -> child, waits for what the
+        parent got from its parent, or at the root for its children's up flows). A rank
+        forwards whole chunks only (``tree_chunk_bytes``)."""
+        k = col.channels * col.qps_per_connection
+        n = len(ranks)
+        per = col.size_bytes / 2.0 / k * wire
+        depth = max(_depth(t, r) for t in double_binary_tree(n) for r in range(n))
+        q = min(per, tree_chunk_bytes(col.size_bytes / k, depth) * wire)
+
+        def add(a: int, b: int, waits: list[int]) -> int:
+            f = len(src)
+            src.append(ranks[a])
+            dst.append(ranks[b])
+            pred.append(waits[0] if waits else -1)
+            if len(waits) > 1:
+                pred2[f] = waits[1]
+            if waits:
+                quantum[f] = q
+            chunk.append(0.0)
+            size.append(per)
+            return f
+
+        for _c in range(k):
+            for tree in double_binary_tree(n):
+                up: dict[int, int] = {}
+                order = sorted(range(n), key=lambda r: _depth(tree, r), reverse=True)
+                for r in order:  # leaves first, so that children's up flows exist
+                    parent, c0, c1 = tree[r]
+                    if parent >= 0:
+                        up[r] = add(r, parent, [up[c] for c in (c0, c1) if c >= 0])
+                down: dict[int, int] = {}
+                for r in reversed(order):  # root side first
+                    parent = tree[r][0]
+                    if parent < 0:
+                        continue
+                    grand, c0, c1 = tree[parent]
+                    waits = [down[parent]] if grand >= 0 else \
+                        [up[c] for c in (c0, c1) if c >= 0]
+                    down[r] = add(parent, r, waits)
 
     def _build_probes(self) -> None:
         fab, topo, pr, rs = self.fabric, self.fabric.topo, self.workload.probes, self._rs
@@ -623,6 +687,14 @@ class Simulation:
             sim_time_us=self.t * self.dt, wall_s=self.wall_s, steps=self.t, dt_us=self.dt,
             seed=self.seed, timeseries=ts, timeseries_port=port, flows=self.flow_stats(),
             latency_t_us=self.lat_t[: int(self.n_lat[0])].copy())
+
+
+def _depth(tree: list[tuple[int, int, int]], r: int) -> int:
+    d = 0
+    while tree[r][0] >= 0:
+        r = tree[r][0]
+        d += 1
+    return d
 
 
 def _derangement(n: int, rs: np.random.Generator) -> np.ndarray:

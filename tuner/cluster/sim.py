@@ -163,7 +163,7 @@ class SimCluster(Cluster):
         nics = list(self._nics)
         colls = [Collective(op=c.op, size_bytes=c.size_bytes, ranks=nics,
                             iterations=c.iterations, channels=c.channels,
-                            qps_per_connection=c.qps_per_connection)
+                            qps_per_connection=c.qps_per_connection, algo=c.algo)
                  for c in workload.collectives]
         bg = [Background(pattern=b.pattern, load=b.load, fan_in=min(b.fan_in, len(nics) - 1),
                          nics=nics, priority=b.priority, lossless=b.lossless)
