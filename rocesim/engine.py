@@ -454,8 +454,9 @@ class Simulation:
         self.live = np.arange(n_f, dtype=np.int32)
         self.n_live = np.array([n_f], dtype=np.int64)
         # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
-        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_group", "f_path", "f_hops",
-                     "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring", "nic_idx"):
+        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_ack", "f_group",
+                     "f_path", "f_hops", "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring",
+                     "nic_idx"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
         self.g_iters = np.array([c.iterations for c in wl.collectives], dtype=np.int64)
