@@ -33,6 +33,7 @@ TOOLS = {
     "ethtool": "ethtool", "mlnx_qos": "mlnx_qos", "ip": "ip", "mpirun": "mpirun",
     "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
     "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
+    "config": "sonic_config", "sonic-cfggen": "sonic_cfggen",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -386,6 +387,7 @@ class EmulatedCluster:
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
                     host_ports[:len(mine)] + up_ports, 3)
+                state["saved_config_db"] = json.loads(json.dumps(state["config_db"]))
             else:
                 state.update(swmod.init_nvue(ecn["kmin_bytes"], ecn["kmax_bytes"],
                                              ecn["pmax_percent"], 3))

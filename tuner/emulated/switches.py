@@ -63,7 +63,8 @@ def init_nvue(kmin: int, kmax: int, pmax: int, tc: int) -> dict[str, Any]:
         str(tc): {"ecn": "enable", "red": "disable", "min-threshold": kmin,
                   "max-threshold": kmax, "probability": pmax},
     }
-    return {"applied": tcs, "pending": {k: dict(v) for k, v in tcs.items()}}
+    return {"applied": tcs, "pending": {k: dict(v) for k, v in tcs.items()},
+            "startup": {k: dict(v) for k, v in tcs.items()}}  # /etc/nvue.d/startup.yaml
 
 
 def sonic_ecn(state: dict[str, Any]) -> dict[str, Any]:

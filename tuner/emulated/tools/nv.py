@@ -136,7 +136,8 @@ def _cell(field: str, value: Any) -> str:
 
 
 def show_cc(t: Target, words: list[str], as_json: bool, rev: str) -> str:
-    conf = t.state["applied" if rev in ("applied", "operational") else "pending"]
+    conf = t.state["applied" if rev in ("applied", "operational") else rev
+                   if rev == "startup" else "pending"]
     if len(words) >= 5 and words[3] == "traffic-class":
         tc = words[4]
         row = conf.get(tc)
@@ -224,6 +225,8 @@ def main(argv: list[str]) -> int:
             as_json = next(it, "") == "json"
         elif a in ("-r", "--rev"):
             rev = next(it, "applied")
+        elif a in ("--startup", "--applied", "--pending", "--operational"):
+            rev = a[2:]
         elif a in ("-y", "--assume-yes"):
             continue
         else:
@@ -235,6 +238,11 @@ def main(argv: list[str]) -> int:
             cmd_apply(t)
         elif words == ["config", "diff"]:
             cmd_diff(t)
+        elif words == ["config", "save"]:  # applied -> startup (/etc/nvue.d/startup.yaml)
+            with st.locked(t.dir):
+                s = st.load_state(t.dir)
+                s["startup"] = json.loads(json.dumps(s["applied"]))
+                st.write_json(t.dir / "state.json", s)
         elif words[:1] == ["show"] and words[1:4] == CC:
             sys.stdout.write(show_cc(t, words[1:], as_json, rev))
         elif words[:2] == ["show", "interface"] and words[3:] == ["counters", "qos"]:
