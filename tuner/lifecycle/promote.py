@@ -1,0 +1,254 @@
+"""Promotion of a confirmed winner to an inventory group, wave by wave.
+
+Per target the wanted settings are what it holds now with the winner's knob values put in
+(``wanted``): a switch keeps its ECN on/off state, a NIC keeps any knob the study did not
+search. A ``WaveCluster`` is the SSH backend restricted to one wave's targets, so every change
+goes through the same all-or-nothing apply, read-back, journal, dead-man timers and verified
+restore as a trial. After a wave is applied, ``gate`` watches the wave's counters for
+``gate_s`` seconds against the experiment's safety limits (PFC storm, lossless drops, CRC,
+watchdog, link); a violation rolls the wave back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tuner.cluster.ssh import SshCluster
+from tuner.settings import DcqcnSettings, EcnSettings, Settings
+
+S = TypeVar("S", EcnSettings, DcqcnSettings)
+
+if TYPE_CHECKING:
+    from safety.journal import Journal
+    from safety.limits import SafetyLimits, Violation
+    from tuner.cluster.base import ClusterDescription
+    from tuner.drivers.base import Driver
+    from tuner.lifecycle.fleet import Fleet
+    from tuner.lifecycle.persist import HostMethod
+    from tuner.lifecycle.promoted import PromotedRecord
+    from tuner.lifecycle.waves import Wave
+
+
+def wanted(live: S, values: dict[str, int]) -> S:
+    """``live`` with the winner's knob values of its kind put in (others kept)."""
+    mine = {k: v for k, v in values.items() if k in type(live).model_fields and k != "enabled"}
+    return type(live).model_validate({**live.model_dump(), **mine})
+
+
+def wanted_settings(live: Settings, values: dict[str, int]) -> Settings:
+    return Settings(switches={k: wanted(v, values) for k, v in live.switches.items()},
+                    nics={k: wanted(v, values) for k, v in live.nics.items()})
+
+
+class WaveCluster(SshCluster):
+    """The SSH backend over a subset of a fleet (one wave): shares the fleet's connections
+    and drivers; ``apply`` refuses any target outside the wave."""
+
+    def __init__(self, fleet: Fleet, keys: list[str]) -> None:  # noqa: D107
+        # Not SshCluster.__init__: the fleet already holds the pool and the drivers.
+        self.inventory = fleet.inventory
+        self.name = f"{fleet.group}:wave"
+        self.pool = fleet.pool
+        self.keys = list(keys)
+        self._drivers = {k: fleet.driver(k) for k in keys}
+        self._conn_of = {k: d.runner.name for k, d in self._drivers.items()}
+        self._wave = dict(self._drivers)
+
+    def describe(self) -> ClusterDescription:
+        from tuner.cluster.base import ClusterDescription
+        from tuner.drivers._mlx5 import Mlx5Driver
+
+        nics = [k for k in self.keys if isinstance(self._wave[k], Mlx5Driver)]
+        return ClusterDescription(name=self.name, backend="ssh",
+                                  canary_switches=[k for k in self.keys if k not in nics],
+                                  canary_nics=nics)
+
+    def close(self) -> None:
+        """The fleet owns the connections."""
+
+
+@dataclass
+class TargetPlan:
+    """One target of one wave: what it holds, what it will hold, the exact commands."""
+
+    target: str
+    live: EcnSettings | DcqcnSettings
+    new: EcnSettings | DcqcnSettings
+    apply: str  # the driver's single write command (read, write what differs, read back)
+    rollback: str
+    persist: list[str] = field(default_factory=list)
+    persist_read: str = ""
+
+    @property
+    def changes(self) -> dict[str, tuple[Any, Any]]:
+        a, b = self.live.model_dump(), self.new.model_dump()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def plan_target(driver: Driver[Any], live: Any, values: dict[str, int],
+                persist: HostMethod | None) -> TargetPlan:
+    """Commands for one target (pure given what it holds)."""
+    from tuner.lifecycle.persist import persistence_for
+
+    new = wanted(live, values)
+    p = persistence_for(driver, persist) if persist else None
+    return TargetPlan(
+        target=driver.target, live=live, new=new,
+        apply=driver.write_command(live, new) if new != live else "",
+        rollback=driver.write_command(new, live) if new != live else "",
+        persist=p.save_commands(new) if p else [], persist_read=p.read_command() if p else "")
+
+
+def render_plan(waves: list[Wave], plans: dict[str, TargetPlan]) -> list[str]:
+    """The dry run: every command per target, wave by wave."""
+    lines: list[str] = []
+    for w in waves:
+        lines.append(f"wave {w.index} ({w.name}): {len(w.targets)} target(s)")
+        for k in w.targets:
+            tp = plans[k]
+            ch = ", ".join(f"{n} {a}->{b}" for n, (a, b) in tp.changes.items())
+            lines.append(f"  {k}: {ch or 'already holds the winner'}")
+            if tp.apply:
+                lines.append(f"    apply:    {tp.apply}")
+                lines.append(f"    rollback: {tp.rollback}")
+            for cmd in tp.persist:
+                lines.append(f"    persist:  {cmd}")
+            if tp.persist_read:
+                lines.append(f"    verify:   {tp.persist_read}")
+    return lines
+
+
+def gate(cluster: SshCluster, limits: SafetyLimits, gate_s: float,
+         sleep: Callable[[float], None] = time.sleep, polls: int = 3) -> list[Violation]:
+    """Counter deltas of the wave's targets over ``gate_s`` against the safety limits (the
+    same rules as the live monitor of a trial); empty when the wave is healthy."""
+    from safety.monitor import counter_violations
+
+    first = cluster.counters()
+    found: list[Violation] = []
+    for _ in range(max(1, polls)):
+        sleep(gate_s / max(1, polls))
+        now = cluster.counters()
+        found = counter_violations(now.delta(first), now.taken_at_s - first.taken_at_s,
+                                   limits, absolute=now)
+        if found:
+            break
+    return found
+
+
+@dataclass
+class WaveResult:
+    wave: Wave
+    outcome: str  # "promoted", "unchanged", "rolled_back:<code>", "failed:apply"
+    detail: str = ""
+    seconds: float = 0.0
+    persisted: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("promoted", "unchanged")
+
+
+def _parts(s: Settings) -> dict[str, EcnSettings | DcqcnSettings]:
+    return {**s.switches, **s.nics}
+
+
+def apply_wave(fleet: Fleet, w: Wave, values: dict[str, int], *, study: str,
+               limits: SafetyLimits, gate_s: float, journal: Journal,
+               ) -> tuple[WaveResult, Settings, Settings]:
+    """One wave, guarded like a trial: journal ``begin`` -> dead-man timers armed ->
+    all-or-nothing apply -> read-back -> counter gate -> ``kept`` (timers disarmed: the
+    confirm) or verified restore of the wave's previous settings (journal ``restored``).
+    Returns the result, the settings before and the settings wanted."""
+    from safety.rollback import restore
+    from tuner.cluster.deadman import DeadmanCluster
+    from tuner.errors import ApplyError
+
+    t0 = time.monotonic()
+    inner = WaveCluster(fleet, list(w.targets))
+    cluster: Any = DeadmanCluster(inner, limits.deadman_timeout_s) \
+        if limits.deadman_timeout_s > 0 else inner
+    before = cluster.snapshot()
+    target = wanted_settings(before, values)
+    if target == before:
+        return WaveResult(w, "unchanged", "every target already holds the winner"), \
+            before, target
+    entry = journal.begin(f"promote:{study}", w.index, target.targets(), before, target)
+    found: list[Violation] = []
+    try:
+        cluster.apply(target)
+        got = cluster.read_back()
+        if got != target:
+            raise ApplyError("read-back differs: " + ", ".join(
+                f"{k}: {a} != {b}" for k, (a, b) in list(got.diff(target).items())[:5]))
+        found = gate(inner, limits, gate_s)
+    except ApplyError as exc:
+        restore(cluster, before)
+        journal.end(entry, "restored")
+        cluster.close()
+        return WaveResult(w, "failed:apply", str(exc), time.monotonic() - t0), before, target
+    except BaseException:
+        restore(cluster, before)
+        journal.end(entry, "restored")
+        cluster.close()
+        raise
+    if found:
+        restore(cluster, before)
+        journal.end(entry, "restored")
+        cluster.close()
+        return WaveResult(w, f"rolled_back:{found[0].code}", "; ".join(map(str, found)),
+                          time.monotonic() - t0), before, target
+    journal.end(entry, "kept")
+    cluster.close()  # on a verified state: the dead-man timers are disarmed
+    return WaveResult(w, "promoted", seconds=time.monotonic() - t0), before, target
+
+
+def persist_targets(fleet: Fleet, parts: dict[str, EcnSettings | DcqcnSettings],
+                    method: HostMethod, what: str) -> list[str]:
+    """Save each target's settings to its boot-time source, verified by reading it back."""
+    from tuner.errors import ApplyError
+    from tuner.lifecycle.persist import persist, persistence_for
+
+    out = fleet.fan(lambda d: persist(persistence_for(d, method), parts[d.target]),
+                    list(parts))
+    bad = {k: o.error for k, o in out.items() if o.error is not None}
+    if bad:
+        raise ApplyError(f"{what} applied but persisting failed on "
+                         + "; ".join(f"{k}: {e}" for k, e in sorted(bad.items())))
+    return sorted(out)
+
+
+def promote_waves(fleet: Fleet, waves: list[Wave], values: dict[str, int], *, study: str,
+                  limits: SafetyLimits, gate_s: float, journal: Journal,
+                  record: PromotedRecord, persist: HostMethod | None = None,
+                  on_wave: Callable[[WaveResult], None] | None = None) -> list[WaveResult]:
+    """Apply ``values`` wave by wave (``apply_wave``); stop at the first wave that is rolled
+    back or fails. Record lines say what each target holds afterwards; with ``persist`` a
+    kept wave is also saved to each platform's boot-time source and verified from it."""
+    from tuner.lifecycle.promoted import entry_for
+
+    results: list[WaveResult] = []
+    for w in waves:
+        res, before, target = apply_wave(fleet, w, values, study=study, limits=limits,
+                                         gate_s=gate_s, journal=journal)
+        common = {"study": study, "group": fleet.group, "wave": w.index}
+        if not res.ok:
+            if res.outcome.startswith("rolled_back"):
+                record.append([entry_for(k, v, event="rolled_back", **common)
+                               for k, v in _parts(before).items()])
+            results.append(res)
+            if on_wave:
+                on_wave(res)
+            break
+        parts = _parts(target)
+        if persist is not None:
+            res.persisted = persist_targets(fleet, parts, persist, f"wave {w.index}")
+        record.append([entry_for(k, v, event="promoted", persisted=k in res.persisted,
+                                 **common) for k, v in parts.items()])
+        results.append(res)
+        if on_wave:
+            on_wave(res)
+    return results
