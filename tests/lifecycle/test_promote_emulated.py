@@ -88,3 +88,11 @@ def test_waves_roll_back_on_a_violation_then_finish_with_persist(
                 win_nic if fleet.is_nic(k) else win_ecn)
         assert verify_group(fleet, record.expected()).clean
         assert {e.persisted for e in record.expected().values()} == {True}
+
+        # A hand-edited boot unit is drift of the boot-time source while the live state holds.
+        unit = persistence_for(fleet.driver("host3/mlx5_0"))
+        path = Path(unit.unit_path)  # type: ignore[attr-defined]
+        path.write_text(path.read_text().replace("echo 40 ", "echo 5 "))
+        report = verify_group(fleet, record.expected(), boot="boot-unit")
+        assert [(d.target, d.knob, d.source, d.live, d.expected) for d in report.drift] == [
+            ("host3/mlx5_0", "rpg_ai_rate", "boot", 5, 40)]

@@ -47,8 +47,12 @@ def load_fleet_inventory(inventory: Path | None, experiment: Path | None):  # no
 @click.option("--results", default="results", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Folder holding promoted.jsonl.")
+@click.option("--boot", type=click.Choice(["boot-unit", "mlxconfig"]),
+              help="Also read the boot-time configuration of every target recorded as "
+                   "persisted (hosts: this method; switches: their saved configuration).")
 @handle_errors
-def command(group: str, inventory: Path | None, experiment: Path | None, results: Path) -> None:
+def command(group: str, inventory: Path | None, experiment: Path | None, results: Path,
+            boot: str | None) -> None:
     """Report every target of GROUP whose live settings differ from what was promoted."""
     from tuner.lifecycle.fleet import Fleet
     from tuner.lifecycle.promoted import RECORD_FILE, PromotedRecord
@@ -58,10 +62,10 @@ def command(group: str, inventory: Path | None, experiment: Path | None, results
     record = PromotedRecord(results / RECORD_FILE)
     expected = record.expected()
     with Fleet(inv, group) as fleet:
-        report = verify_group(fleet, expected)
+        report = verify_group(fleet, expected, boot)  # type: ignore[arg-type]
     click.echo(f"verify {group}: {len(report.checked)} target(s) read against {record.path}")
     for d in report.drift:
-        click.echo(f"  {d.target:<16} {d.knob:<28} live {d.live!s:<10} expected "
+        click.echo(f"  {d.target:<16} {d.knob:<28} {d.source} {d.live!s:<10} expected "
                    f"{d.expected!s:<10} ({d.event} {d.since} by study {d.study})")
     for target, err in report.unreadable.items():
         click.echo(f"  {target:<16} UNREADABLE: {err}", err=True)

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from tuner.settings import DcqcnSettings, EcnSettings, Settings
+
 if TYPE_CHECKING:
     from tuner.lifecycle.fleet import Fleet
+    from tuner.lifecycle.persist import HostMethod
     from tuner.lifecycle.promoted import PromotedEntry
-    from tuner.settings import Settings
 
 
 class Drift(BaseModel):
@@ -28,6 +30,7 @@ class Drift(BaseModel):
     since: str  # when the expected value was recorded
     study: str
     event: str
+    source: str = "live"  # "live" device state, or "boot": the persistent source
 
 
 class VerifyReport(BaseModel):
@@ -43,8 +46,9 @@ class VerifyReport(BaseModel):
         return not self.drift and not self.unreadable
 
 
-def drift(expected: dict[str, PromotedEntry], live: Settings) -> list[Drift]:
-    """Every knob whose live value differs from the expected one (targets read only)."""
+def drift(expected: dict[str, PromotedEntry], live: Settings, source: str = "live"
+          ) -> list[Drift]:
+    """Every knob whose value in ``live`` differs from the expected one (targets read only)."""
     values = {**live.switches, **live.nics}
     out: list[Drift] = []
     for target in sorted(set(expected) & set(values)):
@@ -55,16 +59,36 @@ def drift(expected: dict[str, PromotedEntry], live: Settings) -> list[Drift]:
             if have.get(knob) != want[knob]:
                 out.append(Drift(target=target, knob=knob, live=have.get(knob),
                                  expected=want[knob], since=entry.at, study=entry.study,
-                                 event=entry.event))
+                                 event=entry.event, source=source))
     return out
 
 
-def verify_group(fleet: Fleet, expected: dict[str, PromotedEntry]) -> VerifyReport:
-    """Read every group member that has a record line and compare."""
+def read_boot(fleet: Fleet, keys: list[str], method: HostMethod
+              ) -> tuple[Settings, dict[str, Exception]]:
+    """What each target's persistent (boot-time) source holds."""
+    from tuner.lifecycle.persist import persistence_for, read_persistent
+
+    res = fleet.fan(lambda d: read_persistent(persistence_for(d, method)), keys)
+    ok = {k: o.value for k, o in res.items() if o.error is None}
+    return (Settings(switches={k: v for k, v in ok.items() if isinstance(v, EcnSettings)},
+                     nics={k: v for k, v in ok.items() if isinstance(v, DcqcnSettings)}),
+            {k: o.error for k, o in res.items() if o.error is not None})
+
+
+def verify_group(fleet: Fleet, expected: dict[str, PromotedEntry],
+                 boot: HostMethod | None = None) -> VerifyReport:
+    """Read every group member that has a record line and compare; with ``boot`` also the
+    persistent source of every target recorded as persisted."""
     keys = [k for k in fleet.keys if k in expected]
     live, failed = fleet.read_settings(keys)
+    found = drift(expected, live)
+    unreadable = {k: str(e) for k, e in failed.items()}
+    if boot is not None:
+        saved = [k for k in keys if expected[k].persisted]
+        held, bad = read_boot(fleet, saved, boot)
+        found += drift(expected, held, "boot")
+        unreadable.update({f"{k} (boot)": str(e) for k, e in bad.items()})
     return VerifyReport(
         group=fleet.group, checked=sorted(k for k in keys if k not in failed),
-        drift=drift(expected, live),
-        unreadable={k: str(e) for k, e in sorted(failed.items())},
+        drift=found, unreadable=dict(sorted(unreadable.items())),
         never_promoted=sorted(k for k in fleet.keys if k not in expected))
