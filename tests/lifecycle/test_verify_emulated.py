@@ -50,7 +50,8 @@ def test_verify_finds_a_hand_made_drift(emulated_cluster: EmulatedCluster,
     inv = grouped_inventory(emu, tmp_path)
     results = tmp_path / "results"
     promote_by_drivers(inv, results)
-    args = ["verify", "pod1", "--inventory", str(inv), "--results", str(results)]
+    args = ["verify", "pod1", "--inventory", str(inv), "--record",
+            str(results / "promoted.jsonl")]
 
     clean = CliRunner().invoke(main, args)
     assert clean.exit_code == 0, clean.output

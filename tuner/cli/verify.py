@@ -1,7 +1,7 @@
 """``ecntune verify GROUP``: does the fleet still hold what was promoted? Read-only.
 
 Reads the live settings of every target of the inventory group that has a line in the promoted
-record (``<results>/promoted.jsonl``) and lists every value that differs: target, knob, live
+record (``results/promoted.jsonl``) and lists every value that differs: target, knob, live
 value, expected value, when it was promoted and by which study.
 
 Exit codes: 0 everything matches, 5 drift found, 3 a target could not be read, 2 bad input.
@@ -44,26 +44,26 @@ def load_fleet_inventory(inventory: Path | None, experiment: Path | None):  # no
               help="Inventory file with the group under groups:.")
 @click.option("--experiment", type=click.Path(dir_okay=False, path_type=Path),
               help="Or an experiment file whose fabric names the inventory.")
-@click.option("--results", default="results", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Folder holding promoted.jsonl.")
+@click.option("--record", default="results/promoted.jsonl", show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The promoted record written by ecntune promote.")
 @click.option("--boot", type=click.Choice(["boot-unit", "mlxconfig"]),
               help="Also read the boot-time configuration of every target recorded as "
                    "persisted (hosts: this method; switches: their saved configuration).")
 @handle_errors
-def command(group: str, inventory: Path | None, experiment: Path | None, results: Path,
+def command(group: str, inventory: Path | None, experiment: Path | None, record: Path,
             boot: str | None) -> None:
     """Report every target of GROUP whose live settings differ from what was promoted."""
     from tuner.lifecycle.fleet import Fleet
-    from tuner.lifecycle.promoted import RECORD_FILE, PromotedRecord
+    from tuner.lifecycle.promoted import PromotedRecord
     from tuner.lifecycle.verify import verify_group
 
     inv = load_fleet_inventory(inventory, experiment)
-    record = PromotedRecord(results / RECORD_FILE)
-    expected = record.expected()
+    rec = PromotedRecord(record)
+    expected = rec.expected()
     with Fleet(inv, group) as fleet:
         report = verify_group(fleet, expected, boot)  # type: ignore[arg-type]
-    click.echo(f"verify {group}: {len(report.checked)} target(s) read against {record.path}")
+    click.echo(f"verify {group}: {len(report.checked)} target(s) read against {rec.path}")
     for d in report.drift:
         click.echo(f"  {d.target:<16} {d.knob:<28} {d.source} {d.live!s:<10} expected "
                    f"{d.expected!s:<10} ({d.event} {d.since} by study {d.study})")
