@@ -69,3 +69,15 @@ def test_unconfirmed_winner_is_refused(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["promote", str(results), "--to", "pod1"])
     assert res.exit_code == 2, res.output
     assert "is not a confirmed winner (trial" in res.output and "never re-measured" in res.output
+
+
+def test_export_change_request(tmp_path: Path) -> None:
+    results = _study(tmp_path, confirm=2)
+    out = tmp_path / "cab"
+    res = CliRunner().invoke(main, ["export", str(results), "--change-request", str(out),
+                                    "--group", "pod1"])
+    assert res.exit_code == 0, res.output
+    md = (out / "change-request.md").read_text()
+    assert md.startswith("# Change request: ECN/DCQCN settings from study quick-")
+    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin " in md and "## Rollback" in md
+    assert "<table>" in (out / "change-request.html").read_text()

@@ -93,14 +93,28 @@ def render(values: dict[str, int], baseline: dict[str, int], switches: list[str]
               help="Write every knob, not only those that differ from the baseline.")
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
+@click.option("--change-request", "change_request", type=click.Path(file_okay=False),
+              help="Write change-request.md/.html for the confirmed winner into this folder "
+                   "(docs/lifecycle.md).")
+@click.option("--group", default="", help="With --change-request: the inventory group.")
 @handle_errors
 def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
-            storage: str | None, results: str | None) -> None:
+            storage: str | None, results: str | None, change_request: str | None,
+            group: str) -> None:
     """Print STUDY's winning settings (default: newest study, best trial) as device commands.
 
     Nothing is executed: review the lines, then run them on the hosts and switches named in
     the comments (the canary first).
     """
+    if change_request is not None:
+        from pathlib import Path
+
+        from tuner.lifecycle import change_request as cr
+
+        for path in cr.write(cr.from_study(study, storage, results, group),
+                             Path(change_request)):
+            click.echo(f"wrote {path}")
+        return
     from tuner import optuna_io
     from tuner.cli.resume import locate
     from tuner.errors import ConfigError

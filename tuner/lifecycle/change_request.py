@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -179,3 +180,49 @@ def to_html(cr: ChangeRequest) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{style}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
+
+
+def _mean_busbw(metrics: dict[str, float]) -> float | None:
+    vals = [v for k, v in metrics.items() if k.startswith("busbw_gbytes_per_s.")]
+    return sum(vals) / len(vals) if vals else None
+
+
+def from_study(target: str | None, storage: str | None = None, results: str | None = None,
+               group: str = "") -> ChangeRequest:
+    """A change request for a study's winner (read-only: the Optuna storage only)."""
+    from tuner import optuna_io
+    from tuner.errors import ConfigError
+    from tuner.lifecycle.winner import load_winner
+    from tuner.loop import outcome_of
+
+    win = load_winner(target, storage, results)
+    if not win.confirmed:
+        raise ConfigError(f"study {win.study}: trial {win.trial} is not a confirmed winner "
+                          f"({win.why_not}); no change request for it")
+    st = optuna_io.load_study(win.study, win.storage)
+    by_no = {o.number: o for o in map(outcome_of, optuna_io.trials(st))}
+    best, base = by_no[win.trial].metrics, next(
+        (o.metrics for o in by_no.values() if o.is_baseline), {})
+    conf = win.confirmation or {}
+    ev = None
+    if conf.get("improvement_percent") is not None and conf.get("ci_low_percent") is not None:
+        ev = Evidence(
+            improvement_percent=conf["improvement_percent"],
+            ci_low_percent=conf["ci_low_percent"], ci_high_percent=conf["ci_high_percent"],
+            pairs=int(conf.get("pairs", conf.get("repeats", 0))),
+            busbw_gbps=(_mean_busbw(base), _mean_busbw(best)),
+            p99_us=(base.get("p99_us"), best.get("p99_us")),
+            pause_us_per_s=(base.get("pause_us_per_s"), best.get("pause_us_per_s")))
+    return ChangeRequest(study=win.study, experiment=win.experiment.name,
+                         description=win.experiment.description, values=win.values,
+                         baseline=win.baseline, switches=win.canary_switches,
+                         nics=win.canary_nics, group=group, evidence=ev)
+
+
+def write(cr: ChangeRequest, folder: Path) -> tuple[Path, Path]:
+    """``change-request.md`` and ``change-request.html`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    md, page = folder / "change-request.md", folder / "change-request.html"
+    md.write_text(to_markdown(cr), encoding="utf-8")
+    page.write_text(to_html(cr), encoding="utf-8")
+    return md, page
