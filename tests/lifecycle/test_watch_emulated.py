@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from tuner.cli import main
 from tuner.emulated import EmulatedCluster
+from tuner.lifecycle.profile import load_profile
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.timeout(180)]  # ~13 s
 
@@ -42,8 +43,10 @@ def test_watch_over_ssh_reads_only_and_flags_a_storm(emulated_cluster: EmulatedC
     fast = ["--intervals", "3", "--interval-s", "0.2"]
     before = _config_digest(emu)
 
-    rec = CliRunner().invoke(main, ["watch", str(exp), "--record", *fast])
+    rec = CliRunner().invoke(main, ["watch", str(exp), "--record", "--probe", *fast])
     assert rec.exit_code == 0, rec.output
+    prof = load_profile(tmp_path / "results/traffic-profile.json")
+    assert all(x > 0 for x in prof.samples["probe_p99_us"])  # ib_write_lat ran each interval
     quiet = CliRunner().invoke(main, ["watch", str(exp), *fast])
     assert quiet.exit_code == 0, quiet.output
     assert "ecntune watch: OK: mix unchanged" in quiet.output

@@ -25,7 +25,7 @@ RECORD_SEED, WATCH_SEED = 0, 1000  # simulated windows: independent seed streams
 
 
 def _source(exp: Experiment, traffic: Path | None, group: str, settings: dict[str, int],
-            seed: int) -> tuple[CounterSource, object]:
+            seed: int, probe: bool = False) -> tuple[CounterSource, object]:
     """The counter source for the experiment's fabric, and what to close afterwards."""
     from tuner.experiment import load_experiment
 
@@ -46,10 +46,16 @@ def _source(exp: Experiment, traffic: Path | None, group: str, settings: dict[st
     from tuner.cluster.ssh import SshCluster
     from tuner.lifecycle.fleet import Fleet
     from tuner.lifecycle.watch import SshSource
+    from tuner.workload import ProbePart
 
     inv = SshCluster.from_fabric(exp.fabric).inventory  # validated, $VARS expanded
     fleet = Fleet(inv, group)
-    return SshSource(fleet), fleet
+    part = (exp.workload.probes or [ProbePart()])[0] if probe else None
+    try:
+        return SshSource(fleet, part), fleet
+    except BaseException:
+        fleet.close()
+        raise
 
 
 @click.command("watch")
@@ -73,13 +79,16 @@ def _source(exp: Experiment, traffic: Path | None, group: str, settings: dict[st
               help="Chance of a false alarm per check when the mix did not change.")
 @click.option("--min-ratio", default=1.5, show_default=True, type=click.FloatRange(1.0),
               help="Smallest change of a counter rate (factor) worth a re-tune.")
+@click.option("--probe", is_flag=True,
+              help="ssh backend: also run one ib_write_lat probe per interval between the "
+                   "inventory's latency hosts (the simulated backend always has its probes).")
 @click.option("--textfile", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the verdict here in Prometheus text format (node-exporter textfile "
                    "collector directory, name ending in .prom).")
 @handle_errors
 def command(experiment: Path, do_record: bool, profile_path: Path | None, group: str,
             traffic: Path | None, intervals: int, interval_s: float, alpha: float,
-            min_ratio: float, textfile: Path | None) -> None:
+            min_ratio: float, probe: bool, textfile: Path | None) -> None:
     """Watch production counters for a traffic-mix change that calls for a re-tune.
 
     First record the profile under the deployed settings (--record), then run it periodically
@@ -99,7 +108,7 @@ def command(experiment: Path, do_record: bool, profile_path: Path | None, group:
     exp = load_experiment(experiment)
     path = profile_path or exp.results_path / PROFILE_FILE
     if do_record:
-        source, closer = _source(exp, traffic, group, exp.current, RECORD_SEED)
+        source, closer = _source(exp, traffic, group, exp.current, RECORD_SEED, probe)
         try:
             settings = _live_settings(source)
             prof = record(source, intervals, interval_s, study=exp.name, settings=settings)
@@ -110,7 +119,7 @@ def command(experiment: Path, do_record: bool, profile_path: Path | None, group:
                    f"under the live settings: {path}")
         return
     prof = load_profile(path)
-    source, closer = _source(exp, traffic, group, prof.settings, WATCH_SEED)
+    source, closer = _source(exp, traffic, group, prof.settings, WATCH_SEED, probe)
     try:
         live = _live_settings(source)
         rows, mean_s = sample(source, intervals, interval_s, prof.priority, prof.lossless_queue,

@@ -12,6 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from objectives.measurement import Counters
+from tuner.cluster.base import ClusterDescription
+from tuner.cluster.ssh import SshCluster
 from tuner.errors import ConfigError, MeasurementError
 from tuner.inventory import HostEntry
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
@@ -113,6 +115,11 @@ class Fleet:
             ports.update(o.value or {})
         return Counters(ports=ports, taken_at_s=time.monotonic())
 
+    def cluster(self, keys: list[str] | None = None) -> SshCluster:
+        """The SSH backend over some of the fleet's targets (all by default), sharing its
+        connections and drivers: ``apply`` refuses any other target."""
+        return FleetCluster(self, self.keys if keys is None else keys)
+
     def close(self) -> None:
         self.pool.close()
 
@@ -121,3 +128,25 @@ class Fleet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FleetCluster(SshCluster):
+    """``SshCluster`` whose canary is a subset of a fleet (one promotion wave, say)."""
+
+    def __init__(self, fleet: Fleet, keys: list[str]) -> None:
+        # Not SshCluster.__init__: the fleet already holds the pool and the drivers.
+        self.inventory = fleet.inventory
+        self.name = f"{fleet.group}:{len(keys)}"
+        self.pool = fleet.pool
+        self.keys = list(keys)
+        self._drivers = {k: fleet.driver(k) for k in keys}
+        self._conn_of = {k: d.runner.name for k, d in self._drivers.items()}
+        self._nics = [k for k in keys if fleet.is_nic(k)]
+
+    def describe(self) -> ClusterDescription:
+        return ClusterDescription(name=self.name, backend="ssh",
+                                  canary_switches=[k for k in self.keys if k not in self._nics],
+                                  canary_nics=list(self._nics))
+
+    def close(self) -> None:
+        """The fleet owns the connections."""

@@ -2,7 +2,7 @@
 
 Per target the wanted settings are what it holds now with the winner's knob values put in
 (``wanted``): a switch keeps its ECN on/off state, a NIC keeps any knob the study did not
-search. A ``WaveCluster`` is the SSH backend restricted to one wave's targets, so every change
+search. ``Fleet.cluster`` is the SSH backend restricted to one wave's targets, so every change
 goes through the same all-or-nothing apply, read-back, journal, dead-man timers and verified
 restore as a trial. After a wave is applied, ``gate`` watches the wave's counters for
 ``gate_s`` seconds against the experiment's safety limits (PFC storm, lossless drops, CRC,
@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tuner.cluster.ssh import SshCluster
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
 
 S = TypeVar("S", EcnSettings, DcqcnSettings)
@@ -24,7 +23,7 @@ S = TypeVar("S", EcnSettings, DcqcnSettings)
 if TYPE_CHECKING:
     from safety.journal import Journal
     from safety.limits import SafetyLimits, Violation
-    from tuner.cluster.base import ClusterDescription
+    from tuner.cluster.base import Cluster
     from tuner.drivers.base import Driver
     from tuner.lifecycle.fleet import Fleet
     from tuner.lifecycle.persist import HostMethod
@@ -41,33 +40,6 @@ def wanted(live: S, values: dict[str, int]) -> S:
 def wanted_settings(live: Settings, values: dict[str, int]) -> Settings:
     return Settings(switches={k: wanted(v, values) for k, v in live.switches.items()},
                     nics={k: wanted(v, values) for k, v in live.nics.items()})
-
-
-class WaveCluster(SshCluster):
-    """The SSH backend over a subset of a fleet (one wave): shares the fleet's connections
-    and drivers; ``apply`` refuses any target outside the wave."""
-
-    def __init__(self, fleet: Fleet, keys: list[str]) -> None:  # noqa: D107
-        # Not SshCluster.__init__: the fleet already holds the pool and the drivers.
-        self.inventory = fleet.inventory
-        self.name = f"{fleet.group}:wave"
-        self.pool = fleet.pool
-        self.keys = list(keys)
-        self._drivers = {k: fleet.driver(k) for k in keys}
-        self._conn_of = {k: d.runner.name for k, d in self._drivers.items()}
-        self._wave = dict(self._drivers)
-
-    def describe(self) -> ClusterDescription:
-        from tuner.cluster.base import ClusterDescription
-        from tuner.drivers._mlx5 import Mlx5Driver
-
-        nics = [k for k in self.keys if isinstance(self._wave[k], Mlx5Driver)]
-        return ClusterDescription(name=self.name, backend="ssh",
-                                  canary_switches=[k for k in self.keys if k not in nics],
-                                  canary_nics=nics)
-
-    def close(self) -> None:
-        """The fleet owns the connections."""
 
 
 @dataclass
@@ -121,7 +93,7 @@ def render_plan(waves: list[Wave], plans: dict[str, TargetPlan]) -> list[str]:
     return lines
 
 
-def gate(cluster: SshCluster, limits: SafetyLimits, gate_s: float,
+def gate(cluster: Cluster, limits: SafetyLimits, gate_s: float,
          sleep: Callable[[float], None] = time.sleep, polls: int = 3) -> list[Violation]:
     """Counter deltas of the wave's targets over ``gate_s`` against the safety limits (the
     same rules as the live monitor of a trial); empty when the wave is healthy."""
@@ -168,7 +140,7 @@ def apply_wave(fleet: Fleet, w: Wave, values: dict[str, int], *, study: str,
     from tuner.errors import ApplyError
 
     t0 = time.monotonic()
-    inner = WaveCluster(fleet, list(w.targets))
+    inner = fleet.cluster(list(w.targets))
     cluster: Any = DeadmanCluster(inner, limits.deadman_timeout_s) \
         if limits.deadman_timeout_s > 0 else inner
     before = cluster.snapshot()

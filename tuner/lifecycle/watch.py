@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tuner.cluster.sim import SimCluster
     from tuner.lifecycle.fleet import Fleet
     from tuner.settings import Settings
-    from tuner.workload import Workload
+    from tuner.workload import ProbePart, Workload
 
 
 class CounterSource(Protocol):
@@ -64,18 +64,37 @@ class SimSource:
 
 
 class SshSource:
-    """The counters of a fleet group over SSH; ``wait`` sleeps."""
+    """The counters of a fleet group over SSH; ``wait`` sleeps. With ``probe`` each interval
+    ends with one ``ib_write_lat`` run between the inventory's latency hosts (both must be in
+    the group): latency under whatever production traffic runs."""
 
-    def __init__(self, fleet: Fleet, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, fleet: Fleet, probe: ProbePart | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.fleet = fleet
         self.name = f"ssh:{fleet.group}"
+        self.probe = probe
         self._sleep = sleep
+        self._p99: float | None = None
+        if probe is not None:
+            from tuner.errors import ConfigError
+
+            inv = fleet.inventory
+            pair = inv.launcher.latency_hosts or [h.name for h in inv.hosts[:2]]
+            outside = [h for h in pair if h not in {x.name for x in fleet.hosts}]
+            if outside:
+                raise ConfigError(f"--probe: latency hosts {outside} are not in group "
+                                  f"{fleet.group!r}")
 
     def read(self) -> tuple[Counters, float | None]:
-        return self.fleet.counters(), None
+        return self.fleet.counters(), self._p99
 
     def wait(self, interval_s: float) -> None:
         self._sleep(interval_s)
+        if self.probe is not None:
+            from tuner.workload import Workload
+
+            m = self.fleet.cluster().measure(Workload(parts=[self.probe], time_limit_s=60))
+            self._p99 = m.latency.p99_us if m.latency is not None else None
 
 
 def sample(source: CounterSource, intervals: int, interval_s: float, priority: int = 3,
