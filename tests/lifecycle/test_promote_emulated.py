@@ -96,3 +96,22 @@ def test_waves_roll_back_on_a_violation_then_finish_with_persist(
         report = verify_group(fleet, record.expected(), boot="boot-unit")
         assert [(d.target, d.knob, d.source, d.live, d.expected) for d in report.drift] == [
             ("host3/mlx5_0", "rpg_ai_rate", "boot", 5, 40)]
+
+
+def test_a_killed_promotion_is_put_back_by_the_next(emulated_cluster: EmulatedCluster,
+                                                    tmp_path: Path) -> None:
+    """What a SIGKILL between apply and journal end leaves: an open entry, targets changed."""
+    from tuner.lifecycle.promote import recover_open, wanted_settings
+
+    journal = Journal(tmp_path / "promote-journal.jsonl")
+    with _fleet(emulated_cluster, tmp_path) as fleet:
+        part = fleet.cluster(["leaf1", "host3/mlx5_0"])
+        before = part.snapshot()
+        after = wanted_settings(before, WINNER)
+        journal.begin("promote:moe-1", 2, after.targets(), before, after)
+        part.apply(after)
+        assert part.read_back() == after and journal.dirty() is not None
+        closed = recover_open(fleet, journal)
+        assert len(closed) == 1 and journal.dirty() is None
+        assert part.read_back() == before
+        assert journal.entries()[0].outcomes == ["restored:recover"]

@@ -41,14 +41,16 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
             results: str | None, record: Path) -> None:
     """Promote STUDY's confirmed winner to GROUP: canary, 10 %, 50 %, all.
 
-    Each wave is journalled, guarded by dead-man timers, applied all-or-nothing with read-back
-    and watched for --gate-s seconds; a safety violation rolls the wave back and stops.
+    Each wave is journalled (promote-journal.jsonl next to the record), guarded by dead-man
+    timers, applied all-or-nothing with read-back and watched for --gate-s seconds; a safety
+    violation rolls the wave back and stops. A promotion that was killed is put back on its
+    previous settings by the next `promote --apply` before anything else.
     """
     from safety.journal import Journal
     from tuner.cli.verify import load_fleet_inventory
     from tuner.errors import ConfigError
     from tuner.lifecycle.fleet import Fleet
-    from tuner.lifecycle.promote import plan_target, promote_waves, render_plan
+    from tuner.lifecycle.promote import plan_target, promote_waves, recover_open, render_plan
     from tuner.lifecycle.promoted import PromotedRecord
     from tuner.lifecycle.waves import parse_waves, plan_waves
     from tuner.lifecycle.winner import load_winner
@@ -67,8 +69,12 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
         from tuner.cluster.ssh import SshCluster
 
         inv = SshCluster.from_fabric(exp.fabric).inventory
-    folder = Path(results) if results else exp.results_path
+    journal = Journal(record.parent / "promote-journal.jsonl")
     with Fleet(inv, group) as fleet:
+        if do_apply:
+            for entry_id in recover_open(fleet, journal):
+                click.echo(f"an interrupted promotion ({entry_id}) was put back on its "
+                           "previous settings (verified)")
         plan = plan_waves(fleet.keys, win.canary, spec)
         live, failed = fleet.read_settings()
         if failed:
@@ -85,7 +91,7 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
             return
         results_ = promote_waves(
             fleet, plan, win.values, study=win.study, limits=exp.safety, gate_s=gate_s,
-            journal=Journal(folder / "journal.jsonl"),
+            journal=journal,
             record=PromotedRecord(record), persist=persist,  # type: ignore[arg-type]
             on_wave=lambda r: click.echo(
                 f"wave {r.wave.index} ({r.wave.name}): {r.outcome} in {r.seconds:.1f} s"

@@ -193,6 +193,29 @@ def persist_targets(fleet: Fleet, parts: dict[str, EcnSettings | DcqcnSettings],
     return sorted(out)
 
 
+def recover_open(fleet: Fleet, journal: Journal) -> list[str]:
+    """Close every promotion change a killed ``promote`` left open: put its targets back on
+    the journalled previous settings (verified; the dead-man timers may already have done it)
+    and journal ``restored:recover``. Returns the ids closed; raises ``RollbackError``."""
+    from safety.rollback import restore
+
+    closed = []
+    for entry in journal.entries():
+        if entry.closed:
+            continue
+        outside = sorted(set(entry.targets) - set(fleet.keys))
+        if outside:
+            from tuner.errors import RollbackError
+
+            raise RollbackError(f"{journal.path}: open promotion change {entry.id} "
+                                f"({entry.study}) touched {outside}, outside group "
+                                f"{fleet.group!r}; re-run promote with that group")
+        restore(fleet.cluster(list(entry.targets)), entry.baseline)
+        journal.end(entry.id, "restored:recover")
+        closed.append(entry.id)
+    return closed
+
+
 def promote_waves(fleet: Fleet, waves: list[Wave], values: dict[str, int], *, study: str,
                   limits: SafetyLimits, gate_s: float, journal: Journal,
                   record: PromotedRecord, persist: HostMethod | None = None,
