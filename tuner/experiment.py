@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from objectives.score import check_weights
 from safety.limits import SafetyLimits
 from safety.preflight import PreflightSpec
 from tuner.errors import ConfigError
@@ -107,6 +108,8 @@ class SearchSpec(BaseModel):
     model_config = _STRICT
     knobs: dict[str, KnobRange] = Field(default_factory=dict)
     fixed: dict[str, int] = Field(default_factory=dict)
+    # After trial 0, try the known-good starting points (tuner/warm_starts.py) first.
+    warm_starts: bool = True
 
     @field_validator("knobs")
     @classmethod
@@ -168,6 +171,9 @@ class ObjectiveSpec(BaseModel):
         if self.busbw_weight + self.latency_weight + self.pfc_weight <= 0:
             raise ValueError("at least one of busbw_weight, latency_weight, pfc_weight must "
                              "be above 0")
+        problem = check_weights(self.busbw_weight, self.latency_weight, self.pfc_weight)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -175,9 +181,19 @@ class BudgetSpec(BaseModel):
     model_config = _STRICT
     trials: int = Field(default=20, ge=1, le=100_000)  # proposals after the baseline trial 0
     wall_time_s: float = Field(default=3600.0, gt=0)
-    # After the study, the best trial and the baseline are each re-measured this many times
-    # (fresh runs), so the reported improvement is not a lucky single measurement.
-    confirm_repeats: int = Field(default=3, ge=0, le=50)
+    # Paired replicates per trial: every trial is measured on the same K placements/seeds and
+    # scored against the baseline's K. "auto": K from the noise of 5 baseline replicates.
+    repeats: int | Literal["auto"] = "auto"
+    repeats_max: int = Field(default=6, ge=1, le=50)
+    # A trial whose running paired score is this far (log2 units) below the median of the other
+    # trials on the same replicates stops early (0 = never).
+    prune_margin: float = Field(default=0.05, ge=0)
+    # Re-measure the baseline every this many trials to show drift (0 = never).
+    baseline_every: int = Field(default=10, ge=0)
+    # At the end, the top ``confirm_top_k`` candidates and the baseline are measured interleaved
+    # on ``confirm_repeats`` fresh paired replicates; a winner needs its 95 % interval above 0.
+    confirm_top_k: int = Field(default=3, ge=1, le=20)
+    confirm_repeats: int = Field(default=8, ge=0, le=100)
 
 
 class SamplerSpec(BaseModel):
@@ -185,6 +201,17 @@ class SamplerSpec(BaseModel):
     name: Literal["tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
     seed: int | None = 0
     startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
+
+
+class ScreenSpec(BaseModel):
+    """Pre-screening of proposals on the digital twin (``tuner/screen.py``)."""
+
+    model_config = _STRICT
+    mode: Literal["off", "twin"] = "off"
+    # The twin: a rocesim fabric configured like the canary. Default (sim backend only): the
+    # experiment's own fabric with the next seed, so its placements differ from the canary's.
+    fabric: FabricSpec | None = None
+    canary_switches: list[str] | None = None  # default: canary.switches
 
 
 class TrackingSpec(BaseModel):
@@ -212,6 +239,7 @@ class Experiment(BaseModel):
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    screen: ScreenSpec = Field(default_factory=ScreenSpec)
     storage: str | None = None  # Optuna storage URL; default sqlite:///<results_dir>/optuna.db
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     results_dir: str = ""  # default results/<name> (filled in by the validator below)

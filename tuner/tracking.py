@@ -69,6 +69,7 @@ class TrialRecord:
     measurement_path: str | None = None
     detail: str = ""  # what a rejection/rollback was about (safety.limits.Violation text)
     artifact_dir: str | None = None  # more files for the run (``tuner.plots.write_trial_files``)
+    origin: str = ""  # "baseline", "warm:<label>" (a known-good start) or "proposal"
 
 
 def trial_metrics(m: Any) -> dict[str, float]:
@@ -188,6 +189,8 @@ class Tracker:
                     "ecntune.verdict": rec.verdict}
             if rec.detail:
                 tags["ecntune.detail"] = rec.detail[:5000]
+            if rec.origin:
+                tags["ecntune.origin"] = rec.origin
             run = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
                                tags=tags)
             rid = run.info.run_id

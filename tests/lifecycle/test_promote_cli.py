@@ -49,7 +49,14 @@ def test_promote_dry_run_then_apply(emulated_cluster: EmulatedCluster, tmp_path:
     dry = CliRunner().invoke(main, base)
     assert dry.exit_code == 0, dry.output
     assert "DRY RUN" in dry.output and "wave 1 (canary): 5 target(s)" in dry.output
-    assert dry.output.count("    apply:    ") == 6 and "ecnconfig -l && echo" in dry.output
+    listed = [ln.split(":")[0].strip() for ln in dry.output.splitlines()
+              if ln.startswith("  ") and not ln.startswith("    ")]
+    assert sorted(listed) == sorted(["leaf0", "leaf1", *(f"host{i}/mlx5_0" for i in range(4))])
+    changing = [ln for ln in dry.output.splitlines()
+                if ln.startswith("  ") and not ln.startswith("    ")
+                and "already holds the winner" not in ln]
+    assert dry.output.count("    apply:    ") == dry.output.count("    rollback: ") \
+        == len(changing) >= 1
     assert not record.exists()
     with Fleet(load_inventory(inv_path), "pod1") as fleet:
         assert fleet.read_settings()[0] == before
@@ -67,8 +74,8 @@ def test_promote_dry_run_then_apply(emulated_cluster: EmulatedCluster, tmp_path:
 def test_unconfirmed_winner_is_refused(tmp_path: Path) -> None:
     results = _study(tmp_path, confirm=0)
     res = CliRunner().invoke(main, ["promote", str(results), "--to", "pod1"])
-    assert res.exit_code == 2, res.output
-    assert "is not a confirmed winner (trial" in res.output and "never re-measured" in res.output
+    assert res.exit_code == 3, res.output
+    assert "has no confirmed winner (no confirmation ran" in res.output
 
 
 def test_export_change_request(tmp_path: Path) -> None:

@@ -144,7 +144,8 @@ def quick_yaml(alltoall_weight: float | None = None) -> str:
 
 def run_study(name: str, yaml_text: str, results: Path, tracking_uri: str) -> Study:
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster
+    from tuner.cluster import build_cluster
+    from tuner.loop import StudyRunner
 
     exp = parse_experiment(yaml_text, str(QUICK))
     exp = exp.model_copy(update={

@@ -93,15 +93,18 @@ def render(values: dict[str, int], baseline: dict[str, int], switches: list[str]
               help="Write every knob, not only those that differ from the baseline.")
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
+@click.option("--unconfirmed", is_flag=True,
+              help="Without a confirmed winner, print the best candidate anyway.")
 @click.option("--change-request", "change_request", type=click.Path(file_okay=False),
               help="Write change-request.md/.html for the confirmed winner into this folder "
                    "(docs/lifecycle.md).")
 @click.option("--group", default="", help="With --change-request: the inventory group.")
 @handle_errors
 def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
-            storage: str | None, results: str | None, change_request: str | None,
-            group: str) -> None:
-    """Print STUDY's winning settings (default: newest study, best trial) as device commands.
+            storage: str | None, results: str | None, unconfirmed: bool,
+            change_request: str | None, group: str) -> None:
+    """Print STUDY's confirmed winner (default: newest study) as device commands; exit 3
+    when nothing was confirmed (``--unconfirmed`` prints the best candidate anyway).
 
     Nothing is executed: review the lines, then run them on the hosts and switches named in
     the comments (the canary first).
@@ -116,21 +119,25 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
             click.echo(f"wrote {path}")
         return
     from tuner import optuna_io
+    from tuner import study as studies
     from tuner.cli.resume import locate
-    from tuner.errors import ConfigError
-    from tuner.loop import outcome_of, recommended
+    from tuner.errors import ConfigError, NoWinner
 
     url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
     if not names:
         raise ConfigError(f"no studies in {url}")
     st = optuna_io.load_study(study or names[-1], url)
-    outcomes = {o.number: o for o in map(outcome_of, optuna_io.trials(st))}
-    base = next((o for o in outcomes.values() if o.is_baseline and o.state == "COMPLETE"), None)
+    outcomes = {o.number: o for o in studies.outcomes(st)}
+    base = studies.baseline(st)
     if trial_no is None:
-        chosen, _ = recommended(st)
+        chosen = studies.winner(st)
+        if chosen is None and unconfirmed:
+            chosen = studies.best_unconfirmed(st)
         if chosen is None:
-            raise ConfigError(f"study {st.study_name} has no completed trial to export")
+            raise NoWinner(f"study {st.study_name} has no confirmed winner: nothing beat the "
+                           "baseline on paired repeats (see `ecntune show`). Keep the current "
+                           "settings, or pass --unconfirmed to print the best candidate anyway")
     else:
         if trial_no not in outcomes:
             raise ConfigError(f"--trial: value {trial_no} -- study has trials "

@@ -116,10 +116,10 @@ def command(experiment: Path, as_json: bool) -> None:
     from rich.console import Console
 
     from safety.preflight import failures, summary, worst
+    from tuner.cluster import build_cluster
     from tuner.errors import ConfigError, SafetyAbort
     from tuner.experiment import load_experiment
     from tuner.input_checks import check_inputs, with_source
-    from tuner.loop import build_cluster
 
     source = str(experiment)
     exp = load_experiment(experiment)

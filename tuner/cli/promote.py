@@ -1,9 +1,9 @@
 """``ecntune promote STUDY --to GROUP``: roll a confirmed winner out to an inventory group in
 waves. A dry run by default (every command per target, read-only); ``--apply`` executes.
 
-Exit codes: 0 every wave promoted (or the dry run printed), 3 a wave was rolled back on a
-safety violation or failed to apply (its targets restored and verified), 4 a wave could not be
-restored (dead-man timers still heal it; see ``ecntune verify``), 2 bad input.
+Exit codes: 0 every wave promoted (or the dry run printed), 3 the study has no confirmed winner,
+or a wave was rolled back on a safety violation or failed to apply (its targets restored and
+verified), 4 a wave could not be restored (dead-man timers still heal it), 2 bad input.
 """
 
 from __future__ import annotations
@@ -56,10 +56,7 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
     from tuner.lifecycle.winner import load_winner
 
     spec = parse_waves(waves)
-    win = load_winner(study, storage, results)
-    if not win.confirmed:
-        raise ConfigError(f"study {win.study}: trial {win.trial} is not a confirmed winner "
-                          f"({win.why_not}); refusing to promote it")
+    win = load_winner(study, storage, results)  # NoWinner (exit 3) without a confirmed one
     exp = win.experiment
     if inventory is None and exp.fabric.backend != "ssh":
         raise ConfigError(f"study {win.study} ran on the {exp.fabric.backend} backend: give the "
@@ -82,7 +79,10 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
                                                           sorted(failed.items())))
         plans = {k: plan_target(fleet.driver(k), v, win.values, persist)  # type: ignore[arg-type]
                  for k, v in {**live.switches, **live.nics}.items()}
-        click.echo(f"promote study {win.study} trial {win.trial} to {group} "
+        c = win.check
+        click.echo(f"promote study {win.study} trial {win.trial} (paired improvement "
+                   f"{c.improvement_percent:+.1f} %, 95 % interval {c.ci95_low:+.1f} % to "
+                   f"{c.ci95_high:+.1f} %) to {group} "
                    f"({len(fleet.keys)} targets, {len(plan)} waves)"
                    + ("" if do_apply else "; DRY RUN: nothing is changed, --apply executes"))
         for line in render_plan(plan, plans):

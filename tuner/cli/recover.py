@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def _experiment(experiment: Path | None, results: str | None,
                 entry: JournalEntry) -> Experiment:
     from tuner.experiment import load_experiment, parse_experiment
-    from tuner.loop import load_for_resume
+    from tuner.study import load_for_resume
 
     if experiment is not None:
         exp = load_experiment(experiment)
@@ -43,8 +43,8 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
     """Restore every open change; returns how many were closed (raises on failure)."""
     from safety.journal import Journal
     from safety.rollback import restore
+    from tuner.cluster import build_cluster
     from tuner.errors import RollbackError
-    from tuner.loop import build_cluster
 
     journal = Journal(journal_path)
     open_entries = [e for e in journal.entries() if not e.closed]

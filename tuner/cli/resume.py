@@ -62,7 +62,7 @@ def command(study: str | None, storage: str | None, results: str | None,
     study is used unless --experiment is given.
     """
     from tuner.cli.run import execute
-    from tuner.loop import load_for_resume
+    from tuner.study import load_for_resume
 
     url, study = locate(study, storage, results)
     if results is None and url.startswith("sqlite:///"):

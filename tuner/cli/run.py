@@ -15,8 +15,9 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     from rich.console import Console
 
     from tuner.cli._render import LiveProgress, print_result
+    from tuner.cluster import build_cluster
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster, default_study_name
+    from tuner.loop import StudyRunner, default_study_name
 
     exp = parse_experiment(exp_text, source)
     update: dict[str, object] = {}
@@ -48,7 +49,7 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         runner = StudyRunner(exp, exp_text, cluster, study_name=name, keep_best=keep_best,
                              on_event=progress)
         res = runner.run(resume=resume)
-    print_result(console, res)
+    print_result(console, res, results)
 
 
 @click.command("run")

@@ -190,12 +190,13 @@ class DeadmanCluster(Cluster):
     def counters(self) -> Counters:
         return self.inner.counters()
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
         """Measure; if a timer fired meanwhile (the tuner was cut off for longer than the
         timeout), the targets went back to the baseline mid-trial and the numbers do not
         belong to the trial's settings: fail the measurement instead of scoring it."""
         seen = len(self.fired)
-        result = self.inner.measure(workload, monitor)
+        result = self.inner.measure(workload, monitor, replicate=replicate)
         if self.armed:
             self.renew()
         if len(self.fired) > seen:

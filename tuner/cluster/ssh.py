@@ -215,9 +215,13 @@ class SshCluster(Cluster):
             ports.update(o.value or {})
         return Counters(ports=ports, taken_at_s=time.monotonic())
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
+        # The hosts, ranks and probe pair are fixed by the inventory: every replicate runs on
+        # the same placement; the index is recorded so repeats pair up.
         try:
-            return run_measurement(self, workload, monitor)
+            m = run_measurement(self, workload, monitor)
+            return m.model_copy(update={"replicate": replicate})
         except TunerError:
             raise
         except Exception as exc:  # a bug or an unexpected remote answer: keep the reason

@@ -81,8 +81,9 @@ class StateFileCluster(Cluster):
     def counters(self) -> Counters:
         return self.inner.counters()
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
-        return self.inner.measure(workload, monitor)
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
+        return self.inner.measure(workload, monitor, replicate=replicate)
 
     def close(self) -> None:
         self.inner.close()

@@ -105,6 +105,8 @@ def blocks(cr: ChangeRequest) -> list[Block]:
         out.append(f"Paired improvement of the score: {ev.improvement_percent:+.1f} % "
                    f"({ev.confidence:.0%} interval {ev.ci_low_percent:+.1f} % to "
                    f"{ev.ci_high_percent:+.1f} %, {ev.pairs} pairs; {ev.method}).")
+        out.append("Before/after (the baseline trial and the winner's trial, means over their "
+                   "paired replicates):")
         out.append(Table(["measure", "today", "proposed"], [
             ["bus bandwidth (GB/s)", _num(ev.busbw_gbps[0]), _num(ev.busbw_gbps[1])],
             ["probe p99 latency (us)", _num(ev.p99_us[0]), _num(ev.p99_us[1])],
@@ -189,30 +191,19 @@ def _mean_busbw(metrics: dict[str, float]) -> float | None:
 
 def from_study(target: str | None, storage: str | None = None, results: str | None = None,
                group: str = "") -> ChangeRequest:
-    """A change request for a study's winner (read-only: the Optuna storage only)."""
-    from tuner import optuna_io
-    from tuner.errors import ConfigError
+    """A change request for a study's confirmed winner (read-only: the Optuna storage)."""
     from tuner.lifecycle.winner import load_winner
-    from tuner.loop import outcome_of
 
     win = load_winner(target, storage, results)
-    if not win.confirmed:
-        raise ConfigError(f"study {win.study}: trial {win.trial} is not a confirmed winner "
-                          f"({win.why_not}); no change request for it")
-    st = optuna_io.load_study(win.study, win.storage)
-    by_no = {o.number: o for o in map(outcome_of, optuna_io.trials(st))}
-    best, base = by_no[win.trial].metrics, next(
-        (o.metrics for o in by_no.values() if o.is_baseline), {})
-    conf = win.confirmation or {}
-    ev = None
-    if conf.get("improvement_percent") is not None and conf.get("ci_low_percent") is not None:
-        ev = Evidence(
-            improvement_percent=conf["improvement_percent"],
-            ci_low_percent=conf["ci_low_percent"], ci_high_percent=conf["ci_high_percent"],
-            pairs=int(conf.get("pairs", conf.get("repeats", 0))),
-            busbw_gbps=(_mean_busbw(base), _mean_busbw(best)),
-            p99_us=(base.get("p99_us"), best.get("p99_us")),
-            pause_us_per_s=(base.get("pause_us_per_s"), best.get("pause_us_per_s")))
+    c, base, best = win.check, win.baseline_metrics, win.winner_metrics
+    ev = Evidence(
+        improvement_percent=c.improvement_percent, ci_low_percent=c.ci95_low,
+        ci_high_percent=c.ci95_high, pairs=len(c.diffs),
+        method="baseline and winner re-measured interleaved on fresh paired replicates, "
+               "bootstrap interval of the mean paired score difference",
+        busbw_gbps=(_mean_busbw(base), _mean_busbw(best)),
+        p99_us=(base.get("p99_us"), best.get("p99_us")),
+        pause_us_per_s=(base.get("pause_us_per_s"), best.get("pause_us_per_s")))
     return ChangeRequest(study=win.study, experiment=win.experiment.name,
                          description=win.experiment.description, values=win.values,
                          baseline=win.baseline, switches=win.canary_switches,

@@ -94,21 +94,25 @@ def render_plan(waves: list[Wave], plans: dict[str, TargetPlan]) -> list[str]:
 
 
 def gate(cluster: Cluster, limits: SafetyLimits, gate_s: float,
-         sleep: Callable[[float], None] = time.sleep, polls: int = 3) -> list[Violation]:
-    """Counter deltas of the wave's targets over ``gate_s`` against the safety limits (the
-    same rules as the live monitor of a trial); empty when the wave is healthy."""
-    from safety.monitor import counter_violations
+         sleep: Callable[[float], None] = time.sleep, polls: int = 4) -> list[Violation]:
+    """Watch the wave's counters for ``gate_s`` seconds with a trial's live monitor (sustained
+    PFC pausing over the storm window, pause-frame rates, lossless drops, CRC errors, PFC
+    watchdog, links); the violations found, empty when the wave is healthy."""
+    from safety.limits import Violation
+    from safety.monitor import LiveMonitor
+    from tuner.errors import SafetyAbort
 
+    monitor = LiveMonitor(limits)
     first = cluster.counters()
-    found: list[Violation] = []
+    monitor.start(first)
     for _ in range(max(1, polls)):
         sleep(gate_s / max(1, polls))
         now = cluster.counters()
-        found = counter_violations(now.delta(first), now.taken_at_s - first.taken_at_s,
-                                   limits, absolute=now)
-        if found:
-            break
-    return found
+        try:
+            monitor.poll(now, now.taken_at_s - first.taken_at_s)
+        except SafetyAbort as exc:
+            return [Violation(code=exc.reason, detail=exc.detail)]
+    return []
 
 
 @dataclass

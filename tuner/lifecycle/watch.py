@@ -40,8 +40,9 @@ class CounterSource(Protocol):
 class SimSource:
     """A rocesim canary carrying ``workload`` as its production traffic.
 
-    ``settings`` (the deployed ones) are put on the canary first; ``first_seed`` offsets the
-    per-run seeds so two windows of the same mix are independent draws, not replays.
+    ``settings`` (the deployed ones) are put on the canary first; run ``i`` is replicate
+    ``first_seed + i`` (its own seed), so two windows of the same mix are independent draws,
+    not replays.
     """
 
     def __init__(self, cluster: SimCluster, workload: Workload,
@@ -51,15 +52,15 @@ class SimSource:
         self.name = f"sim:{cluster.name}"
         if settings is not None:
             cluster.apply(settings)
-        # SimCluster seeds run i with spec.seed + i; start the count elsewhere for fresh draws.
-        cluster._seq = int(first_seed)  # noqa: SLF001 - documented seed offset
+        self._next = int(first_seed)  # the replicate (seed) of the next run
         self._p99: float | None = None
 
     def read(self) -> tuple[Counters, float | None]:
         return self.cluster.counters(), self._p99
 
     def wait(self, interval_s: float) -> None:
-        m = self.cluster.measure(self.workload)
+        m = self.cluster.measure(self.workload, replicate=self._next)
+        self._next += 1
         self._p99 = m.latency.p99_us if m.latency is not None else None
 
 
