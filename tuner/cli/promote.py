@@ -89,14 +89,22 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
             click.echo(line)
         if not do_apply:
             return
-        results_ = promote_waves(
-            fleet, plan, win.values, study=win.study, limits=exp.safety, gate_s=gate_s,
-            journal=journal,
-            record=PromotedRecord(record), persist=persist,  # type: ignore[arg-type]
-            on_wave=lambda r: click.echo(
-                f"wave {r.wave.index} ({r.wave.name}): {r.outcome} in {r.seconds:.1f} s"
-                + (f"; persisted {len(r.persisted)}" if r.persisted else "")
-                + (f": {r.detail}" if r.detail and not r.ok else "")))
+        from tuner.loop import SignalGuard
+
+        guard = SignalGuard()  # a signal waits until a wave's restore is complete
+        guard.install()
+        try:
+            results_ = promote_waves(
+                fleet, plan, win.values, study=win.study, limits=exp.safety, gate_s=gate_s,
+                journal=journal, record=PromotedRecord(record),
+                persist=persist,  # type: ignore[arg-type]
+                on_wave=lambda r: click.echo(
+                    f"wave {r.wave.index} ({r.wave.name}): {r.outcome} in {r.seconds:.1f} s"
+                    + (f"; persisted {len(r.persisted)}" if r.persisted else "")
+                    + (f": {r.detail}" if r.detail and not r.ok else "")),
+                shield=guard.shield, check=guard.check)
+        finally:
+            guard.uninstall()
     if not all(r.ok for r in results_) or len(results_) < len(plan):
         click.echo(f"ecntune promote: STOPPED at wave {results_[-1].wave.index}: "
                    f"{results_[-1].outcome}; that wave is back on its previous settings, "

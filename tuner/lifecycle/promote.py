@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -132,16 +133,23 @@ def _parts(s: Settings) -> dict[str, EcnSettings | DcqcnSettings]:
     return {**s.switches, **s.nics}
 
 
+class _GateFailed(Exception):
+    def __init__(self, found: list[Violation]) -> None:
+        super().__init__("; ".join(map(str, found)))
+        self.found = found
+
+
 def apply_wave(fleet: Fleet, w: Wave, values: dict[str, int], *, study: str,
                limits: SafetyLimits, gate_s: float, journal: Journal,
+               shield: Callable[[], AbstractContextManager[None]] = nullcontext,
                ) -> tuple[WaveResult, Settings, Settings]:
-    """One wave, guarded like a trial: journal ``begin`` -> dead-man timers armed ->
-    all-or-nothing apply -> read-back -> counter gate -> ``kept`` (timers disarmed: the
-    confirm) or verified restore of the wave's previous settings (journal ``restored``).
-    Returns the result, the settings before and the settings wanted."""
-    from safety.rollback import restore
+    """One wave as a guarded change (``tuner.transaction``, the trials' journal/read-back/
+    verified-restore sequence) behind dead-man timers: apply all-or-nothing, read back, run
+    the counter gate; kept (journal ``kept``, timers disarmed: the confirm) or restored with
+    verification (journal ``restored``). Returns the result, the settings before and wanted."""
     from tuner.cluster.deadman import DeadmanCluster
     from tuner.errors import ApplyError
+    from tuner.transaction import Transactions
 
     t0 = time.monotonic()
     inner = fleet.cluster(list(w.targets))
@@ -152,34 +160,22 @@ def apply_wave(fleet: Fleet, w: Wave, values: dict[str, int], *, study: str,
     if target == before:
         return WaveResult(w, "unchanged", "every target already holds the winner"), \
             before, target
-    entry = journal.begin(f"promote:{study}", w.index, target.targets(), before, target)
-    found: list[Violation] = []
+    tx = Transactions(cluster, journal, f"promote:{study}", before, shield)
     try:
-        cluster.apply(target)
-        got = cluster.read_back()
-        if got != target:
-            raise ApplyError("read-back differs: " + ", ".join(
-                f"{k}: {a} != {b}" for k, (a, b) in list(got.diff(target).items())[:5]))
-        found = gate(inner, limits, gate_s)
+        with tx.tentative(target, w.index):
+            found = gate(inner, limits, gate_s)
+            if found:
+                raise _GateFailed(found)
+    except _GateFailed as exc:
+        res = WaveResult(w, f"rolled_back:{exc.found[0].code}", str(exc))
     except ApplyError as exc:
-        restore(cluster, before)
-        journal.end(entry, "restored")
-        cluster.close()
-        return WaveResult(w, "failed:apply", str(exc), time.monotonic() - t0), before, target
-    except BaseException:
-        restore(cluster, before)
-        journal.end(entry, "restored")
-        cluster.close()
-        raise
-    if found:
-        restore(cluster, before)
-        journal.end(entry, "restored")
-        cluster.close()
-        return WaveResult(w, f"rolled_back:{found[0].code}", "; ".join(map(str, found)),
-                          time.monotonic() - t0), before, target
-    journal.end(entry, "kept")
-    cluster.close()  # on a verified state: the dead-man timers are disarmed
-    return WaveResult(w, "promoted", seconds=time.monotonic() - t0), before, target
+        res = WaveResult(w, "failed:apply", str(exc))
+    else:
+        res = WaveResult(w, "promoted")
+    finally:
+        cluster.close()  # verified state: the dead-man timers are disarmed
+    res.seconds = time.monotonic() - t0
+    return res, before, target
 
 
 def persist_targets(fleet: Fleet, parts: dict[str, EcnSettings | DcqcnSettings],
@@ -223,16 +219,20 @@ def recover_open(fleet: Fleet, journal: Journal) -> list[str]:
 def promote_waves(fleet: Fleet, waves: list[Wave], values: dict[str, int], *, study: str,
                   limits: SafetyLimits, gate_s: float, journal: Journal,
                   record: PromotedRecord, persist: HostMethod | None = None,
-                  on_wave: Callable[[WaveResult], None] | None = None) -> list[WaveResult]:
+                  on_wave: Callable[[WaveResult], None] | None = None,
+                  shield: Callable[[], AbstractContextManager[None]] = nullcontext,
+                  check: Callable[[], None] = lambda: None) -> list[WaveResult]:
     """Apply ``values`` wave by wave (``apply_wave``); stop at the first wave that is rolled
     back or fails. Record lines say what each target holds afterwards; with ``persist`` a
-    kept wave is also saved to each platform's boot-time source and verified from it."""
+    kept wave is also saved to each platform's boot-time source and verified from it.
+    ``check`` runs before each wave (raise there to stop between waves)."""
     from tuner.lifecycle.promoted import entry_for
 
     results: list[WaveResult] = []
     for w in waves:
+        check()  # a pending signal stops before the next wave, never inside one
         res, before, target = apply_wave(fleet, w, values, study=study, limits=limits,
-                                         gate_s=gate_s, journal=journal)
+                                         gate_s=gate_s, journal=journal, shield=shield)
         common = {"study": study, "group": fleet.group, "wave": w.index}
         if not res.ok:
             if res.outcome.startswith("rolled_back"):
