@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -10,8 +11,10 @@ from tuner.cli import handle_errors
 
 
 def execute(exp_text: str, source: str, *, study: str | None, resume: bool, trials: int | None,
-            keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool) -> None:
-    """Shared by ``run`` and ``resume``: build everything, run, print the result."""
+            keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool,
+            runner_options: dict[str, Any] | None = None) -> Any:
+    """Shared by ``run``, ``resume`` and ``retune``: build everything, run, print the result
+    (returned too). ``runner_options`` go to ``StudyRunner`` (retune: warm, lineage)."""
     from rich.console import Console
 
     from tuner.cli._render import LiveProgress, print_result
@@ -47,9 +50,10 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         raise
     with cluster, LiveProgress(console, enabled=not quiet) as progress:
         runner = StudyRunner(exp, exp_text, cluster, study_name=name, keep_best=keep_best,
-                             on_event=progress)
+                             on_event=progress, **(runner_options or {}))
         res = runner.run(resume=resume)
     print_result(console, res, results)
+    return res
 
 
 @click.command("run")
