@@ -27,7 +27,7 @@ class SafetyLimits(BaseModel):
     xoff_margin_percent: float = Field(default=20.0, ge=0, lt=100)
     # A PFC storm is sustained pausing: a port paused more than ``max_pause_fraction`` of a
     # whole ``storm_window_s`` (a sliding window; None = SONiC's PFC watchdog detection time,
-    # 200 ms, scaled down to a quarter of the baseline measurement when that is shorter).
+    # 200 ms, scaled down to half the baseline measurement when that is shorter).
     # A start-up burst that clears within the window is not a storm (it is priced by the
     # score's PFC term instead).
     max_pause_fraction: float = Field(default=0.5, gt=0, le=1)  # paused µs per µs, per port

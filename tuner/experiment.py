@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,6 +27,7 @@ from pydantic import (
 from objectives.score import check_weights
 from safety.limits import SafetyLimits
 from safety.preflight import PreflightSpec
+from tuner import storage_url
 from tuner.errors import ConfigError
 from tuner.settings import KNOBS
 from tuner.workload import Workload
@@ -36,7 +36,7 @@ _STRICT = ConfigDict(frozen=True, extra="forbid")
 
 # The one search dimension that is not a device knob: kmax_bytes = kmin_bytes * kmax_ratio.
 KMAX_RATIO = "kmax_ratio"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: anchored at \Z
 
 
 class TopologySpec(BaseModel):
@@ -61,7 +61,7 @@ class FabricSpec(BaseModel):
     model_config = _STRICT
     backend: Literal["sim", "ssh"] = "sim"
     topology: TopologySpec = Field(default_factory=TopologySpec)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
     max_time_us: float = Field(default=50_000.0, gt=0)  # simulated-time cap of one measurement
     step_us: float = Field(default=500.0, gt=0)  # simulated time between live safety polls
     # ssh backend (tuner.inventory): the inventory inline, or a YAML file ($VARS expanded).
@@ -199,7 +199,7 @@ class BudgetSpec(BaseModel):
 class SamplerSpec(BaseModel):
     model_config = _STRICT
     name: Literal["tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
-    seed: int | None = 0
+    seed: int | None = Field(default=0, ge=0, le=2**32 - 1)  # numpy's seed range
     startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
 
 
@@ -221,6 +221,11 @@ class TrackingSpec(BaseModel):
     enabled: bool = True
     uri: str | None = None
     experiment: str | None = None  # MLflow experiment name; default "ecntune/<name>"
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        return None if v is None else storage_url.check_tracking(v)
 
 
 class Experiment(BaseModel):
@@ -254,9 +259,14 @@ class Experiment(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
+        if not _NAME.fullmatch(v):
             raise ValueError("use 1-64 letters, digits, '_', '-', '.' (it names files and runs)")
         return v
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        return None if v is None else storage_url.check_storage(v)
 
     @field_validator("current")
     @classmethod
@@ -317,6 +327,8 @@ def format_errors(source: str, exc: ValidationError) -> str:
         elif err["type"] == "literal_error" and "ctx" in err:
             msg = f"not allowed; allowed: {err['ctx'].get('expected')}"
         value = err.get("input")
+        if isinstance(value, str) and storage_url.has_secret(value):
+            value = storage_url.hide(value)  # a password never reaches a message
         shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
         if len(shown) > 80:
             shown = shown[:77] + "..."
@@ -326,15 +338,15 @@ def format_errors(source: str, exc: ValidationError) -> str:
 
 def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
     """Validate experiment YAML text; raises ``ConfigError`` naming source, field and value."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{line}: not valid YAML: {exc}") from None
+    from tuner.input_checks import load_yaml, value_problems
+
+    data = load_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got "
                           f"{type(data).__name__}")
+    problems = value_problems(data, Experiment)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems[:10]))
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
@@ -343,9 +355,6 @@ def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
 
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read experiment file: {exc.strerror}") from None
-    return parse_experiment(text, str(p))
+    from tuner.input_checks import read_text_file
+
+    return parse_experiment(read_text_file(path, "experiment file"), str(path))

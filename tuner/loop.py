@@ -413,9 +413,9 @@ class StudyRunner:
         try:
             from tuner.report import load, write_report
 
-            self.on_event("report", {})
-            files = write_report(load(self.study_name, self.exp.storage_url),
-                                 self.trial_dir / "report")
+            files = write_report(
+                load(self.study_name, self.exp.storage_url), self.trial_dir / "report",
+                lambda done, total: self.on_event("report", {"done": done, "total": total}))
             self.tracker.log_dir(files.html.parent, "report")
         except Exception as exc:
             self.tracker._fail("study report", exc)

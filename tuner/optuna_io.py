@@ -13,6 +13,12 @@ needs beyond Optuna's own records rides in attributes:
 Optuna 5 notes: ``create_study``/``load_study`` take keyword arguments only; the PFC budget
 is ``trial.set_constraint("pfc_budget", v)`` (feasible when <= 0); an ask/tell loop gets no
 heartbeat janitor, so ``fail_stale`` closes trials a killed process left RUNNING.
+
+Shared studies (``storage: postgresql://...``, several workers): ``open_storage`` gives the
+storage Optuna's heartbeat (``heartbeat_s``) and ``RetryHeartbeatStaleTrialCallback``; a worker
+records its trial's heartbeat (``record_heartbeat``) and, before each ask, ``fail_dead``
+fails the trials whose heartbeat stopped and re-queues them with the same params. ``fail_stale``
+(everything RUNNING) is only right when no other worker can be running.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import storage_url
 from tuner.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -109,6 +116,62 @@ def report(asked: Asked, value: float, step: int) -> bool:
     return bool(asked.trial.should_prune())
 
 
+_STORAGES: dict[tuple[str, int | None], optuna.storages.RDBStorage] = {}
+
+
+def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages.RDBStorage:
+    """The Optuna storage at ``url`` (one per URL and heartbeat per process).
+
+    Credentials never come from the URL (``tuner.storage_url``): libpq reads ``PGPASSWORD``
+    or ``~/.pgpass``. With ``heartbeat_s`` a trial whose heartbeat is older than two beats is
+    stale; ``fail_dead`` fails it and Optuna's retry callback re-queues its params.
+    """
+    key = (url, heartbeat_s)
+    if key in _STORAGES:
+        return _STORAGES[key]
+    try:
+        storage_url.check_storage(url)
+    except ValueError as exc:
+        raise ConfigError(f"storage {storage_url.hide(url)}: {exc}") from None
+    ensure_storage_dir(url)
+    import sqlalchemy.exc
+
+    kwargs: dict[str, Any] = {}
+    if storage_url.is_postgres(url):  # a server restart must not poison the pool
+        kwargs["engine_kwargs"] = {"pool_pre_ping": True}
+    try:
+        with warnings.catch_warnings():  # heartbeat and the retry callback are "experimental"
+            warnings.simplefilter("ignore")
+            if heartbeat_s is not None:
+                kwargs.update(heartbeat_interval=heartbeat_s, grace_period=2 * heartbeat_s,
+                              heartbeat_stale_trial_callback=(
+                                  optuna.storages.RetryHeartbeatStaleTrialCallback()))
+            st = optuna.storages.RDBStorage(url, **kwargs)
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ArgumentError) as exc:
+        why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise ConfigError(f"storage {storage_url.hide(url)}: cannot open it: {why}") from None
+    _STORAGES[key] = st
+    return st
+
+
+def record_heartbeat(study: optuna.Study, number: int) -> None:
+    """Tell the storage the worker running trial ``number`` is alive."""
+    st: Any = study._storage  # RDBStorage behind Optuna's cache: a BaseHeartbeat
+    st.record_heartbeat(st.get_trial_id_from_study_id_trial_number(study._study_id, number))
+
+
+def fail_dead(study: optuna.Study) -> list[int]:
+    """Fail the RUNNING trials whose heartbeat stopped (their worker died) and re-queue each
+    with the same params and user attrs (``RetryHeartbeatStaleTrialCallback``; the copy's
+    system attr ``failed_trial`` names the original). Returns the failed trials' numbers."""
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(FAIL,))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)
+    return sorted({t.number for t in study.get_trials(deepcopy=False, states=(FAIL,))}
+                  - before)
+
+
 def ensure_storage_dir(url: str) -> None:
     """Create the folder of a ``sqlite:///path`` storage so Optuna can create the file."""
     from pathlib import Path
@@ -119,13 +182,16 @@ def ensure_storage_dir(url: str) -> None:
 
 def create_study(name: str, storage: str, directions: list[str],
                  sampler: optuna.samplers.BaseSampler,
-                 pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+                 pruner: optuna.pruners.BasePruner | None = None, *,
+                 heartbeat_s: int | None = None) -> optuna.Study:
     ensure_storage_dir(storage)
     try:
         dirs = [optuna.study.StudyDirection.MAXIMIZE if d == "maximize"
                 else optuna.study.StudyDirection.MINIMIZE for d in directions]
-        return optuna.create_study(study_name=name, storage=storage, directions=dirs,
-                                   sampler=sampler, pruner=pruner, load_if_exists=False)
+        return optuna.create_study(study_name=name,
+                                   storage=open_storage(storage, heartbeat_s=heartbeat_s),
+                                   directions=dirs, sampler=sampler, pruner=pruner,
+                                   load_if_exists=False)
     except optuna.exceptions.DuplicatedStudyError:
         raise ConfigError(f"study {name!r} already exists in {storage}; continue it with "
                           f"`ecntune resume {name}` or pick another --study name") from None
@@ -133,10 +199,12 @@ def create_study(name: str, storage: str, directions: list[str],
 
 def load_study(name: str, storage: str,
                sampler: optuna.samplers.BaseSampler | None = None,
-               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+               pruner: optuna.pruners.BasePruner | None = None, *,
+               heartbeat_s: int | None = None) -> optuna.Study:
     try:
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler,
-                                 pruner=pruner)
+        return optuna.load_study(study_name=name,
+                                 storage=open_storage(storage, heartbeat_s=heartbeat_s),
+                                 sampler=sampler, pruner=pruner)
     except KeyError:
         known = study_names(storage)
         raise ConfigError(f"no study {name!r} in {storage}; it has: "
@@ -146,7 +214,8 @@ def load_study(name: str, storage: str,
 def study_names(storage: str) -> list[str]:
     """Study names in creation order (oldest first)."""
     ensure_storage_dir(storage)
-    summaries = optuna.study.get_all_study_summaries(storage=storage, include_best_trial=False)
+    summaries = optuna.study.get_all_study_summaries(storage=open_storage(storage),
+                                                     include_best_trial=False)
     return [s.study_name for s in sorted(summaries,
                                          key=lambda s: s.user_attrs.get("created_at", 0.0))]
 

@@ -179,7 +179,8 @@ def load(study_name: str | None, storage: str) -> StudyView:
 
 
 # Plots -------------------------------------------------------------------------------------
-def render_plots(view: StudyView, out_dir: str | Path) -> dict[str, Path]:
+def render_plots(view: StudyView, out_dir: str | Path,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Path]:
     """The study's PNGs in ``out_dir`` (name -> path). A plot that cannot be drawn yet (too few
     trials) is left out; a plot that fails is logged and left out, never fatal."""
     from tuner import plots
@@ -200,14 +201,16 @@ def render_plots(view: StudyView, out_dir: str | Path) -> dict[str, Path]:
     if view.study is not None:
         makers["importance"] = lambda: plots.importance(view.study)
     paths: dict[str, Path] = {}
-    for name, make in makers.items():
+    for i, (name, make) in enumerate(makers.items(), 1):
         try:
             fig = make()
         except Exception as exc:  # one broken plot must not cost the whole report
             log.warning("plot %s failed: %s: %s", name, type(exc).__name__, exc)
-            continue
+            fig = None
         if fig is not None:
             paths[name] = plots.save(fig, out / f"{name}.png")
+        if progress is not None:
+            progress(i, len(makers))
     return paths
 
 
@@ -556,10 +559,12 @@ class ReportFiles:
     images: dict[str, Path]
 
 
-def write_report(view: StudyView, out_dir: str | Path) -> ReportFiles:
-    """``report.html`` (self-contained), ``report.md`` and ``img/*.png`` in ``out_dir``."""
+def write_report(view: StudyView, out_dir: str | Path,
+                 progress: Callable[[int, int], None] | None = None) -> ReportFiles:
+    """``report.html`` (self-contained), ``report.md`` and ``img/*.png`` in ``out_dir``;
+    ``progress(done, total)`` is called after each plot."""
     out = Path(out_dir)
-    pngs = render_plots(view, out / "img")
+    pngs = render_plots(view, out / "img", progress)
     page = render_html(view, {k: p.read_bytes() for k, p in pngs.items()})
     h = out / "report.html"
     h.write_text(page, encoding="utf-8")

@@ -42,11 +42,11 @@ class Faulty:
             self.before_apply(self.applies)
         self.inner.apply(settings)
 
-    def measure(self, workload: Any, monitor: Any = None) -> Any:
+    def measure(self, workload: Any, monitor: Any = None, *, replicate: int = 0) -> Any:
         self.measures += 1
         if self.at_measure:
             self.at_measure(self.measures)
-        return self.inner.measure(workload, monitor)
+        return self.inner.measure(workload, monitor, replicate=replicate)
 
     def __enter__(self) -> Faulty:
         return self
@@ -69,8 +69,8 @@ def first_restore_after(results: Path, t_fault: float) -> float | None:
 
 def run_study(emu, tmp_path: Path, *, before_apply=None, at_measure=None,
               time_limit_s: float = 120) -> tuple[str, Exception | None, Path, Any]:
-    from tuner.experiment import load_experiment
     from tuner.cluster import build_cluster
+    from tuner.experiment import load_experiment
     from tuner.loop import StudyRunner
 
     exp_path = experiment(emu, tmp_path, trials=2, deadman=5)

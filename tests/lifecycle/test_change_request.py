@@ -73,9 +73,12 @@ def test_evidence_commands_and_rollback() -> None:
     md = to_markdown(CR)
     assert "Paired improvement of the score: +41.5 % (95% interval +30.2 % to +52.9 %, " \
            "5 pairs" in md
-    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 200000 -gmax 800000 -gdrop 20" in md
-    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gmax 2097152 -gdrop 5" in md
     apply_at, back_at = md.index("## Commands"), md.index("## Rollback")
+    # export's generators: one threshold per ecnconfig call, min < max at every step
+    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 200000\n" \
+           "sudo ecnconfig -p AZURE_LOSSLESS -gmax 800000 -gdrop 20" in md[apply_at:back_at]
+    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmax 2097152\n" \
+           "sudo ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gdrop 5" in md[back_at:]
     assert "roce_rp/rpg_time_reset" in md[apply_at:back_at]
     assert "echo 300 > /sys/class/net/$IF/ecn/roce_rp/rpg_time_reset" in md[back_at:]
     assert "ecntune verify pod1" in md

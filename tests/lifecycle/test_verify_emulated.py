@@ -62,7 +62,8 @@ def test_verify_finds_a_hand_made_drift(emulated_cluster: EmulatedCluster,
     knob_file = emu.target_dir("host2") / knob_relpaths(state)["rpg_time_reset"]
     rc, _, err = run(emu, "host2", f"echo 300 > {knob_file}")
     assert rc == 0, err
-    rc, _, err = run(emu, "leaf0", "ecnconfig -p AZURE_LOSSLESS -gmin 150000")
+    # the canary ports use the driver's own WRED profile (tuner/drivers/sonic.py)
+    rc, _, err = run(emu, "leaf0", "ecnconfig -p ECNTUNE_CANARY -gmin 150000")
     assert rc == 0, err
 
     drifted = CliRunner().invoke(main, args)

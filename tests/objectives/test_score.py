@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import numpy as np
+import pytest
 
 from objectives.measurement import (
     CollectiveResult,

@@ -9,7 +9,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 from objectives.measurement import CollectiveResult
@@ -153,7 +152,8 @@ def test_report_of_a_real_study(studies: dict[str, Study], tmp_path: Path) -> No
     v = load(st.name, st.storage)
     assert [t.number for t in v.trials] == [t.number for t in st.result.trials]
     assert v.best is not None and st.result.best is not None
-    assert v.best.number == st.result.best.number
+    shown = st.result.winner or st.result.best  # the one winner policy (tuner.study)
+    assert v.best.number == shown.number and v.winner == st.result.winner
     files = write_report(v, tmp_path / "rep")
     page = files.html.read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == len(files.images) >= 3

@@ -58,11 +58,11 @@ def test_windows_shorter_than_the_window_are_never_judged() -> None:
     assert storm_violations(_series([50_000] * 4), 0.2, 0.5) != []
 
 
-def test_window_scales_down_to_a_quarter_of_the_measurement() -> None:
+def test_window_scales_down_to_half_the_measurement() -> None:
     auto = SafetyLimits()
     assert storm_window_s(auto, None) == 0.2  # the watchdog's detection time
     assert storm_window_s(auto, 10.0) == 0.2
-    assert storm_window_s(auto, 0.01) == pytest.approx(0.0025)
+    assert storm_window_s(auto, 0.01) == pytest.approx(0.005)
     assert storm_window_s(LIMITS, 0.01) == 0.2  # an explicit window wins
 
 

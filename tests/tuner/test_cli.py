@@ -105,7 +105,7 @@ def test_export_render_golden() -> None:
             "rpg_ai_rate": 50, "min_time_between_cnps": 4}
     text = render(best, base, ["leaf0"], ["host0/mlx5_0", "host0/mlx5_1"])
     assert text == "\n".join([
-        "# mlx5 DCQCN (MLNX_OFED sysfs, runtime: not persistent across reboot; as root)",
+        "# mlx5 DCQCN (runtime: not persistent across reboot; as root)",
         "# on host0",
         "IF=$(ls /sys/class/infiniband/mlx5_0/device/net/ | head -n1)",
         "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
@@ -114,12 +114,13 @@ def test_export_render_golden() -> None:
         "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
         "echo 4 > /sys/class/net/$IF/ecn/roce_np/min_time_between_cnps",
         "",
-        "# SONiC WRED/ECN on the lossless queues (profile AZURE_LOSSLESS must exist)",
-        "# on leaf0",
-        "sudo ecnconfig -p AZURE_LOSSLESS -gmin 40000 -gmax 120000 -gdrop 20",
+        "# SONiC WRED/ECN on the lossless queue (ecnconfig)",
+        "# on leaf0: WRED profile AZURE_LOSSLESS (every port bound to it)",
+        "sudo ecnconfig -p AZURE_LOSSLESS -gmin 40000",  # lowering: min first, one per call
+        "sudo ecnconfig -p AZURE_LOSSLESS -gmax 120000 -gdrop 20",
         "",
         "# Cumulus Linux NVUE ECN on the RoCE traffic class",
-        "# on leaf0",
+        "# on leaf0: congestion-control default-global, traffic-class 3",
         "nv set qos congestion-control default-global traffic-class 3 min-threshold 40000",
         "nv set qos congestion-control default-global traffic-class 3 max-threshold 120000",
         "nv set qos congestion-control default-global traffic-class 3 probability 20",

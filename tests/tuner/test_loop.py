@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from objectives.measurement import Measurement
 from safety.journal import Journal
 from tuner import optuna_io
-from objectives.measurement import Measurement
 from tuner import study as studies
 from tuner.cluster import build_cluster
 from tuner.cluster.sim import SimCluster

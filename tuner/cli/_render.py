@@ -47,6 +47,7 @@ class LiveProgress:
             console=console, transient=False, disable=not enabled)
         self.task: Any = None
         self.step: Any = None
+        self.report: Any = None
 
     def __enter__(self) -> LiveProgress:
         self.progress.__enter__()
@@ -92,7 +93,10 @@ class LiveProgress:
         elif kind == "confirm_step" and self.step is not None:
             self.progress.update(self.step, completed=data["done"])
         elif kind == "report":
-            self.console.print("writing the study report", highlight=False)
+            if self.report is None:
+                self.report = self.progress.add_task("report", total=data["total"], best="-",
+                                                     last="plots")
+            self.progress.update(self.report, completed=data["done"])
         elif kind == "stale":
             self.console.print(f"closed trials left running by a killed process: "
                                f"{data['trials']}")

@@ -59,7 +59,7 @@ class StateFileCluster(Cluster):
         self.inner = inner
         self.path = Path(path)
         left = read_state(self.path)
-        dirty = journal is None or Journal(journal).dirty() is not None
+        dirty = journal is None or Journal(journal).possibly_open()
         if left is not None and dirty:
             self.inner.apply(left)  # the devices still hold what the last process wrote
 

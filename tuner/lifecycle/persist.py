@@ -13,9 +13,10 @@ configuration until it is saved. Per platform:
   ``_P<port>``); takes effect after a firmware reset or reboot; read back: ``mlxconfig -d <pci>
   query ...`` (the Next Boot column);
 * SONiC: ``config save -y`` (running CONFIG_DB to ``/etc/sonic/config_db.json``); read back:
-  ``sonic-cfggen -j /etc/sonic/config_db.json --var-json WRED_PROFILE`` (the saved file);
+  ``sonic-cfggen -j /etc/sonic/config_db.json --print-data`` (the saved file: the profile bound
+  to the canary queues there);
 * Cumulus NVUE: ``nv config save`` (applied revision to ``/etc/nvue.d/startup.yaml``); read back:
-  ``nv show --startup qos congestion-control default-global traffic-class <tc> -o json``.
+  ``nv config show -r startup -o json`` (the canary ports' profile in the startup revision).
 
 Every class is pure (commands from settings, settings from output); ``persist`` runs them
 through a driver's connection and compares what the persistent source holds with what was
@@ -202,36 +203,53 @@ class _SwitchSave(Persistence):
 
 
 class SonicSave(_SwitchSave):
+    """The saved ``config_db.json``: the profile bound to the canary ports' lossless queue
+    there (the driver's ``ECNTUNE_CANARY`` clone, or the original) and its green values."""
+
     method = "config-save"
     save = "config save -y"
     driver: SonicDriver
 
     def read_command(self) -> str:
-        return f"sonic-cfggen -j {SONIC_CONFIG} --var-json WRED_PROFILE"
+        return f"sonic-cfggen -j {SONIC_CONFIG} --print-data"
 
     def parse(self, text: str) -> EcnSettings:
-        from tuner.drivers.sonic import FIELDS, GREEN_MODES
+        from tuner.drivers.sonic import _settings
 
-        name = self.driver.switch.wred_profile
         try:
-            prof = json.loads(text)[name]
-            return EcnSettings(**{k: int(prof[f]) for k, f in FIELDS.items()},
-                               enabled=str(prof.get("ecn", "ecn_none")) in GREEN_MODES)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ApplyError(f"{self.target}: {SONIC_CONFIG} has no usable WRED profile "
-                             f"{name}: {exc}") from None
+            db = json.loads(text)
+            used = set(self.driver.bound_profiles(db.get("QUEUE", {})).values())
+            if len(used) != 1 or None in used:
+                raise ValueError(f"canary queues use {sorted(map(str, used))}")
+            name = str(used.pop())
+            return _settings(self.target, name, db["WRED_PROFILE"][name])
+        except (ValueError, KeyError, TypeError, ApplyError) as exc:
+            raise ApplyError(f"{self.target}: {SONIC_CONFIG} has no usable WRED profile for "
+                             f"the canary queues: {exc}") from None
 
 
 class NvueSave(_SwitchSave):
+    """The startup revision: the congestion-control profile of the canary ports there (the
+    driver's own profile, or ``default-global``) and its RoCE traffic class."""
+
     method = "nv-config-save"
     save = "nv config save"
     driver: NvueDriver
 
     def read_command(self) -> str:
-        return f"nv show --startup {self.driver._prefix} -o json"  # noqa: SLF001
+        return "nv config show -r startup -o json"
 
     def parse(self, text: str) -> EcnSettings:
-        return self.driver.parse(text)
+        from tuner.drivers.nvue import GLOBAL, applied_tree, port_profiles, settings_of, tc_values
+
+        tree = applied_tree(text)
+        bound = port_profiles(tree)
+        names = {bound.get(p, GLOBAL) for p in self.driver.switch.canary_ports}
+        row = tc_values(tree, names.pop(), self.driver.tc) if len(names) == 1 else None
+        if row is None:
+            raise ApplyError(f"{self.target}: the startup configuration has no single "
+                             "congestion-control profile on the canary ports")
+        return settings_of(self.target, row)
 
 
 def persistence_for(driver: Driver[Any], host_method: HostMethod = "boot-unit") -> Persistence:

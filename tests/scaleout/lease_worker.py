@@ -1,0 +1,58 @@
+"""One racing worker for ``test_lease``: ``python -m tests.scaleout.lease_worker URL STUDY
+SECONDS SEED``. Until SECONDS pass it grabs any free slice of ``SLICES``, uses it for a while
+(renewing), then releases it or, now and then, dies holding it (exit without release).
+
+Every use is a row of ``lease_usage``: the slice, the holder, and the database-clock interval
+in which this worker believed it held the slice: from the grant to the last moment it still
+knew the lease to be valid (just before release, or the last renewal's expiry when it dies).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+
+import sqlalchemy as sa
+
+from tuner.lease import SliceLeases
+
+SLICES = ["s0", "s1"]
+TTL_S = 0.4
+
+
+def main(url: str, study: str, seconds: float, seed: int) -> None:
+    rng = random.Random(seed)
+    leases = SliceLeases(url, study, ttl_s=TTL_S)
+    with leases.engine.begin() as c:
+        c.execute(sa.text("CREATE TABLE IF NOT EXISTS lease_usage (slice VARCHAR(16), "
+                          "holder VARCHAR(256), t0 DOUBLE PRECISION, t1 DOUBLE PRECISION, "
+                          "stolen INT)"))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        lease = leases.acquire(rng.choice(SLICES))
+        if lease is None:
+            time.sleep(rng.uniform(0.0, 0.02))
+            continue
+        t0 = lease.expires_at - TTL_S
+        valid = lease.expires_at
+        for _ in range(rng.randint(0, 3)):  # use it, renewing
+            time.sleep(rng.uniform(0.01, 0.1))
+            renewed = leases.renew(lease)
+            if renewed is None:
+                break
+            valid = renewed
+        dies = rng.random() < 0.15
+        t1 = valid if dies else min(valid, leases.now())
+        with leases.engine.begin() as c:
+            c.execute(sa.text("INSERT INTO lease_usage VALUES (:s, :h, :t0, :t1, :st)"),
+                      {"s": lease.slice, "h": lease.holder, "t0": t0, "t1": t1,
+                       "st": int(lease.taken_from is not None)})
+        if dies:
+            os._exit(0)  # holding the lease: it must expire before anyone else gets the slice
+        leases.release(lease)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
