@@ -356,6 +356,10 @@ class StudyRunner:
                    and t.state.name in ("COMPLETE", "PRUNED", "FAIL")
                    and t.user_attrs.get("verdict") != "interrupted")
 
+    def _budget_spent(self, used: int) -> bool:
+        """Stop asking? (A worker of a shared study counts every worker's trials.)"""
+        return used >= self.exp.budget.trials
+
     def _save_measurement(self, number: int, m: Measurement) -> str:
         self.trial_dir.mkdir(parents=True, exist_ok=True)
         path = self.trial_dir / f"trial-{number:04d}.json"
@@ -608,7 +612,7 @@ class StudyRunner:
             while True:
                 self.guard.check()
                 has_baseline = self.baseline_measurement is not None
-                if has_baseline and used >= self.exp.budget.trials:
+                if has_baseline and self._budget_spent(used):
                     break
                 if has_baseline and time.monotonic() - t0 > self.exp.budget.wall_time_s:
                     self.on_event("wall_time", {"elapsed_s": time.monotonic() - t0})

@@ -69,6 +69,7 @@ class TrialRecord:
     measurement_path: str | None = None
     detail: str = ""  # what a rejection/rollback was about (safety.limits.Violation text)
     artifact_dir: str | None = None  # more files for the run (``tuner.plots.write_trial_files``)
+    tags: dict[str, str] = field(default_factory=dict)  # more tags (``ecntune.slice``)
 
 
 def trial_metrics(m: Any) -> dict[str, float]:
@@ -188,6 +189,7 @@ class Tracker:
                     "ecntune.verdict": rec.verdict}
             if rec.detail:
                 tags["ecntune.detail"] = rec.detail[:5000]
+            tags.update(rec.tags)
             run = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
                                tags=tags)
             rid = run.info.run_id

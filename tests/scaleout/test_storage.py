@@ -140,6 +140,8 @@ def test_janitor_fails_a_dead_workers_trial_and_requeues_its_params(pg_url: str)
     assert optuna_io.fail_dead(other) == []
     states = {t.number: t.state.name for t in st.get_trials()}
     assert states[dead.number] == "FAIL" and states[live.number] == "RUNNING"
+    assert other.trials[dead.number].user_attrs["verdict"] == "failed:worker_died"
     again = optuna_io.ask(other, dists)
     assert again.params == dead.params
     assert other.trials[again.number].system_attrs["failed_trial"] == dead.number
+    assert "verdict" not in other.trials[again.number].user_attrs  # not the dead run's result
