@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+from objectives.counters import delta_row
 
-# Counters that are levels or flags, not monotonic counts: deltas keep the "after" value.
-LEVEL_SUFFIXES = ("_watermark_bytes", "_storm_detected", "link_up", "_speed_mbps", "_mtu")
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Counters(BaseModel):
@@ -31,22 +30,14 @@ class Counters(BaseModel):
     taken_at_s: float = 0.0
 
     def delta(self, before: Counters) -> Counters:
-        """``self - before`` per port and counter; counters missing on either side are left out.
+        """``self - before`` per port and counter, by the meanings in ``objectives.counters``.
 
-        A counter that went backwards (cleared or wrapped) yields its ``after`` value, the way
-        ``pfcstat -c`` users read a cleared counter.
+        A port or counter absent from ``before`` counts from zero (never silently dropped); a
+        counter that went backwards (cleared or wrapped) yields its ``after`` value, the way
+        ``pfcstat -c`` users read a cleared counter; levels and flags keep ``after``.
         """
-        out: dict[str, dict[str, int]] = {}
-        for port, after in self.ports.items():
-            prev = before.ports.get(port, {})
-            row: dict[str, int] = {}
-            for name, value in after.items():
-                if name.endswith(LEVEL_SUFFIXES):
-                    row[name] = value
-                elif name in prev:
-                    d = value - prev[name]
-                    row[name] = d if d >= 0 else value
-            out[port] = row
+        out = {port: delta_row(before.ports.get(port, {}), after)
+               for port, after in self.ports.items()}
         return Counters(ports=out, taken_at_s=self.taken_at_s - before.taken_at_s)
 
     def total(self, name: str) -> int:
@@ -86,18 +77,33 @@ class LatencyResult(BaseModel):
     mean_us: float = 0.0
 
 
+class TenantResult(BaseModel):
+    """A declared background tenant (storage, backup) that shares the fabric: its goodput over
+    the measurement, so a trial that starves it can be priced or refused."""
+
+    model_config = _FROZEN
+    name: str  # "background<i>", the i-th background part of the workload
+    priority: str  # "roce" (shares the lossless class) or "other"
+    goodput_gbps: float
+    offered_gbps: float = 0.0
+
+
 class Measurement(BaseModel):
     """Everything one trial measured; the raw tool outputs ride along for the audit trail."""
 
     model_config = _FROZEN
     collectives: list[CollectiveResult] = Field(default_factory=list)
     latency: LatencyResult | None = None
+    tenants: list[TenantResult] = Field(default_factory=list)
     counters_before: Counters = Field(default_factory=Counters)
     counters_after: Counters = Field(default_factory=Counters)
     duration_s: float = 0.0
     raw: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     extra: dict[str, float] = Field(default_factory=dict)  # backend-specific scalars
+    replicate: int = 0  # which paired replicate (same placement and seed across trials)
+    # (elapsed s, {port: cumulative pause µs}) at each live-monitor poll: the storm rule's input
+    pause_series: list[tuple[float, dict[str, int]]] = Field(default_factory=list)
 
     @property
     def counters(self) -> Counters:

@@ -1,10 +1,12 @@
 """The compiled inner loop: one call advances the fabric by many fixed time steps.
 
-State lives in numpy arrays (built in ``rocesim.engine.Simulation._build``); this module only
-holds numba kernels, so that the Python side stays readable. Units inside the kernel: time in
-µs, data in wire bytes, rates in bytes/µs. numba is used because per-step Python overhead
-dominates small scenarios (see bench/rocesim_bench.py, which reports it); ``cache=True`` keeps
-the JIT cost to the first run on a machine.
+State lives in the named structures of ``rocesim._state`` (built in
+``rocesim.engine.Simulation._build``); this module only holds numba kernels, so that the Python
+side stays readable. One step is a fixed sequence of phase functions (``run``), each a plain
+function of the structures it reads and writes, so that each can be driven alone in a test.
+Units inside the kernel: time in µs, data in wire bytes, rates in bytes/µs. numba is used
+because per-step Python overhead dominates small scenarios (see bench/rocesim_bench.py, which
+reports it); ``cache=True`` keeps the JIT cost to the first run on a machine.
 """
 
 from __future__ import annotations
@@ -12,22 +14,68 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Flow float state columns.
-RC, RT, ALPHA, REMAIN, SENT, DELIV, BYTECNT, TTIMER, TALPHA, TCUT, TNPCNP, INFL, TOTDEL, \
-    OFFER = range(14)
-NFF = 14
-# Flow int state columns.
-TSTAGE, BSTAGE, ACTIVE, CUTPEND, INCSINCE, CNPPERIOD = range(6)
-NFI = 6
-# NIC parameter columns (kernel units).
-(P_TIME_RESET, P_BYTE_RESET, P_THRESHOLD, P_MAX_RATE, P_AI, P_HAI, P_GD_FAC, P_MIN_DEC,
- P_MIN_RATE, P_FIRST_RATE, P_G, P_ALPHA_RTT, P_RRMP, P_INIT_ALPHA, P_CLAMP, P_CLAMP_TI,
- P_MIN_CNP_GAP, P_LINE) = range(18)
-NP_COLS = 18
-# Link counter columns (per class), float64.
-(C_TX, C_MARKS, C_DROPS, C_PFC_FRAMES, C_XOFF_US, C_PAUSED_US, C_TRANS, C_WM, C_STORM,
- C_DROP_BYTES) = range(10)
-NLC = 10
+from rocesim._state import (
+    ACK_FLOW,
+    ACTIVE,
+    ALPHA,
+    BSTAGE,
+    BYTECNT,
+    C_DROP_BYTES,
+    C_DROPS,
+    C_MARKS,
+    C_PAUSED_US,
+    C_PFC_FRAMES,
+    C_STORM,
+    C_TRANS,
+    C_TX,
+    C_WM,
+    C_XOFF_US,
+    CNPPERIOD,
+    CUTPEND,
+    DELIV,
+    INCSINCE,
+    INFL,
+    N_CNP_HANDLED,
+    N_CNP_SENT,
+    N_ECN_MARKED,
+    NCUTS,
+    OFFER,
+    P_AI,
+    P_ALPHA_RTT,
+    P_BYTE_RESET,
+    P_CLAMP,
+    P_CLAMP_TI,
+    P_FIRST_RATE,
+    P_G,
+    P_GD_FAC,
+    P_HAI,
+    P_INIT_ALPHA,
+    P_MAX_RATE,
+    P_MIN_CNP_GAP,
+    P_MIN_DEC,
+    P_MIN_RATE,
+    P_RRMP,
+    P_THRESHOLD,
+    P_TIME_RESET,
+    RC,
+    REMAIN,
+    RT,
+    SENT,
+    TALPHA,
+    TCUT,
+    TNPCNP,
+    TOTDEL,
+    TSTAGE,
+    TTIMER,
+    FlowState,
+    GroupState,
+    LinkState,
+    NicState,
+    ProbeState,
+    Scratch,
+    SeriesState,
+    SwitchState,
+)
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -81,59 +129,63 @@ def _burst_params(rho: float, n: int) -> tuple:
 
     A fluid model has no queue below 100 % load, but real ports see microbursts whenever
     packets from different ingress ports collide; that is what makes a Kmin of a packet or two
-    mark heavily. Model: with ``n`` ingress ports feeding the queue (ports whose live flows
-    are routed through it; bytes from one port arrive serialised and cannot burst) and the
-    step's offered load ``rho``, a packet finds
-    k >= 1 packets ahead with probability a = (1 - 1/n) * rho, k following a geometric law of
-    ratio rho truncated at n - 1 (n simultaneous arrivals leave at most n - 1 waiting).
-    Returns (a, r, kmax).
+    mark. DCQCN senders are paced at their rate, so a queue fed by ``n`` ingress ports (bytes
+    from one port arrive serialised and cannot burst) at the step's load ``rho`` is a
+    superposition of n periodic streams, the N*D/D/1 queue, whose backlog tail is
+    P(B >= k) = exp(-2k (k + n (1 - rho)) / n) (Brownian-bridge approximation, J. Roberts et
+    al. (eds.), COST 242 final report, 1996, ch. on the N*D/D/1 queue), truncated at n - 1
+    (n simultaneous arrivals leave at most n - 1 waiting). Returns (n, rho, kmax).
     """
     if n <= 1 or rho <= 0.0:
         return 0.0, 0.0, 0
-    if rho > 0.98:
-        rho = 0.98
+    if rho > 1.0:
+        rho = 1.0
     kmax = n - 1 if n - 1 < BURST_MAX else BURST_MAX
-    return (1.0 - 1.0 / n) * rho, rho, kmax
+    return float(n), rho, kmax
 
 
 @njit(cache=True)
-def _burst_mean(a: float, r: float, kmax: int) -> float:
-    """E[B] in packets: a x mean of the geometric law truncated at kmax (closed form)."""
-    if kmax <= 0 or a <= 0.0:
+def _burst_tail(k: int, n: float, rho: float, kmax: int) -> float:
+    """P(B >= k) of the N*D/D/1 backlog (``_burst_params``)."""
+    if k <= 0:
+        return 1.0
+    if k > kmax:
         return 0.0
-    rk = r ** kmax
-    return a * (1.0 - (kmax + 1) * rk + kmax * rk * r) / ((1.0 - r) * (1.0 - rk))
+    return np.exp(-2.0 * k * (k + n * (1.0 - rho)) / n)
 
 
 @njit(cache=True)
-def _mark_prob_burst(qf: float, ecn: np.ndarray, a: float, r: float, kmax: int,
+def _burst_mean(n: float, rho: float, kmax: int) -> float:
+    """E[B] in packets: the sum of P(B >= k) over k >= 1."""
+    m = 0.0
+    for k in range(1, kmax + 1):
+        m += _burst_tail(k, n, rho, kmax)
+    return m
+
+
+@njit(cache=True)
+def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int,
                      pkt: float) -> float:
     """Expected RED marking probability over the burst backlog distribution."""
     on = int(ecn[3])
     if on == 0:
         return 0.0
-    p = (1.0 - a) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
+    p = (1.0 - _burst_tail(1, n, rho, kmax)) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
     if kmax <= 0 or qf + kmax * pkt <= ecn[0]:
         return p  # even the largest burst stays below Kmin
-    w = a * (1.0 - r) / (1.0 - r ** kmax)  # P(B = 1); P(B = k + 1) = P(B = k) x r
     for k in range(1, kmax + 1):
+        w = _burst_tail(k, n, rho, kmax) - _burst_tail(k + 1, n, rho, kmax)
         p += w * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
-        w *= r
     return p
 
 
 @njit(cache=True)
-def _burst_sample(rng: np.ndarray, a: float, r: float, kmax: int) -> int:
+def _burst_sample(rng: np.ndarray, n: float, rho: float, kmax: int) -> int:
     u = _uniform(rng)
-    if u >= a:
-        return 0
-    w = a * (1.0 - r) / (1.0 - r ** kmax)
-    for k in range(1, kmax + 1):
-        u -= w
-        if u < 0.0:
-            return k
-        w *= r
-    return kmax
+    k = 0
+    while k < kmax and u < _burst_tail(k + 1, n, rho, kmax):
+        k += 1
+    return k
 
 
 @njit(cache=True)
@@ -240,541 +292,669 @@ def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -
     if rc > cap:
         rc = cap
     ff[f, RC] = rc
-    fi[f, INCSINCE] = 1  # any increase since the last cut (issue #2 semantics)
 
 
-@njit(cache=True)
-def run(
-    n_steps, t0, dt, max_steps, rng,
-    # links
-    l_cap, l_delay, l_dst_sw, l_src_nic, l_hroom, l_refresh, l_ecn, l_counters,
-    q, ing, xoff, xoff_thr, xoff_hist, next_refresh, paused_since,
-    # switches / classes
-    sw_buffer, reserve, resume, alpha_xoff, static_xoff, alpha_lossy, cls_lossless, w_roce,
-    wd_detect,
-    # NICs
-    npar, nic_ctr,
-    # flows
-    f_path, f_hops, f_cls, f_src, f_dst, f_pred, f_group, f_rd, f_rev, f_cap, f_size, f_chunk,
-    ff, fi, back, pacc, transit, ce_ring, cnp_ring, wire_pkt,
-    # collectives
-    g_iters, g_iter, g_start, g_times, g_f0, g_f1, g_cur,
-    # probes
-    p_path, p_hops, p_wire, p_interval, p_next, pi_probe, pi_hop, pi_ahead, pi_ready, pi_t0,
-    lat, lat_t, n_lat,
-    # time series
-    ts_every, ts_n, ts_t, ts_q, ts_paused, ts_rate,
-    # scratch
-    serve_frac, serve_bytes, nic_tot, sh_used, pmark, qprev, qseen, nfl, burst,
-    f_pair, pair_stamp, live, n_live, slot_out, slot_hist, lrate, nic_idx, nic_ptr,
-):
+
+
+
+# ==================================================================== DCQCN reaction point
+@njit(cache=True, inline="always")
+def _restart_increase(ff: np.ndarray, fi: np.ndarray, f: int) -> None:
+    """A cut (or the limiter's allocation) restarts the increase timer, byte counter and
+    stages."""
+    ff[f, TTIMER] = 0.0
+    ff[f, BYTECNT] = 0.0
+    fi[f, TSTAGE] = 0
+    fi[f, BSTAGE] = 0
+
+
+@njit(cache=True, inline="always")
+def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float) -> None:
+    """CNPs reach flow ``f``'s reaction point. The first one allocates the NIC's rate limiter
+    (``initial_alpha_value``; ``rate_to_set_on_first_cnp`` if set, else the rate stays) and
+    starts its α and rate-decrease timers; every CNP marks the α period and requests a cut at
+    the next tick of the decrease timer."""
+    if fi[f, ACTIVE] == 0:
+        fi[f, ACTIVE] = 1
+        ff[f, ALPHA] = par[n, P_INIT_ALPHA]
+        ff[f, TALPHA] = 0.0
+        fi[f, CNPPERIOD] = 0
+        _restart_increase(ff, fi, f)
+        if par[n, P_FIRST_RATE] > 0.0:
+            ff[f, RT] = ff[f, RC]
+            ff[f, RC] = min(ff[f, RC], par[n, P_FIRST_RATE])
+            ff[f, TCUT] = now
+            fi[f, INCSINCE] = 0
+        else:
+            ff[f, TCUT] = now
+            fi[f, INCSINCE] = 3  # the first cut's target is the pre-cut rate
+            fi[f, CUTPEND] = 1
+    else:
+        fi[f, CNPPERIOD] = 1
+        fi[f, CUTPEND] = 1
+
+
+@njit(cache=True, inline="always")
+def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
+             dt: float) -> None:
+    """α update every ``dce_tcp_rtt``: α <- (1 - g) α + g if a CNP arrived in the period, else
+    (1 - g) α, with g = ``P_G`` (see engine: g = (1024 - dce_tcp_g) / 1024)."""
+    ff[f, TALPHA] += dt
+    if ff[f, TALPHA] >= par[n, P_ALPHA_RTT] - 1e-9:
+        ff[f, TALPHA] -= par[n, P_ALPHA_RTT]
+        g = par[n, P_G]
+        a = (1.0 - g) * ff[f, ALPHA]
+        if fi[f, CNPPERIOD] != 0:
+            a += g
+        ff[f, ALPHA] = a
+        fi[f, CNPPERIOD] = 0
+
+
+@njit(cache=True, inline="always")
+def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float,
+            dt: float) -> None:
+    """The rate-decrease timer ticks every ``rate_reduce_monitor_period`` from the first CNP;
+    a tick that finds a CNP received since the previous one cuts (mlxconfig RPG_GD: "the flow
+    rate is reduced at the beginning of the next rate_reduce_monitor_period interval"):
+    RC <- max(RC (1 - α gd), RC ``rpg_min_dec_fac``, ``rpg_min_rate``). RT <- RC first when
+    ``clamp_tgt_rate``, or when the rate increased since the last cut: by the byte counter
+    always, by the timer only with ``clamp_tgt_rate_after_time_inc`` (mlxconfig
+    CLAMP_TGT_RATE_AFTER_TIME_INC: "the target rate should be updated if the transmission rate
+    was increased due to the timer, and not only due to the byte counter"). Otherwise the
+    timer and byte-counter increase events (``_increase``).
+    """
+    period = par[n, P_RRMP]
+    tick = now - ff[f, TCUT] >= period - 1e-9
+    if tick:
+        ff[f, TCUT] = ff[f, TCUT] + period if period > 0.0 else now
+    if fi[f, CUTPEND] != 0 and tick:
+        rc = ff[f, RC]
+        inc = fi[f, INCSINCE]  # bit 0: a timer increase, bit 1: a byte-counter increase
+        if par[n, P_CLAMP] != 0.0 or inc & 2 or (inc & 1 and par[n, P_CLAMP_TI] != 0.0):
+            ff[f, RT] = rc
+        new = rc * (1.0 - ff[f, ALPHA] * par[n, P_GD_FAC])
+        floor = rc * par[n, P_MIN_DEC]
+        if new < floor:
+            new = floor
+        if new < par[n, P_MIN_RATE]:
+            new = par[n, P_MIN_RATE]
+        ff[f, RC] = new
+        fi[f, NCUTS] += 1
+        _restart_increase(ff, fi, f)
+        fi[f, INCSINCE] = 0
+        fi[f, CUTPEND] = 0
+    else:
+        ff[f, TTIMER] += dt
+        if ff[f, TTIMER] >= par[n, P_TIME_RESET] - 1e-9:
+            ff[f, TTIMER] -= par[n, P_TIME_RESET]
+            fi[f, TSTAGE] += 1
+            fi[f, INCSINCE] |= 1
+            _increase(ff, fi, f, par, n)
+        br = par[n, P_BYTE_RESET]
+        if br > 0.0:
+            guard = 0
+            while ff[f, BYTECNT] >= br and guard < 64:
+                ff[f, BYTECNT] -= br
+                fi[f, BSTAGE] += 1
+                fi[f, INCSINCE] |= 2
+                _increase(ff, fi, f, par, n)
+                guard += 1
+
+
+# ==================================================================== phases of one step
+@njit(cache=True, inline="always")
+def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
+    """Bytes that left a link ``delay`` steps ago reach its far end: the next switch egress
+    queue (per-(ingress, priority) accounting; headroom overflow drops the lossless class, the
+    dynamic threshold the lossy one) or the receiver."""
+    ff, transit, path = fl.ff, fl.transit, fl.path
+    wire_pkt = sw.wire_pkt
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        if ff[f, INFL] <= 0.0:
+            continue
+        c = fl.cls[f]
+        hops = fl.hops[f]
+        for h in range(hops):
+            x = transit[slot, f, h]
+            if x <= 0.0:
+                continue
+            transit[slot, f, h] = 0.0
+            ln = path[f, h]
+            if h + 1 < hops:
+                s = lk.dst_sw[ln]
+                occ = lk.ing[ln, c] - sw.reserve
+                drop = 0.0
+                if sw.cls_lossless[c] != 0:
+                    lim = lk.xoff_thr[ln, c] + lk.hroom[ln]
+                    if lk.xoff[ln, c] != 0 and occ + x > lim:
+                        drop = occ + x - lim
+                        if drop > x:
+                            drop = x
+                else:
+                    free = sw.buffer[s] - sw.sh_used[s]
+                    lim = sw.alpha_lossy * free
+                    if occ + x > lim:
+                        drop = min(x, occ + x - lim)
+                if drop > 0.0:
+                    x -= drop
+                    ff[f, INFL] -= drop
+                    ff[f, REMAIN] += drop  # resent by the sender (retransmission model)
+                    ff[f, SENT] -= drop
+                    lk.counters[ln, c, C_DROP_BYTES] += drop
+                    lk.counters[ln, c, C_DROPS] += drop / wire_pkt
+                if x > 0.0:
+                    fl.back[f, h + 1] += x
+                    lk.q[path[f, h + 1], c] += x
+                    lk.ing[ln, c] += x
+            else:
+                ff[f, DELIV] += x
+                ff[f, TOTDEL] += x
+                ff[f, INFL] -= x
+                if fl.ack[f] >= 0:  # the receiver acknowledges what it got, on the way back
+                    ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
+
+
+@njit(cache=True, inline="always")
+def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None:
+    """Marked packets reach the receiver NIC, which sends CNPs: one per marked packet, or at
+    most one per flow per ``min_time_between_cnps``; each reaches the sender ``rev`` steps
+    later."""
+    ce_ring, cnp_ring = fl.ce_ring, fl.cnp_ring
+    slot2 = t % ce_ring.shape[0]
+    ring3 = cnp_ring.shape[0]
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        m = ce_ring[slot2, f]
+        if m == 0:
+            continue
+        ce_ring[slot2, f] = 0
+        nd = fl.dst[f]
+        nic.ctr[nd, N_ECN_MARKED] += m
+        gap = nic.par[nd, P_MIN_CNP_GAP]
+        k = 0
+        if gap <= 0.0:
+            k = m
+        elif now - fl.ff[f, TNPCNP] >= gap:
+            k = 1
+            fl.ff[f, TNPCNP] = now
+        if k > 0:
+            nic.ctr[nd, N_CNP_SENT] += k
+            cnp_ring[(t + fl.rev[f]) % ring3, f] += k
+
+
+@njit(cache=True, inline="always")
+def reaction_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
+    """The sender NIC runs DCQCN per flow: CNPs, α, cuts, increases (``rp_*``)."""
+    cnp_ring, ff, fi, par = fl.cnp_ring, fl.ff, fl.fi, nic.par
+    slot3 = t % cnp_ring.shape[0]
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        n = fl.src[f]
+        k = cnp_ring[slot3, f]
+        if k > 0:
+            cnp_ring[slot3, f] = 0
+            nic.ctr[n, N_CNP_HANDLED] += k
+            rp_cnp(ff, fi, f, par, n, now)
+        if fi[f, ACTIVE] == 0:
+            continue
+        rp_alpha(ff, fi, f, par, n, dt)
+        rp_rate(ff, fi, f, par, n, now, dt)
+
+
+@njit(cache=True, inline="always")
+def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> None:
+    """PFC per (switch ingress port, priority): XOFF above min(static, α x free shared buffer),
+    XON ``resume`` below; pause frames at XOFF, per refresh period and at XON."""
+    n_links = lk.cap.shape[0]
+    sh_used, lc = sw.sh_used, lk.counters
+    for s in range(sw.buffer.shape[0]):
+        sh_used[s] = 0.0
+    for ln in range(n_links):
+        s = lk.dst_sw[ln]
+        if s < 0:
+            continue
+        for c in range(2):
+            occ = lk.ing[ln, c] - sw.reserve
+            if occ > 0.0:
+                sh_used[s] += occ
+    for ln in range(n_links):
+        s = lk.dst_sw[ln]
+        for c in range(2):
+            if s < 0 or sw.cls_lossless[c] == 0:
+                lk.xoff_hist[slot, ln, c] = 0
+                continue
+            occ = lk.ing[ln, c] - sw.reserve
+            free = sw.buffer[s] - sh_used[s]
+            if free < 0.0:
+                free = 0.0
+            thr = sw.alpha_xoff * free
+            if sw.static_xoff > 0.0 and sw.static_xoff < thr:
+                thr = sw.static_xoff
+            if lk.xoff[ln, c] == 0:
+                if occ > thr:
+                    lk.xoff[ln, c] = 1
+                    lk.xoff_thr[ln, c] = thr
+                    lc[ln, c, C_PFC_FRAMES] += 1.0
+                    lk.next_refresh[ln, c] = now + lk.refresh[ln]
+            else:
+                if occ < thr - sw.resume:
+                    lk.xoff[ln, c] = 0
+                    lc[ln, c, C_PFC_FRAMES] += 1.0  # the XON (zero-quanta) frame
+                    lc[ln, c, C_TRANS] += 1.0
+                else:
+                    while now >= lk.next_refresh[ln, c]:
+                        lc[ln, c, C_PFC_FRAMES] += 1.0
+                        lk.next_refresh[ln, c] += lk.refresh[ln]
+            if lk.xoff[ln, c] != 0:
+                lc[ln, c, C_XOFF_US] += dt
+            lk.xoff_hist[slot, ln, c] = lk.xoff[ln, c]
+
+
+@njit(cache=True, inline="always")
+def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState,
+            x: Scratch) -> None:
+    """Every link serves its queues: pauses seen one link delay after the far end sent them,
+    work-conserving WRR between the data classes, the queue a packet sees, its microburst
+    backlog and marking probability. NIC ports only record their pause state here
+    (``injection`` serves them)."""
+    ring = lk.xoff_hist.shape[0]
+    lc = lk.counters
+    wire_pkt = sw.wire_pkt
+    for ln in range(lk.cap.shape[0]):
+        hs = (slot - lk.delay[ln]) % ring
+        x.slot_hist[ln] = hs
+        x.slot_out[ln] = (t + lk.delay[ln]) % ring
+        p0 = lk.xoff_hist[hs, ln, 0]
+        p1 = lk.xoff_hist[hs, ln, 1]
+        for c in range(2):
+            pc = p0 if c == 0 else p1
+            if pc != 0:
+                if lk.paused_since[ln, c] < 0.0:
+                    lk.paused_since[ln, c] = now
+                lc[ln, c, C_PAUSED_US] += dt
+                if (now + dt - lk.paused_since[ln, c] >= sw.wd_detect
+                        and lc[ln, c, C_STORM] < 0.0):
+                    lc[ln, c, C_STORM] = lk.paused_since[ln, c]
+            else:
+                lk.paused_since[ln, c] = -1.0
+        cap = lk.cap[ln] * dt
+        if lk.src_nic[ln] >= 0:
+            x.serve_bytes[ln, 0] = cap
+            x.serve_bytes[ln, 1] = cap
+            x.nic_tot[ln, 0] = 0.0
+            x.nic_tot[ln, 1] = 0.0
+            x.serve_frac[ln, 0] = p0
+            x.serve_frac[ln, 1] = p1
+            continue
+        q = lk.q
+        s0, s1 = _wrr(cap, q[ln, 0], q[ln, 1], sw.w_roce, p0, p1)
+        x.serve_bytes[ln, 0] = s0
+        x.serve_bytes[ln, 1] = s1
+        x.serve_frac[ln, 0] = s0 / q[ln, 0] if q[ln, 0] > 0.0 else 0.0
+        x.serve_frac[ln, 1] = s1 / q[ln, 1] if q[ln, 1] > 0.0 else 0.0
+        # every flow in a class queue is served the same fraction, so the queue drains by
+        # exactly the served bytes (``marking`` moves the per-flow shares)
+        lc[ln, 0, C_TX] += s0
+        lc[ln, 1, C_TX] += s1
+        qprev = lk.qprev
+        for c in range(2):
+            # The queue a packet sees within the step: the mean of the backlog left by the
+            # previous step and the backlog this step leaves (arrivals spread over the
+            # step), so a line-rate flow through an idle port sees ~0, not a step's bytes.
+            q_end = q[ln, c] - (s0 if c == 0 else s1)
+            if q_end < 0.0:
+                q_end = 0.0
+            qm = 0.5 * (qprev[ln, c] + q_end)
+            x.qseen[ln, c] = qm
+            # packet-level bursts on top of the fluid queue (see _burst_params)
+            # arrivals this step = queue now - backlog the previous step left
+            arrived = q[ln, c] - qprev[ln, c]
+            a, r, kmax = _burst_params(arrived / cap, lk.nfl[ln, c])
+            x.burst[ln, c, 0] = a
+            x.burst[ln, c, 1] = r
+            x.burst[ln, c, 2] = kmax
+            x.pmark[ln, c] = _mark_prob_burst(qm, lk.ecn[ln, c], a, r, kmax, wire_pkt)
+            bm = _burst_mean(a, r, kmax) * wire_pkt if kmax > 0 else 0.0
+            x.burst[ln, c, 3] = bm
+            wm = (q_end if q_end > qprev[ln, c] else qprev[ln, c]) + bm
+            q[ln, c] = q_end
+            if wm > lc[ln, c, C_WM]:
+                lc[ln, c, C_WM] = wm
+            qprev[ln, c] = q_end
+
+
+@njit(cache=True, inline="always")
+def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, fl: FlowState,
+            x: Scratch) -> None:
+    """Switch queues dequeue each flow's share; dequeued packets are CE-marked with the
+    queue's probability (one Bernoulli draw per whole packet) and the marks start towards the
+    receiver, delayed by the cables and the downstream queues (capped by the ring)."""
+    ff, path, back, pacc = fl.ff, fl.path, fl.back, fl.pacc
+    ring2 = fl.ce_ring.shape[0]
+    wire_pkt = sw.wire_pkt
+    inv_pkt = 1.0 / wire_pkt
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        if ff[f, INFL] <= 0.0:
+            continue
+        c = fl.cls[f]
+        hops = fl.hops[f]
+        for h in range(1, hops):
+            xb = back[f, h]
+            if xb <= 0.0:
+                continue
+            ln = path[f, h]
+            fr = x.serve_frac[ln, c]
+            if fr <= 0.0:
+                continue
+            out = xb * fr if fr < 1.0 else xb
+            back[f, h] = xb - out
+            lk.ing[path[f, h - 1], c] -= out
+            fl.transit[x.slot_out[ln], f, h] += out
+            pm = x.pmark[ln, c]
+            if pm <= 0.0:
+                continue  # no marking: skip the per-packet accounting
+            pkt = wire_pkt if fl.pred[f] != ACK_FLOW else sw.ack_pkt
+            acc = pacc[f, h] + out
+            if acc >= pkt:
+                npk = int(acc * inv_pkt) if pkt == wire_pkt else int(acc / pkt)
+                pacc[f, h] = acc - npk * pkt
+                m = _binomial(rng, npk, pm)
+                if m > 0:
+                    lk.counters[ln, c, C_MARKS] += m
+                    if fl.pred[f] == ACK_FLOW:
+                        continue  # a marked ACK counts, but the NP answers data only
+                    # the marked packet still crosses the downstream queues (their current
+                    # delay, capped by the ring) and cables before the NP sees it
+                    qd = 0.0
+                    for h2 in range(h + 1, hops):
+                        l2 = path[f, h2]
+                        qd += x.qseen[l2, c] / lk.cap[l2]
+                    dly = fl.rd[f, h] + int(qd / dt)
+                    if dly > ring2 - 1:
+                        dly = ring2 - 1
+                    fl.ce_ring[(t + dly) % ring2, f] += m
+            else:
+                pacc[f, h] = acc
+
+
+@njit(cache=True, inline="always")
+def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
+    """What flow ``f`` may forward of predecessor ``pr``'s deliveries: all of it, or only
+    whole ``quantum`` chunks (store and forward per chunk, NCCL Tree) until ``pr`` is done."""
+    d = ff[pr, DELIV]
+    q = fl.quantum[f]
+    if q > 0.0 and d < fl.size[pr] * (1.0 - 1e-9) - 1e-6:
+        d = np.floor(d / q) * q
+    return d
+
+
+@njit(cache=True, inline="always")
+def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch) -> None:
+    """NICs inject each flow at min(DCQCN rate, offered load, ring credit), share the port
+    max-min between QPs (the NIC's arbiter) and stop while the port is paused."""
+    ff = fl.ff
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        ff[f, OFFER] = 0.0
+        rem = ff[f, REMAIN]
+        if rem <= 0.0:
+            continue
+        ln = fl.path[f, 0]
+        c = fl.cls[f]
+        if x.serve_frac[ln, c] != 0.0:  # NIC egress paused for this priority
+            continue
+        r = ff[f, RC]
+        if fl.cap[f] < r:
+            r = fl.cap[f]
+        b = r * dt
+        if rem < b:
+            b = rem
+        pr = fl.pred[f]
+        if pr >= 0:  # at most ``chunk`` ahead of what the predecessor(s) delivered
+            credit = _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT]
+            pr = fl.pred2[f]
+            if pr >= 0:
+                credit = min(credit, _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT])
+            if credit < b:
+                b = credit
+        if b <= 0.0:
+            continue
+        ff[f, OFFER] = b
+        x.nic_tot[ln, c] += b
+    for ln in range(lk.cap.shape[0]):
+        if lk.src_nic[ln] < 0:
+            continue
+        d0 = x.nic_tot[ln, 0]
+        d1 = x.nic_tot[ln, 1]
+        s0, s1 = _wrr(lk.cap[ln] * dt, d0, d1, sw.w_roce, 0, 0)
+        x.serve_bytes[ln, 0] = 1.0
+        x.serve_bytes[ln, 1] = 1.0
+        # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
+        if s0 < d0 * (1.0 - 1e-12):
+            _waterfill(ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0)
+        if s1 < d1 * (1.0 - 1e-12):
+            _waterfill(ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1)
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        b = ff[f, OFFER]
+        if b <= 0.0:
+            continue
+        ln = fl.path[f, 0]
+        c = fl.cls[f]
+        ff[f, REMAIN] -= b
+        ff[f, SENT] += b
+        ff[f, INFL] += b
+        ff[f, BYTECNT] += b
+        fl.transit[x.slot_out[ln], f, 0] += b
+        lk.counters[ln, c, C_TX] += b
+
+
+@njit(cache=True, inline="always")
+def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, pb: ProbeState,
+           x: Scratch) -> None:
+    """Latency probes start on schedule and advance through the queues they meet: the bytes
+    ahead of them (fluid queue + a sampled microburst) drain first, pauses included."""
+    n_inst = pb.inst.shape[0]
+    wire_pkt = sw.wire_pkt
+    for p in range(pb.hops.shape[0]):
+        if pb.next[p] < now + dt:
+            for i in range(n_inst):
+                if pb.inst[i] < 0:
+                    pb.inst[i] = p
+                    pb.hop[i] = 0
+                    pb.ahead[i] = -1.0
+                    pb.ready[i] = pb.next[p]
+                    pb.t0[i] = pb.next[p]
+                    break
+            pb.next[p] += pb.interval
+    for i in range(n_inst):
+        p = pb.inst[i]
+        if p < 0:
+            continue
+        while pb.inst[i] >= 0 and pb.ready[i] < now + dt:
+            h = pb.hop[i]
+            ln = pb.path[p, h]
+            tready = pb.ready[i] if pb.ready[i] > now else now
+            paused = lk.xoff_hist[x.slot_hist[ln], ln, 0] != 0
+            if h == 0:
+                if paused:
+                    pb.ready[i] = now + dt
+                    break
+                depart = tready
+            else:
+                if pb.ahead[i] < 0.0:
+                    pb.ahead[i] = x.qseen[ln, 0] + 1e-9
+                    kb = int(x.burst[ln, 0, 2])
+                    if kb > 0:
+                        pb.ahead[i] += wire_pkt * _burst_sample(
+                            rng, x.burst[ln, 0, 0], x.burst[ln, 0, 1], kb)
+                # bytes ahead drain at the class's service this step; burst packets (not in
+                # the fluid queue) drain at least at the class's WRR share
+                if paused:
+                    sb = 0.0
+                else:
+                    sb = x.serve_bytes[ln, 0]
+                    floor = sw.w_roce * lk.cap[ln] * dt
+                    if sb < floor:
+                        sb = floor
+                if sb <= 0.0 and pb.ahead[i] > 1e-6:
+                    pb.ready[i] = now + dt
+                    break
+                if pb.ahead[i] > sb:
+                    pb.ahead[i] -= sb
+                    pb.ready[i] = now + dt
+                    break
+                depart = tready + (dt * pb.ahead[i] / sb if sb > 0.0 else 0.0)
+            arrive = depart + pb.wire / lk.cap[ln] + lk.delay[ln] * dt
+            if h + 1 >= pb.hops[p]:
+                k = pb.n_lat[0]
+                if k < pb.lat.shape[0]:
+                    pb.lat[k] = arrive - pb.t0[i]
+                    pb.lat_t[k] = pb.t0[i]
+                    pb.n_lat[0] = k + 1
+                pb.inst[i] = -1
+            else:
+                pb.hop[i] = h + 1
+                pb.ahead[i] = -1.0
+                pb.ready[i] = arrive
+
+
+@njit(cache=True, inline="always")
+def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState) -> None:
+    """An iteration ends when every flow of the group delivered its bytes; the next one
+    restarts them, and a finished group's flows leave the live list."""
+    ff = fl.ff
+    for g in range(gr.iters.shape[0]):
+        if gr.iter[g] >= gr.iters[g]:
+            continue
+        done = True
+        f = gr.cur[g]  # flows before the cursor finished this iteration already
+        while f < gr.f1[g]:
+            if ff[f, DELIV] < fl.size[f] * (1.0 - 1e-9) - 1e-6:
+                done = False
+                break
+            f += 1
+        gr.cur[g] = f
+        if not done:
+            continue
+        gr.cur[g] = gr.f0[g]
+        gr.times[g, gr.iter[g]] = now - gr.start[g]
+        gr.iter[g] += 1
+        gr.start[g] = now
+        if gr.iter[g] < gr.iters[g]:
+            for f in range(gr.f0[g], gr.f1[g]):
+                ff[f, REMAIN] = fl.size[f]
+                ff[f, SENT] = 0.0
+                ff[f, DELIV] = 0.0
+                ff[f, INFL] = 0.0
+        else:
+            for f in range(gr.f0[g], gr.f1[g]):
+                ff[f, REMAIN] = 0.0
+                ff[f, INFL] = 0.0
+                ff[f, OFFER] = 0.0
+            # the group is over: drop its flows from the live list (exact: they never send
+            # again, so their DCQCN state no longer matters)
+            k = 0
+            for jf in range(fl.n_live[0]):
+                f = fl.live[jf]
+                gf = fl.group[f]
+                if gf >= 0 and gr.iter[gf] >= gr.iters[gf]:
+                    continue
+                fl.live[k] = f
+                k += 1
+            fl.n_live[0] = k
+            count_ingress(fl.live, k, fl.hops, fl.path, fl.pair, fl.cls, fl.pair_stamp,
+                          lk.nfl, -2 - t)
+
+
+@njit(cache=True, inline="always")
+def time_series(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState,
+                x: Scratch) -> None:
+    """Per-link queue, pause and mean DCQCN rate; adaptive decimation keeps <= cap points."""
+    if t % ts.every[0] != 0:
+        return
+    n_links = lk.cap.shape[0]
+    if ts.n[0] >= ts.t.shape[0]:
+        half = ts.n[0] // 2
+        for k in range(half):
+            ts.t[k] = ts.t[2 * k + 1]
+            for ln in range(n_links):
+                ts.q[k, ln] = ts.q[2 * k + 1, ln]
+                ts.paused[k, ln] = ts.paused[2 * k + 1, ln]
+                ts.rate[k, ln] = ts.rate[2 * k + 1, ln]
+        ts.n[0] = half
+        ts.every[0] *= 2
+    k = ts.n[0]
+    ts.t[k] = now
+    lrate = ts.lrate
+    for ln in range(n_links):
+        ts.q[k, ln] = (lk.qprev[ln, 0] + lk.qprev[ln, 1] + x.burst[ln, 0, 3]
+                       + x.burst[ln, 1, 3])
+        ts.paused[k, ln] = lk.xoff_hist[x.slot_hist[ln], ln, 0]
+        lrate[ln, 0] = 0.0
+        lrate[ln, 1] = 0.0
+    # mean DCQCN rate of the sending flows routed through each link
+    ff = fl.ff
+    for jf in range(fl.n_live[0]):
+        f = fl.live[jf]
+        if ff[f, REMAIN] > 0.0 and fl.pred[f] != ACK_FLOW:
+            r = ff[f, RC]
+            if fl.cap[f] < r:
+                r = fl.cap[f]
+            for h in range(fl.hops[f]):
+                ln = fl.path[f, h]
+                lrate[ln, 0] += r
+                lrate[ln, 1] += 1.0
+    for ln in range(n_links):
+        ts.rate[k, ln] = lrate[ln, 0] / lrate[ln, 1] if lrate[ln, 1] > 0.0 else 0.0
+    ts.n[0] = k + 1
+
+
+@njit(cache=True, inline="always")
+def all_done(gr: GroupState) -> bool:
+    """True when there are collectives and every one finished its iterations."""
+    n = gr.iters.shape[0]
+    if n == 0:
+        return False
+    for g in range(n):
+        if gr.iter[g] < gr.iters[g]:
+            return False
+    return True
+
+
+@njit(cache=True, _nrt=False)  # type: ignore[call-overload]
+def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links: LinkState,
+        switches: SwitchState, nics: NicState, flows: FlowState, groups: GroupState,
+        probe: ProbeState, series: SeriesState, scratch: Scratch) -> int:
     """Advance ``n_steps`` steps from step ``t0``; returns the step reached.
 
     Stops early when every collective finished its iterations (if there are collectives) or at
-    ``max_steps``.
+    ``max_steps``. The phase order is the model (see ``rocesim.engine``'s docstring).
+
+    Compiled without numba's reference counting (``_nrt=False``): nothing here allocates, and
+    counting the references each phase takes to the structures' arrays doubled the cost of a
+    small step (1.1 -> 2.5 µs on S1).
     """
-    n_links = l_cap.shape[0]
-    n_sw = sw_buffer.shape[0]
-    n_groups = g_iters.shape[0]
-    n_probe = p_hops.shape[0]
-    n_inst = pi_probe.shape[0]
-    ring = transit.shape[0]
-    ring2 = ce_ring.shape[0]
-    ring3 = cnp_ring.shape[0]
-    inv_pkt = 1.0 / wire_pkt
+    ring = flows.transit.shape[0]
     t = t0
     t_end = min(t0 + n_steps, max_steps)
     while t < t_end:
-        if n_groups > 0:
-            alldone = True
-            for g in range(n_groups):
-                if g_iter[g] < g_iters[g]:
-                    alldone = False
-                    break
-            if alldone:
-                break
+        if all_done(groups):
+            break
         now = t * dt
         slot = t % ring
-        slot2 = t % ring2
-        slot3 = t % ring3
-
-        # ---- 1. arrivals: bytes that left a link d steps ago reach its far end ----
-        for jf in range(n_live[0]):
-            f = live[jf]
-            if ff[f, INFL] <= 0.0:
-                continue
-            c = f_cls[f]
-            hops = f_hops[f]
-            for h in range(hops):
-                x = transit[slot, f, h]
-                if x <= 0.0:
-                    continue
-                transit[slot, f, h] = 0.0
-                ln = f_path[f, h]
-                if h + 1 < hops:
-                    s = l_dst_sw[ln]
-                    occ = ing[ln, c] - reserve
-                    drop = 0.0
-                    if cls_lossless[c] != 0:
-                        if xoff[ln, c] != 0 and occ + x > xoff_thr[ln, c] + l_hroom[ln]:
-                            drop = occ + x - (xoff_thr[ln, c] + l_hroom[ln])
-                            if drop > x:
-                                drop = x
-                    else:
-                        free = sw_buffer[s] - sh_used[s]
-                        lim = alpha_lossy * free
-                        if occ + x > lim:
-                            drop = min(x, occ + x - lim)
-                    if drop > 0.0:
-                        x -= drop
-                        ff[f, INFL] -= drop
-                        ff[f, REMAIN] += drop  # resent by the sender (retransmission model)
-                        ff[f, SENT] -= drop
-                        l_counters[ln, c, C_DROP_BYTES] += drop
-                        l_counters[ln, c, C_DROPS] += drop / wire_pkt
-                    if x > 0.0:
-                        back[f, h + 1] += x
-                        nxt = f_path[f, h + 1]
-                        q[nxt, c] += x
-                        ing[ln, c] += x
-                else:
-                    ff[f, DELIV] += x
-                    ff[f, TOTDEL] += x
-                    ff[f, INFL] -= x
-
-        # ---- 2. notification point: marked packets reach the receiver ----
-        for jf in range(n_live[0]):
-            f = live[jf]
-            m = ce_ring[slot2, f]
-            if m == 0:
-                continue
-            ce_ring[slot2, f] = 0
-            nd = f_dst[f]
-            nic_ctr[nd, 0] += m  # np_ecn_marked_roce_packets
-            gap = npar[nd, P_MIN_CNP_GAP]
-            k = 0
-            if gap <= 0.0:
-                k = m
-            elif now - ff[f, TNPCNP] >= gap:
-                k = 1
-                ff[f, TNPCNP] = now
-            if k > 0:
-                nic_ctr[nd, 1] += k  # np_cnp_sent
-                cnp_ring[(t + f_rev[f]) % ring3, f] += k
-
-        # ---- 3. reaction point: CNPs, alpha, cuts, increases ----
-        for jf in range(n_live[0]):
-            f = live[jf]
-            n = f_src[f]
-            k = cnp_ring[slot3, f]
-            if k > 0:
-                cnp_ring[slot3, f] = 0
-                nic_ctr[n, 2] += k  # rp_cnp_handled
-                if fi[f, ACTIVE] == 0:
-                    # first CNP: the NIC allocates a rate limiter for this QP
-                    fi[f, ACTIVE] = 1
-                    ff[f, ALPHA] = npar[n, P_INIT_ALPHA]
-                    ff[f, TALPHA] = 0.0
-                    ff[f, TTIMER] = 0.0
-                    ff[f, BYTECNT] = 0.0
-                    fi[f, TSTAGE] = 0
-                    fi[f, BSTAGE] = 0
-                    fi[f, CNPPERIOD] = 0
-                    if npar[n, P_FIRST_RATE] > 0.0:
-                        ff[f, RT] = ff[f, RC]
-                        ff[f, RC] = min(ff[f, RC], npar[n, P_FIRST_RATE])
-                        ff[f, TCUT] = now
-                        fi[f, INCSINCE] = 0
-                    else:
-                        ff[f, TCUT] = -1e18
-                        fi[f, INCSINCE] = 1  # the target starts from the pre-cut rate
-                        fi[f, CUTPEND] = 1
-                else:
-                    fi[f, CNPPERIOD] = 1
-                    fi[f, CUTPEND] = 1
-            if fi[f, ACTIVE] == 0:
-                continue
-            # alpha update every dce_tcp_rtt
-            ff[f, TALPHA] += dt
-            if ff[f, TALPHA] >= npar[n, P_ALPHA_RTT] - 1e-9:
-                ff[f, TALPHA] -= npar[n, P_ALPHA_RTT]
-                g = npar[n, P_G]
-                a = (1.0 - g) * ff[f, ALPHA]
-                if fi[f, CNPPERIOD] != 0:
-                    a += g
-                ff[f, ALPHA] = a
-                fi[f, CNPPERIOD] = 0
-            # rate cut at most once per rate_reduce_monitor_period
-            if fi[f, CUTPEND] != 0 and now - ff[f, TCUT] >= npar[n, P_RRMP] - 1e-9:
-                rc = ff[f, RC]
-                if npar[n, P_CLAMP] != 0.0 or (fi[f, INCSINCE] != 0
-                                               and npar[n, P_CLAMP_TI] != 0.0):
-                    ff[f, RT] = rc
-                new = rc * (1.0 - ff[f, ALPHA] * npar[n, P_GD_FAC])
-                floor = rc * npar[n, P_MIN_DEC]
-                if new < floor:
-                    new = floor
-                if new < npar[n, P_MIN_RATE]:
-                    new = npar[n, P_MIN_RATE]
-                ff[f, RC] = new
-                ff[f, TCUT] = now
-                ff[f, TTIMER] = 0.0
-                ff[f, BYTECNT] = 0.0
-                fi[f, TSTAGE] = 0
-                fi[f, BSTAGE] = 0
-                fi[f, INCSINCE] = 0
-                fi[f, CUTPEND] = 0
-            else:
-                ff[f, TTIMER] += dt
-                if ff[f, TTIMER] >= npar[n, P_TIME_RESET] - 1e-9:
-                    ff[f, TTIMER] -= npar[n, P_TIME_RESET]
-                    fi[f, TSTAGE] += 1
-                    _increase(ff, fi, f, npar, n)
-                br = npar[n, P_BYTE_RESET]
-                if br > 0.0:
-                    guard = 0
-                    while ff[f, BYTECNT] >= br and guard < 64:
-                        ff[f, BYTECNT] -= br
-                        fi[f, BSTAGE] += 1
-                        _increase(ff, fi, f, npar, n)
-                        guard += 1
-
-        # ---- 4. PFC: per (ingress port, priority) accounting at every switch ----
-        for s in range(n_sw):
-            sh_used[s] = 0.0
-        for ln in range(n_links):
-            s = l_dst_sw[ln]
-            if s < 0:
-                continue
-            for c in range(2):
-                occ = ing[ln, c] - reserve
-                if occ > 0.0:
-                    sh_used[s] += occ
-        for ln in range(n_links):
-            s = l_dst_sw[ln]
-            for c in range(2):
-                if s < 0 or cls_lossless[c] == 0:
-                    xoff_hist[slot, ln, c] = 0
-                    continue
-                occ = ing[ln, c] - reserve
-                free = sw_buffer[s] - sh_used[s]
-                if free < 0.0:
-                    free = 0.0
-                thr = alpha_xoff * free
-                if static_xoff > 0.0 and static_xoff < thr:
-                    thr = static_xoff
-                if xoff[ln, c] == 0:
-                    if occ > thr:
-                        xoff[ln, c] = 1
-                        xoff_thr[ln, c] = thr
-                        l_counters[ln, c, C_PFC_FRAMES] += 1.0
-                        next_refresh[ln, c] = now + l_refresh[ln]
-                else:
-                    if occ < thr - resume:
-                        xoff[ln, c] = 0
-                        l_counters[ln, c, C_PFC_FRAMES] += 1.0  # the XON (zero-quanta) frame
-                        l_counters[ln, c, C_TRANS] += 1.0
-                    else:
-                        while now >= next_refresh[ln, c]:
-                            l_counters[ln, c, C_PFC_FRAMES] += 1.0
-                            next_refresh[ln, c] += l_refresh[ln]
-                if xoff[ln, c] != 0:
-                    l_counters[ln, c, C_XOFF_US] += dt
-                xoff_hist[slot, ln, c] = xoff[ln, c]
-
-        # ---- 5. egress service of every link (switch queues and NIC ports) ----
-        for ln in range(n_links):
-            hs = (slot - l_delay[ln]) % ring
-            slot_hist[ln] = hs
-            slot_out[ln] = (t + l_delay[ln]) % ring
-            p0 = xoff_hist[hs, ln, 0]
-            p1 = xoff_hist[hs, ln, 1]
-            for c in range(2):
-                pc = p0 if c == 0 else p1
-                if pc != 0:
-                    if paused_since[ln, c] < 0.0:
-                        paused_since[ln, c] = now
-                    l_counters[ln, c, C_PAUSED_US] += dt
-                    if (now + dt - paused_since[ln, c] >= wd_detect
-                            and l_counters[ln, c, C_STORM] < 0.0):
-                        l_counters[ln, c, C_STORM] = paused_since[ln, c]
-                else:
-                    paused_since[ln, c] = -1.0
-            cap = l_cap[ln] * dt
-            if l_src_nic[ln] >= 0:
-                serve_bytes[ln, 0] = cap
-                serve_bytes[ln, 1] = cap
-                nic_tot[ln, 0] = 0.0
-                nic_tot[ln, 1] = 0.0
-                serve_frac[ln, 0] = p0
-                serve_frac[ln, 1] = p1
-                continue
-            s0, s1 = _wrr(cap, q[ln, 0], q[ln, 1], w_roce, p0, p1)
-            serve_bytes[ln, 0] = s0
-            serve_bytes[ln, 1] = s1
-            serve_frac[ln, 0] = s0 / q[ln, 0] if q[ln, 0] > 0.0 else 0.0
-            serve_frac[ln, 1] = s1 / q[ln, 1] if q[ln, 1] > 0.0 else 0.0
-            # every flow in a class queue is served the same fraction, so the queue drains by
-            # exactly the served bytes (step 6 moves the per-flow shares)
-            l_counters[ln, 0, C_TX] += s0
-            l_counters[ln, 1, C_TX] += s1
-            for c in range(2):
-                # The queue a packet sees within the step: the mean of the backlog left by the
-                # previous step and the backlog this step leaves (arrivals spread over the
-                # step), so a line-rate flow through an idle port sees ~0, not a step's bytes.
-                q_end = q[ln, c] - (s0 if c == 0 else s1)
-                if q_end < 0.0:
-                    q_end = 0.0
-                qm = 0.5 * (qprev[ln, c] + q_end)
-                qseen[ln, c] = qm
-                # packet-level bursts on top of the fluid queue (see _burst_params)
-                # arrivals this step = queue now - backlog the previous step left
-                arrived = q[ln, c] - qprev[ln, c]
-                a, r, kmax = _burst_params(arrived / cap, nfl[ln, c])
-                burst[ln, c, 0] = a
-                burst[ln, c, 1] = r
-                burst[ln, c, 2] = kmax
-                pmark[ln, c] = _mark_prob_burst(qm, l_ecn[ln, c], a, r, kmax, wire_pkt)
-                bm = _burst_mean(a, r, kmax) * wire_pkt if kmax > 0 else 0.0
-                burst[ln, c, 3] = bm
-                wm = (q_end if q_end > qprev[ln, c] else qprev[ln, c]) + bm
-                q[ln, c] = q_end
-                if wm > l_counters[ln, c, C_WM]:
-                    l_counters[ln, c, C_WM] = wm
-                qprev[ln, c] = q_end
-
-        # ---- 6. switch queues: dequeue, per-packet ECN marking at dequeue ----
-        for jf in range(n_live[0]):
-            f = live[jf]
-            if ff[f, INFL] <= 0.0:
-                continue
-            c = f_cls[f]
-            hops = f_hops[f]
-            for h in range(1, hops):
-                x = back[f, h]
-                if x <= 0.0:
-                    continue
-                ln = f_path[f, h]
-                fr = serve_frac[ln, c]
-                if fr <= 0.0:
-                    continue
-                out = x * fr if fr < 1.0 else x
-                back[f, h] = x - out
-                ing[f_path[f, h - 1], c] -= out
-                transit[slot_out[ln], f, h] += out
-                pm = pmark[ln, c]
-                if pm <= 0.0:
-                    continue  # no marking: skip the per-packet accounting
-                acc = pacc[f, h] + out
-                if acc >= wire_pkt:
-                    npk = int(acc * inv_pkt)
-                    pacc[f, h] = acc - npk * wire_pkt
-                    m = _binomial(rng, npk, pm)
-                    if m > 0:
-                        l_counters[ln, c, C_MARKS] += m
-                        # the marked packet still crosses the downstream queues (their
-                        # current delay, capped by the ring) and cables before the NP sees it
-                        qd = 0.0
-                        for h2 in range(h + 1, hops):
-                            l2 = f_path[f, h2]
-                            qd += qseen[l2, c] / l_cap[l2]
-                        dly = f_rd[f, h] + int(qd / dt)
-                        if dly > ring2 - 1:
-                            dly = ring2 - 1
-                        ce_ring[(t + dly) % ring2, f] += m
-                else:
-                    pacc[f, h] = acc
-
-        # ---- 7. NIC injection: DCQCN rate, credit of the ring, port share, pause ----
-        for jf in range(n_live[0]):
-            f = live[jf]
-            ff[f, OFFER] = 0.0
-            rem = ff[f, REMAIN]
-            if rem <= 0.0:
-                continue
-            ln = f_path[f, 0]
-            c = f_cls[f]
-            if serve_frac[ln, c] != 0.0:  # NIC egress paused for this priority
-                continue
-            r = ff[f, RC]
-            if f_cap[f] < r:
-                r = f_cap[f]
-            x = r * dt
-            if rem < x:
-                x = rem
-            pr = f_pred[f]
-            if pr >= 0:
-                credit = ff[pr, DELIV] + f_chunk[f] - ff[f, SENT]
-                if credit < x:
-                    x = credit
-            if x <= 0.0:
-                continue
-            ff[f, OFFER] = x
-            nic_tot[ln, c] += x
-        for ln in range(n_links):
-            if l_src_nic[ln] < 0:
-                continue
-            d0 = nic_tot[ln, 0]
-            d1 = nic_tot[ln, 1]
-            s0, s1 = _wrr(l_cap[ln] * dt, d0, d1, w_roce, 0, 0)
-            serve_bytes[ln, 0] = 1.0
-            serve_bytes[ln, 1] = 1.0
-            # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
-            if s0 < d0 * (1.0 - 1e-12):
-                _waterfill(ff, nic_idx, nic_ptr[ln], nic_ptr[ln + 1], f_cls, 0, s0)
-            if s1 < d1 * (1.0 - 1e-12):
-                _waterfill(ff, nic_idx, nic_ptr[ln], nic_ptr[ln + 1], f_cls, 1, s1)
-        for jf in range(n_live[0]):
-            f = live[jf]
-            x = ff[f, OFFER]
-            if x <= 0.0:
-                continue
-            ln = f_path[f, 0]
-            c = f_cls[f]
-            ff[f, REMAIN] -= x
-            ff[f, SENT] += x
-            ff[f, INFL] += x
-            ff[f, BYTECNT] += x
-            transit[slot_out[ln], f, 0] += x
-            l_counters[ln, c, C_TX] += x
-
-        # ---- 8. latency probes, timed through the queues they meet ----
-        for p in range(n_probe):
-            if p_next[p] < now + dt:
-                for i in range(n_inst):
-                    if pi_probe[i] < 0:
-                        pi_probe[i] = p
-                        pi_hop[i] = 0
-                        pi_ahead[i] = -1.0
-                        pi_ready[i] = p_next[p]
-                        pi_t0[i] = p_next[p]
-                        break
-                p_next[p] += p_interval
-        for i in range(n_inst):
-            p = pi_probe[i]
-            if p < 0:
-                continue
-            while pi_probe[i] >= 0 and pi_ready[i] < now + dt:
-                h = pi_hop[i]
-                ln = p_path[p, h]
-                tready = pi_ready[i] if pi_ready[i] > now else now
-                if h == 0:
-                    if xoff_hist[slot_hist[ln], ln, 0] != 0:
-                        pi_ready[i] = now + dt
-                        break
-                    depart = tready
-                else:
-                    if pi_ahead[i] < 0.0:
-                        pi_ahead[i] = qseen[ln, 0] + 1e-9
-                        kb = int(burst[ln, 0, 2])
-                        if kb > 0:
-                            pi_ahead[i] += wire_pkt * _burst_sample(
-                                rng, burst[ln, 0, 0], burst[ln, 0, 1], kb)
-                    # bytes ahead drain at the class's service this step; burst packets
-                    # (not in the fluid queue) drain at least at the class's WRR share
-                    if xoff_hist[slot_hist[ln], ln, 0] != 0:
-                        sb = 0.0
-                    else:
-                        sb = serve_bytes[ln, 0]
-                        floor = w_roce * l_cap[ln] * dt
-                        if sb < floor:
-                            sb = floor
-                    if sb <= 0.0 and pi_ahead[i] > 1e-6:
-                        pi_ready[i] = now + dt
-                        break
-                    if pi_ahead[i] > sb:
-                        pi_ahead[i] -= sb
-                        pi_ready[i] = now + dt
-                        break
-                    depart = tready + (dt * pi_ahead[i] / sb if sb > 0.0 else 0.0)
-                arrive = depart + p_wire / l_cap[ln] + l_delay[ln] * dt
-                if h + 1 >= p_hops[p]:
-                    if n_lat[0] < lat.shape[0]:
-                        lat[n_lat[0]] = arrive - pi_t0[i]
-                        lat_t[n_lat[0]] = pi_t0[i]
-                        n_lat[0] += 1
-                    pi_probe[i] = -1
-                else:
-                    pi_hop[i] = h + 1
-                    pi_ahead[i] = -1.0
-                    pi_ready[i] = arrive
-
+        arrivals(slot, links, switches, flows)
+        notification_point(t, now, nics, flows)
+        reaction_point(t, now, dt, nics, flows)
+        pfc(slot, now, dt, links, switches)
+        service(t, slot, now, dt, links, switches, scratch)
+        marking(t, dt, rng, links, switches, flows, scratch)
+        injection(dt, links, switches, flows, scratch)
+        probes(now, dt, rng, links, switches, probe, scratch)
         t += 1
         now = t * dt
-
-        # ---- 9. collective iterations ----
-        for g in range(n_groups):
-            if g_iter[g] >= g_iters[g]:
-                continue
-            done = True
-            f = g_cur[g]  # flows before the cursor finished this iteration already
-            while f < g_f1[g]:
-                if ff[f, DELIV] < f_size[f] * (1.0 - 1e-9) - 1e-6:
-                    done = False
-                    break
-                f += 1
-            g_cur[g] = f
-            if done:
-                g_cur[g] = g_f0[g]
-                g_times[g, g_iter[g]] = now - g_start[g]
-                g_iter[g] += 1
-                g_start[g] = now
-                if g_iter[g] < g_iters[g]:
-                    for f in range(g_f0[g], g_f1[g]):
-                        ff[f, REMAIN] = f_size[f]
-                        ff[f, SENT] = 0.0
-                        ff[f, DELIV] = 0.0
-                        ff[f, INFL] = 0.0
-                else:
-                    for f in range(g_f0[g], g_f1[g]):
-                        ff[f, REMAIN] = 0.0
-                        ff[f, INFL] = 0.0
-                        ff[f, OFFER] = 0.0
-                    # the group is over: drop its flows from the live list (exact: they never
-                    # send again, so their DCQCN state no longer matters)
-                    k = 0
-                    for jf in range(n_live[0]):
-                        f = live[jf]
-                        gf = f_group[f]
-                        if gf >= 0 and g_iter[gf] >= g_iters[gf]:
-                            continue
-                        live[k] = f
-                        k += 1
-                    n_live[0] = k
-                    count_ingress(live, k, f_hops, f_path, f_pair, f_cls, pair_stamp, nfl,
-                                  -2 - t)
-
-        # ---- 10. time series (adaptive decimation keeps <= cap points) ----
-        if t % ts_every[0] == 0:
-            if ts_n[0] >= ts_t.shape[0]:
-                half = ts_n[0] // 2
-                for k in range(half):
-                    ts_t[k] = ts_t[2 * k + 1]
-                    for ln in range(n_links):
-                        ts_q[k, ln] = ts_q[2 * k + 1, ln]
-                        ts_paused[k, ln] = ts_paused[2 * k + 1, ln]
-                        ts_rate[k, ln] = ts_rate[2 * k + 1, ln]
-                ts_n[0] = half
-                ts_every[0] *= 2
-            k = ts_n[0]
-            ts_t[k] = now
-            for ln in range(n_links):
-                ts_q[k, ln] = qprev[ln, 0] + qprev[ln, 1] + burst[ln, 0, 3] + burst[ln, 1, 3]
-                ts_paused[k, ln] = xoff_hist[slot_hist[ln], ln, 0]
-                lrate[ln, 0] = 0.0
-                lrate[ln, 1] = 0.0
-            # mean DCQCN rate of the sending flows routed through each link
-            for jf in range(n_live[0]):
-                f = live[jf]
-                if ff[f, REMAIN] > 0.0:
-                    r = ff[f, RC]
-                    if f_cap[f] < r:
-                        r = f_cap[f]
-                    for h in range(f_hops[f]):
-                        ln = f_path[f, h]
-                        lrate[ln, 0] += r
-                        lrate[ln, 1] += 1.0
-            for ln in range(n_links):
-                ts_rate[k, ln] = lrate[ln, 0] / lrate[ln, 1] if lrate[ln, 1] > 0.0 else 0.0
-            ts_n[0] = k + 1
+        collectives(t, now, links, flows, groups)
+        time_series(t, now, links, flows, series, scratch)
     return t

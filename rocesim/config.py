@@ -54,6 +54,8 @@ class Topology:
     pfcwd_detect_us: float = 200_000.0
     wrr_weight_roce: float = 0.5  # RoCE share of a link when both data classes queue
     lossy_alpha_log2: int = 0  # dynamic drop threshold of the lossy class
+    ack_bytes: int = 0  # wire bytes of acknowledgement per data packet (0: not modelled)
+    ack_packet_bytes: int = 60  # wire bytes of one ACK (counts marked ACKs)
 
     def __post_init__(self) -> None:
         if self.kind not in ("leaf_spine", "single_switch"):

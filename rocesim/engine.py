@@ -1,18 +1,24 @@
 """Time-stepped engine: builds the state arrays, steps the compiled kernel, reports results.
 
-What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (see ``_kernel.run``):
+What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase functions that
+``_kernel.run`` calls):
 
 1. bytes that left a link ``delay`` steps ago arrive: into the next switch egress queue
    (per-(ingress port, priority) buffer accounting; headroom overflow drops the lossless
-   class, the dynamic threshold drops the lossy class) or at the receiver;
+   class, the dynamic threshold drops the lossy class) or at the receiver, which (with
+   ``Topology.ack_bytes`` > 0) acknowledges them on the reverse path: ACK flows share the data
+   queues and PFC of their class in the switches and get no CNPs;
 2. the receiver NIC (notification point) turns CE-marked packets into CNPs, at most one per
    flow per ``min_time_between_cnps`` µs (0: one per marked packet); a mark reaches the NP
    after the remaining forward propagation delay plus the downstream queues' current delay
    (bounded by a ring of a few hundred µs) and the CNP reaches the sender after the reverse
    propagation delay. CNPs ride the strict-priority class (TC6), which is never
    paused and whose bytes are negligible, so they are modelled as delay only;
-3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics (see
-   ``_kernel._increase`` and the cut in ``_kernel.run`` step 3);
+3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics; every
+   ``dce_tcp_rtt`` µs α <- (G/1024) α, plus (1 - G/1024) if a CNP arrived, G = ``dce_tcp_g``
+   (see ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``); the first CNP
+   starts the α and rate-decrease timers, a cut happens at a decrease-timer tick that follows
+   a CNP;
 4. PFC per switch ingress port and priority: XOFF above min(static, alpha x free shared
    buffer), XON ``resume_offset`` below; one pause frame at XOFF, one per refresh period
    (half the 0xFFFF-quanta pause time) while XOFF lasts and one XON (zero-quanta) frame; the
@@ -44,8 +50,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rocesim import _kernel as K
+from rocesim import _state as S
 from rocesim.fabric import OTHER_LOSSLESS_TC, OTHER_LOSSY_TC, ROCE_TC, Fabric
-from rocesim.workload import Workload, busbw_factor
+from rocesim.workload import (
+    Collective,
+    Workload,
+    busbw_factor,
+    double_binary_tree,
+    tree_chunk_bytes,
+)
 
 DEFAULT_DT_US = 1.0  # chosen by the convergence test (tests/rocesim/test_physics.py, #8)
 NO_COLLECTIVE_TIME_US = 10_000.0
@@ -165,8 +178,8 @@ class Simulation:
                     e = fab.ecn(ln.src, tc)
                     self.l_ecn[li, c] = (e.kmin_bytes, e.kmax_bytes, e.pmax,
                                          1.0 if e.enabled else 0.0)
-        self.l_counters = np.zeros((n_links, 2, K.NLC))
-        self.l_counters[:, :, K.C_STORM] = -1.0
+        self.l_counters = np.zeros((n_links, 2, S.NLC))
+        self.l_counters[:, :, S.C_STORM] = -1.0
         self.q = np.zeros((n_links, 2))
         self.ing = np.zeros((n_links, 2))
         self.xoff = np.zeros((n_links, 2), dtype=np.int64)
@@ -184,28 +197,31 @@ class Simulation:
         # NIC DCQCN parameters in kernel units
         n_nics = len(fab.nic_names)
         line = topo.nic_gbps * 1e3 / 8.0
-        self.npar = np.zeros((n_nics, K.NP_COLS))
+        self.npar = np.zeros((n_nics, S.NP_COLS))
         for i, nic in enumerate(fab.nic_names):
             d = fab.dcqcn(nic)
             p = self.npar[i]
-            p[K.P_TIME_RESET] = d.rpg_time_reset
-            p[K.P_BYTE_RESET] = d.rpg_byte_reset
-            p[K.P_THRESHOLD] = d.rpg_threshold
-            p[K.P_MAX_RATE] = min(line, _mbps(d.rpg_max_rate)) if d.rpg_max_rate else line
-            p[K.P_AI] = _mbps(d.rpg_ai_rate)
-            p[K.P_HAI] = _mbps(d.rpg_hai_rate)
-            p[K.P_GD_FAC] = 2.0 ** (10 - d.rpg_gd)
-            p[K.P_MIN_DEC] = d.rpg_min_dec_fac / 100.0
-            p[K.P_MIN_RATE] = _mbps(d.rpg_min_rate)
-            p[K.P_FIRST_RATE] = _mbps(d.rate_to_set_on_first_cnp)
-            p[K.P_G] = (1024 - d.dce_tcp_g) / 1024.0
-            p[K.P_ALPHA_RTT] = d.dce_tcp_rtt
-            p[K.P_RRMP] = d.rate_reduce_monitor_period
-            p[K.P_INIT_ALPHA] = d.initial_alpha_value / 1024.0
-            p[K.P_CLAMP] = d.clamp_tgt_rate
-            p[K.P_CLAMP_TI] = d.clamp_tgt_rate_after_time_inc
-            p[K.P_MIN_CNP_GAP] = d.min_time_between_cnps
-            p[K.P_LINE] = line
+            p[S.P_TIME_RESET] = d.rpg_time_reset
+            p[S.P_BYTE_RESET] = d.rpg_byte_reset
+            p[S.P_THRESHOLD] = d.rpg_threshold
+            p[S.P_MAX_RATE] = min(line, _mbps(d.rpg_max_rate)) if d.rpg_max_rate else line
+            p[S.P_AI] = _mbps(d.rpg_ai_rate)
+            p[S.P_HAI] = _mbps(d.rpg_hai_rate)
+            p[S.P_GD_FAC] = 2.0 ** (10 - d.rpg_gd)
+            p[S.P_MIN_DEC] = d.rpg_min_dec_fac / 100.0
+            p[S.P_MIN_RATE] = _mbps(d.rpg_min_rate)
+            p[S.P_FIRST_RATE] = _mbps(d.rate_to_set_on_first_cnp)
+            # dce_tcp_g is the share of alpha KEPT per dce_tcp_rtt (Mellanox "DCQCN
+            # Parameters", DOC-2790: alpha <- G/1024 alpha [+ 1 - G/1024 with a CNP]), so the
+            # DCQCN paper's gain g is (1024 - G)/1024: factory 1019 -> 5/1024 ~ the paper's 1/256
+            p[S.P_G] = (1024 - d.dce_tcp_g) / 1024.0
+            p[S.P_ALPHA_RTT] = d.dce_tcp_rtt
+            p[S.P_RRMP] = d.rate_reduce_monitor_period
+            p[S.P_INIT_ALPHA] = d.initial_alpha_value / 1024.0
+            p[S.P_CLAMP] = d.clamp_tgt_rate
+            p[S.P_CLAMP_TI] = d.clamp_tgt_rate_after_time_inc
+            p[S.P_MIN_CNP_GAP] = d.min_time_between_cnps
+            p[S.P_LINE] = line
         self.nic_ctr = np.zeros((n_nics, 3), dtype=np.int64)
         self._build_flows(line)
         self._build_probes()
@@ -230,6 +246,52 @@ class Simulation:
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
         K.count_ingress(self.live, int(self.n_live[0]), self.f_hops, self.f_path, self.f_pair,
                         self.f_cls, self.pair_stamp, self.nfl, -(2**62))
+        self.state = self._pack()
+
+    def _pack(self) -> tuple[S.LinkState, S.SwitchState, S.NicState, S.FlowState,
+                             S.GroupState, S.ProbeState, S.SeriesState, S.Scratch]:
+        """The kernel's named structures, by keyword (they share the arrays above)."""
+        topo = self.fabric.topo
+        reserve, resume, a_x, s_x, a_l = self.sw_params
+        links = S.LinkState(
+            cap=self.l_cap, delay=self.l_delay, dst_sw=self.l_dst_sw, src_nic=self.l_src_nic,
+            hroom=self.l_hroom, refresh=self.l_refresh, ecn=self.l_ecn,
+            counters=self.l_counters, q=self.q, ing=self.ing, xoff=self.xoff,
+            xoff_thr=self.xoff_thr, xoff_hist=self.xoff_hist, next_refresh=self.next_refresh,
+            paused_since=self.paused_since, qprev=self.qprev, nfl=self.nfl)
+        switches = S.SwitchState(
+            buffer=self.sw_buffer, sh_used=self.sh_used, reserve=reserve, resume=resume,
+            alpha_xoff=a_x, static_xoff=s_x, alpha_lossy=a_l, cls_lossless=self.cls_lossless,
+            w_roce=float(topo.wrr_weight_roce), wd_detect=float(topo.pfcwd_detect_us),
+            wire_pkt=float(topo.wire_bytes), ack_ratio=topo.ack_bytes / topo.wire_bytes,
+            ack_pkt=float(max(1, topo.ack_packet_bytes)))
+        nics = S.NicState(par=self.npar, ctr=self.nic_ctr)
+        flows = S.FlowState(
+            path=self.f_path, hops=self.f_hops, cls=self.f_cls, src=self.f_src,
+            dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
+            group=self.f_group, rd=self.f_rd,
+            rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
+            quantum=self.f_quantum,
+            pair=self.f_pair, ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
+            transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
+            live=self.live, n_live=self.n_live, pair_stamp=self.pair_stamp,
+            nic_idx=self.nic_idx, nic_ptr=self.nic_ptr)
+        groups = S.GroupState(
+            iters=self.g_iters, iter=self.g_iter, start=self.g_start, times=self.g_times,
+            f0=self.g_f0a, f1=self.g_f1a, cur=self.g_cur)
+        probes = S.ProbeState(
+            path=self.p_path, hops=self.p_hops, wire=float(self.p_wire),
+            interval=float(self.p_interval), next=self.p_next, inst=self.pi_probe,
+            hop=self.pi_hop, ahead=self.pi_ahead, ready=self.pi_ready, t0=self.pi_t0,
+            lat=self.lat, lat_t=self.lat_t, n_lat=self.n_lat)
+        series = S.SeriesState(
+            every=self.ts_every, n=self.ts_n, t=self.ts_t, q=self.ts_q,
+            paused=self.ts_paused, rate=self.ts_rate, lrate=self.lrate)
+        scratch = S.Scratch(
+            serve_frac=self.serve_frac, serve_bytes=self.serve_bytes, nic_tot=self.nic_tot,
+            pmark=self.pmark, qseen=self.qseen, burst=self.burst, slot_out=self.slot_out,
+            slot_hist=self.slot_hist)
+        return links, switches, nics, flows, groups, probes, series, scratch
 
     def _build_flows(self, line: float) -> None:
         fab, topo, wl, rs = self.fabric, self.fabric.topo, self.workload, self._rs
@@ -238,11 +300,13 @@ class Simulation:
         dst: list[int] = []
         cls: list[int] = []
         pred: list[int] = []
+        pred2: dict[int, int] = {}  # flows that wait for a second predecessor (trees)
+        quantum: dict[int, float] = {}  # flows that forward whole chunks only (trees)
         group: list[int] = []
         cap: list[float] = []
         size: list[float] = []
         chunk: list[float] = []
-        kind: list[int] = []  # 0 collective, 1 background
+        kind: list[int] = []  # 0 collective, 1 background, 2 ACKs of another flow
         self.g_f0: list[int] = []
         self.g_f1: list[int] = []
         for gi, col in enumerate(wl.collectives):
@@ -261,6 +325,9 @@ class Simulation:
                             pred.append(-1)
                             chunk.append(math.inf)
                             size.append(per)
+            elif col.algo == "tree":
+                self._tree_flows(col, ranks, wire, src, dst, pred, pred2, quantum, chunk,
+                                size)
             else:
                 factor = 2.0 * (n - 1) / n if col.op == "all_reduce" else (n - 1) / n
                 k = col.channels * col.qps_per_connection
@@ -303,11 +370,36 @@ class Simulation:
                 group.append(-1)
                 cap.append(bg.load * line)
                 kind.append(1)
+        # every data flow's receiver acknowledges on the reverse path, in the same class:
+        # ACKs share the switch queues (and PFC) with data; at the NIC they are tiny offers
+        # that the max-min arbiter serves in full, ahead of the data QPs
+        n_data = len(src)
+        ack_of = [-1] * n_data
+        if topo.ack_bytes > 0:
+            for f in range(n_data):
+                ack_of[f] = len(src)
+                src.append(dst[f])
+                dst.append(src[f])
+                pred.append(S.ACK_FLOW)
+                chunk.append(math.inf)
+                size.append(math.inf)
+                cls.append(cls[f])
+                group.append(group[f])
+                cap.append(line)
+                kind.append(2)
+            ack_of.extend([-1] * n_data)
+        self.f_ack = np.array(ack_of, dtype=np.int64)
         n_f = len(src)
         self.f_src = np.array(src, dtype=np.int64)
         self.f_dst = np.array(dst, dtype=np.int64)
         self.f_cls = np.array(cls, dtype=np.int64)
         self.f_pred = np.array(pred, dtype=np.int64)
+        self.f_pred2 = np.full(n_f, -1, dtype=np.int64)
+        for f, p2 in pred2.items():
+            self.f_pred2[f] = p2
+        self.f_quantum = np.zeros(n_f)
+        for f, q in quantum.items():
+            self.f_quantum[f] = q
         self.f_group = np.array(group, dtype=np.int64)
         self.f_cap = np.array(cap, dtype=np.float64)
         self.f_size = np.array(size, dtype=np.float64)
@@ -316,7 +408,8 @@ class Simulation:
         # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded
         self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
         if n_f:
-            self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport)
+            self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport,
+                                                  ack=self.f_kind == 2)
         else:
             self.f_path = np.zeros((0, 4), dtype=np.int64)
             self.f_hops = np.zeros(0, dtype=np.int64)
@@ -336,13 +429,13 @@ class Simulation:
         extra = int(min(512, max(16, 2**22 // max(n_f, 1))))
         ring2 = int(self.f_rd.max(initial=1)) + 2 + extra
         ring3 = int(self.f_rev.max(initial=1)) + 2
-        self.ff = np.zeros((n_f, K.NFF))
-        self.fi = np.zeros((n_f, K.NFI), dtype=np.int64)
-        line_f = self.npar[self.f_src, K.P_MAX_RATE] if n_f else np.zeros(0)
-        self.ff[:, K.RC] = line_f
-        self.ff[:, K.RT] = line_f
-        self.ff[:, K.REMAIN] = self.f_size
-        self.ff[:, K.TNPCNP] = -1e18
+        self.ff = np.zeros((n_f, S.NFF))
+        self.fi = np.zeros((n_f, S.NFI), dtype=np.int64)
+        line_f = self.npar[self.f_src, S.P_MAX_RATE] if n_f else np.zeros(0)
+        self.ff[:, S.RC] = line_f
+        self.ff[:, S.RT] = line_f
+        self.ff[:, S.REMAIN] = np.where(self.f_kind == 2, 0.0, self.f_size)
+        self.ff[:, S.TNPCNP] = -1e18
         self.back = np.zeros((n_f, 4))
         self.pacc = np.zeros((n_f, 4))
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
@@ -356,7 +449,7 @@ class Simulation:
         self.live = np.arange(n_f, dtype=np.int32)
         self.n_live = np.array([n_f], dtype=np.int64)
         # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
-        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_group", "f_path", "f_hops",
+        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_group", "f_path", "f_hops",
                      "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring", "nic_idx"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
@@ -367,6 +460,52 @@ class Simulation:
         self.g_f0a = np.array(self.g_f0, dtype=np.int64)
         self.g_f1a = np.array(self.g_f1, dtype=np.int64)
         self.g_cur = self.g_f0a.copy()
+
+    @staticmethod
+    def _tree_flows(col: Collective, ranks: list[int], wire: float, src: list[int],
+                    dst: list[int], pred: list[int], pred2: dict[int, int],
+                    quantum: dict[int, float], chunk: list[float], size: list[float]) -> None:
+        """NCCL Tree AllReduce: per channel and QP, each of the two trees of
+        ``double_binary_tree`` carries S/2; every edge has an up flow (child -> parent, waits
+        for the child's own children) and a down flow (parent -> child, waits for what the
+        parent got from its parent, or at the root for its children's up flows). A rank
+        forwards whole chunks only (``tree_chunk_bytes``)."""
+        k = col.channels * col.qps_per_connection
+        n = len(ranks)
+        per = col.size_bytes / 2.0 / k * wire
+        depth = max(_depth(t, r) for t in double_binary_tree(n) for r in range(n))
+        q = min(per, tree_chunk_bytes(col.size_bytes / k, depth) * wire)
+
+        def add(a: int, b: int, waits: list[int]) -> int:
+            f = len(src)
+            src.append(ranks[a])
+            dst.append(ranks[b])
+            pred.append(waits[0] if waits else -1)
+            if len(waits) > 1:
+                pred2[f] = waits[1]
+            if waits:
+                quantum[f] = q
+            chunk.append(0.0)
+            size.append(per)
+            return f
+
+        for _c in range(k):
+            for tree in double_binary_tree(n):
+                up: dict[int, int] = {}
+                order = sorted(range(n), key=lambda r: _depth(tree, r), reverse=True)
+                for r in order:  # leaves first, so that children's up flows exist
+                    parent, c0, c1 = tree[r]
+                    if parent >= 0:
+                        up[r] = add(r, parent, [up[c] for c in (c0, c1) if c >= 0])
+                down: dict[int, int] = {}
+                for r in reversed(order):  # root side first
+                    parent = tree[r][0]
+                    if parent < 0:
+                        continue
+                    grand, c0, c1 = tree[parent]
+                    waits = [down[parent]] if grand >= 0 else \
+                        [up[c] for c in (c0, c1) if c >= 0]
+                    down[r] = add(parent, r, waits)
 
     def _build_probes(self) -> None:
         fab, topo, pr, rs = self.fabric, self.fabric.topo, self.workload.probes, self._rs
@@ -420,31 +559,7 @@ class Simulation:
         if self.done:
             return
         t0 = time.perf_counter()
-        reserve, resume, a_x, s_x, a_l = self.sw_params
-        self.t = int(K.run(
-            n, self.t, self.dt, self.max_steps, self.rng,
-            self.l_cap, self.l_delay, self.l_dst_sw, self.l_src_nic, self.l_hroom,
-            self.l_refresh, self.l_ecn, self.l_counters,
-            self.q, self.ing, self.xoff, self.xoff_thr, self.xoff_hist, self.next_refresh,
-            self.paused_since,
-            self.sw_buffer, reserve, resume, a_x, s_x, a_l, self.cls_lossless,
-            self.fabric.topo.wrr_weight_roce, self.fabric.topo.pfcwd_detect_us,
-            self.npar, self.nic_ctr,
-            self.f_path, self.f_hops, self.f_cls, self.f_src, self.f_dst, self.f_pred,
-            self.f_group, self.f_rd, self.f_rev, self.f_cap, self.f_size, self.f_chunk,
-            self.ff, self.fi, self.back, self.pacc, self.transit, self.ce_ring,
-            self.cnp_ring, float(self.fabric.topo.wire_bytes),
-            self.g_iters, self.g_iter, self.g_start, self.g_times, self.g_f0a, self.g_f1a,
-            self.g_cur,
-            self.p_path, self.p_hops, self.p_wire, self.p_interval, self.p_next,
-            self.pi_probe, self.pi_hop, self.pi_ahead, self.pi_ready, self.pi_t0,
-            self.lat, self.lat_t, self.n_lat,
-            self.ts_every, self.ts_n, self.ts_t, self.ts_q, self.ts_paused, self.ts_rate,
-            self.serve_frac, self.serve_bytes, self.nic_tot, self.sh_used, self.pmark,
-            self.qprev, self.qseen, self.nfl, self.burst,
-            self.f_pair, self.pair_stamp, self.live, self.n_live, self.slot_out,
-            self.slot_hist, self.lrate, self.nic_idx, self.nic_ptr,
-        ))
+        self.t = int(K.run(n, self.t, self.dt, self.max_steps, self.rng, *self.state))
         self.wall_s += time.perf_counter() - t0
 
     def inject_cnp(self, flow: int, count: int = 1) -> None:
@@ -476,26 +591,26 @@ class Simulation:
                     continue
                 tx_c, rx_c = lc[li, c], lc[back, c]
                 if is_nic:
-                    d[f"rx_prio{tc}_pause"] = int(tx_c[K.C_PFC_FRAMES])
-                    d[f"rx_prio{tc}_pause_duration"] = int(tx_c[K.C_PAUSED_US])
-                    d[f"rx_prio{tc}_pause_transition"] = int(tx_c[K.C_TRANS])
-                    d[f"tx_prio{tc}_pause"] = int(rx_c[K.C_PFC_FRAMES])
-                    d[f"tx_prio{tc}_pause_duration"] = int(rx_c[K.C_XOFF_US])
-                    d[f"tx_prio{tc}_pause_transition"] = int(rx_c[K.C_TRANS])
-                    d[f"rx_prio{tc}_discards"] = int(rx_c[K.C_DROPS])
-                    d[f"rx_prio{tc}_bytes"] = int(rx_c[K.C_TX])
-                    d[f"tx_prio{tc}_bytes"] = int(tx_c[K.C_TX])
+                    d[f"rx_prio{tc}_pause"] = int(tx_c[S.C_PFC_FRAMES])
+                    d[f"rx_prio{tc}_pause_duration"] = int(tx_c[S.C_PAUSED_US])
+                    d[f"rx_prio{tc}_pause_transition"] = int(tx_c[S.C_TRANS])
+                    d[f"tx_prio{tc}_pause"] = int(rx_c[S.C_PFC_FRAMES])
+                    d[f"tx_prio{tc}_pause_duration"] = int(rx_c[S.C_XOFF_US])
+                    d[f"tx_prio{tc}_pause_transition"] = int(rx_c[S.C_TRANS])
+                    d[f"rx_prio{tc}_discards"] = int(rx_c[S.C_DROPS])
+                    d[f"rx_prio{tc}_bytes"] = int(rx_c[S.C_TX])
+                    d[f"tx_prio{tc}_bytes"] = int(tx_c[S.C_TX])
                 else:
-                    d[f"pfc{tc}_rx_pkts"] = int(tx_c[K.C_PFC_FRAMES])
-                    d[f"pfc{tc}_tx_pkts"] = int(rx_c[K.C_PFC_FRAMES])
-                    d[f"pfc{tc}_rx_pause_us"] = int(tx_c[K.C_PAUSED_US])
-                    d[f"pfc{tc}_tx_pause_us"] = int(rx_c[K.C_XOFF_US])
-                    d[f"pfc{tc}_tx_transitions"] = int(rx_c[K.C_TRANS])
-                    d[f"queue{tc}_ecn_marked_pkts"] = int(tx_c[K.C_MARKS])
-                    d[f"queue{tc}_drop_pkts"] = int(rx_c[K.C_DROPS])
-                    d[f"queue{tc}_watermark_bytes"] = int(tx_c[K.C_WM])
-                    d[f"queue{tc}_tx_bytes"] = int(tx_c[K.C_TX])
-                    d[f"pfcwd{tc}_storm_detected"] = int(tx_c[K.C_STORM] >= 0.0)
+                    d[f"pfc{tc}_rx_pkts"] = int(tx_c[S.C_PFC_FRAMES])
+                    d[f"pfc{tc}_tx_pkts"] = int(rx_c[S.C_PFC_FRAMES])
+                    d[f"pfc{tc}_rx_pause_us"] = int(tx_c[S.C_PAUSED_US])
+                    d[f"pfc{tc}_tx_pause_us"] = int(rx_c[S.C_XOFF_US])
+                    d[f"pfc{tc}_tx_transitions"] = int(rx_c[S.C_TRANS])
+                    d[f"queue{tc}_ecn_marked_pkts"] = int(tx_c[S.C_MARKS])
+                    d[f"queue{tc}_drop_pkts"] = int(rx_c[S.C_DROPS])
+                    d[f"queue{tc}_watermark_bytes"] = int(tx_c[S.C_WM])
+                    d[f"queue{tc}_tx_bytes"] = int(tx_c[S.C_TX])
+                    d[f"pfcwd{tc}_storm_detected"] = int(tx_c[S.C_STORM] >= 0.0)
             if is_nic:
                 i = int(self.l_src_nic[li])
                 d["np_ecn_marked_roce_packets"] = int(self.nic_ctr[i, 0])
@@ -508,15 +623,16 @@ class Simulation:
         return bool(np.any(self.f_cls == 1))
 
     def flow_stats(self) -> dict[str, np.ndarray]:
-        """Per-flow arrays: src/dst NIC index, kind (0 collective, 1 background), cumulative
-        delivered payload bytes, current DCQCN rate (Gb/s) and alpha."""
+        """Per-flow arrays: src/dst NIC index, kind (0 collective, 1 background, 2 ACKs),
+        cumulative delivered payload bytes, current DCQCN rate (Gb/s), alpha and rate cuts."""
         eff = self.fabric.topo.efficiency
         return {
             "src": self.f_src.copy(), "dst": self.f_dst.copy(), "kind": self.f_kind.copy(),
-            "delivered_bytes": self.ff[:, K.TOTDEL] * eff,
-            "rate_gbps": self.ff[:, K.RC] * 8.0 / 1e3,
-            "alpha": self.ff[:, K.ALPHA].copy(),
-            "limited": self.fi[:, K.ACTIVE].copy(),
+            "delivered_bytes": self.ff[:, S.TOTDEL] * eff,
+            "rate_gbps": self.ff[:, S.RC] * 8.0 / 1e3,
+            "alpha": self.ff[:, S.ALPHA].copy(),
+            "limited": self.fi[:, S.ACTIVE].copy(),
+            "rate_decreases": self.fi[:, S.NCUTS].copy(),
             "path": self.f_path.copy(),
         }
 
@@ -542,11 +658,11 @@ class Simulation:
         uplinks: dict[str, int] = {}
         for up in np.asarray(self.fabric.leaf_up).ravel() if fab.spine_names else []:
             ln = fab.links[int(up)]
-            uplinks[ln.src_port] = int(self.l_counters[int(up), :, K.C_TX].sum())
+            uplinks[ln.src_port] = int(self.l_counters[int(up), :, S.C_TX].sum())
         storms = []
         for li, ln in enumerate(fab.links):
             for c, tc in enumerate(self.cls_tc):
-                st = self.l_counters[li, c, K.C_STORM]
+                st = self.l_counters[li, c, S.C_STORM]
                 if st >= 0.0:
                     storms.append((ln.src_port, tc, float(st)))
         n_ts = int(self.ts_n[0])
@@ -566,6 +682,14 @@ class Simulation:
             sim_time_us=self.t * self.dt, wall_s=self.wall_s, steps=self.t, dt_us=self.dt,
             seed=self.seed, timeseries=ts, timeseries_port=port, flows=self.flow_stats(),
             latency_t_us=self.lat_t[: int(self.n_lat[0])].copy())
+
+
+def _depth(tree: list[tuple[int, int, int]], r: int) -> int:
+    d = 0
+    while tree[r][0] >= 0:
+        r = tree[r][0]
+        d += 1
+    return d
 
 
 def _derangement(n: int, rs: np.random.Generator) -> np.ndarray:

@@ -171,8 +171,10 @@ class Fabric:
 
     # ---- routing ----
     def routes(self, src: np.ndarray, dst: np.ndarray, sport: np.ndarray,
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Paths (link ids, -1 padded to 4 hops) and hop counts for flows (NIC indices)."""
+               ack: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Paths (link ids, -1 padded to 4 hops) and hop counts for flows (NIC indices).
+        ``ack`` flags flows of acknowledgements (src/dst are then the data flow's dst/src);
+        the hash here treats them like any flow, a subclass may hash their 5-tuple its way."""
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         if np.any(src == dst):

@@ -7,13 +7,19 @@ Collectives (NCCL-like, one QP per channel and connection, each with its own UDP
   ring edge paces the whole ring (as in NCCL);
 * AllGather / ReduceScatter: the same ring with (n-1)/n x S per rank;
 * AlltoAll: every rank sends S/n to every other rank at once (no dependency), over
-  ``qps_per_connection`` QPs per peer pair (``channels`` applies to rings only).
+  ``qps_per_connection`` QPs per peer pair (``channels`` applies to rings and trees only);
+* tree AllReduce (``algo="tree"``, NCCL's Tree): a double binary tree (``double_binary_tree``,
+  NCCL's ncclGetDtree) carries half of S each; on every tree edge the child sends its reduced
+  half up and the parent sends the result back down, pipelined in chunks
+  (``tree_chunk_bytes``): a rank forwards a chunk up once both children delivered it, and down
+  once its parent did (the root: once its children did).
 
 Iterations run back to back; QP (DCQCN) state persists across iterations, as on real NICs.
 Background flows are open-ended and capped at ``load`` x line rate; in the RoCE priority they
 obey DCQCN, in the ``other`` class they do not react to ECN (lossless on priority 4 or lossy).
 Probes are 64-byte messages between random pairs, timed through the queues they meet.
-Not modelled: NCCL tree algorithms, NVLink/PCIe inside a host, GPU compute time.
+Not modelled: NVLink/PCIe inside a host (one rank per NIC), GPU compute time, NCCL's choice
+of algorithm by size (``algo`` is what ``NCCL_ALGO`` forces on a real cluster).
 """
 
 from __future__ import annotations
@@ -22,6 +28,53 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 OPS = ("all_reduce", "alltoall", "all_gather", "reduce_scatter")
+ALGOS = ("ring", "tree")
+def tree_chunk_bytes(channel_bytes: float, depth: int) -> int:
+    """NCCL's pipeline chunk for Tree/Simple: a step of the 4 MiB buffer (NCCL_BUFFSIZE over
+    NCCL_STEPS = 8, i.e. 512 KiB), halved while a channel's share holds fewer than 8 x depth
+    chunks (down to 128 KiB), 4 x depth (down to 64 KiB) and depth (down to 32 KiB), as
+    NCCL's enqueue.cc sizes tree chunks so that the pipeline fills the tree."""
+    chunk = 4 * 2**20 // 8
+    for per_depth, floor in ((8, 131_072), (4, 65_536), (1, 32_768)):
+        while channel_bytes / chunk < depth * per_depth and chunk > floor:
+            chunk //= 2
+    return chunk
+
+
+def _btree(n: int, rank: int) -> tuple[int, int, int]:
+    """(parent, child0, child1) of ``rank`` in NCCL's binary tree over ranks 0..n-1 (root 0;
+    -1 = none). Rank r's lowest set bit b: parent (r ^ b) | 2b, or r ^ b if that is out of
+    range; children r - b/2 and r + b', b' the largest of b/2, b/4, ... with r + b' < n."""
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, -1, (bit >> 1 if n > 1 else -1)
+    up = (rank ^ bit) | (bit << 1)
+    if up >= n:
+        up = rank ^ bit
+    low = bit >> 1
+    d0 = rank - low if low else -1
+    while low and rank + low >= n:
+        low >>= 1
+    return up, d0, (rank + low if low else -1)
+
+
+def double_binary_tree(n: int) -> list[list[tuple[int, int, int]]]:
+    """NCCL's two trees (src/graph/trees.cc, ncclGetDtree): the binary tree above, and its
+    mirror (rank -> n-1-rank) for even n or its shift by one rank for odd n, so that a rank
+    that is a leaf in one tree is an inner node in the other. Returns per tree, per rank,
+    (parent, child0, child1)."""
+    first = [_btree(n, r) for r in range(n)]
+    second = []
+    for r in range(n):
+        if n % 2:
+            u, a, b = _btree(n, (r - 1) % n)
+            second.append(tuple(-1 if x < 0 else (x + 1) % n for x in (u, a, b)))
+        else:
+            u, a, b = _btree(n, n - 1 - r)
+            second.append(tuple(-1 if x < 0 else n - 1 - x for x in (u, a, b)))
+    return [first, second]  # type: ignore[list-item]
 
 # nccl-tests bus bandwidth factors (NVIDIA/nccl-tests doc/PERFORMANCE.md, "Summary").
 def busbw_factor(op: str, n: int) -> float:
@@ -41,6 +94,7 @@ class Collective:
     channels: int = 4
     qps_per_connection: int = 1
     name: str | None = None
+    algo: Literal["ring", "tree"] = "ring"
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -49,6 +103,12 @@ class Collective:
             raise ValueError(f"Collective.size_bytes must be > 0, got {self.size_bytes}")
         if len(self.ranks) < 2 or len(set(self.ranks)) != len(self.ranks):
             raise ValueError(f"Collective {self.label}: needs >= 2 distinct ranks")
+        if self.algo not in ALGOS:
+            raise ValueError(f"Collective.algo: unknown algorithm {self.algo!r}; expected one "
+                             f"of {ALGOS}")
+        if self.algo == "tree" and self.op != "all_reduce":
+            raise ValueError(f"Collective {self.label}: algo 'tree' is NCCL's Tree, which "
+                             "implements all_reduce only")
         for name in ("iterations", "channels", "qps_per_connection"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Collective.{name} must be >= 1")

@@ -3,7 +3,7 @@ baseline by themselves unless the tuner renews or disarms them in time.
 
 Pure: this module only *builds* POSIX ``sh`` command lines; the SSH backend runs them. Nothing
 is installed on the target: the timer is a ``nohup sh -c '<loop>'`` process plus a few files in
-``directory`` (default ``/tmp/ecntune-deadman``), one set per arm, named by a unique *token*::
+a *runtime directory* ``$d``, one set per arm, named by a unique *token*::
 
     <token>.armed     exists while the timer may fire; its removal is the one atomic claim
     <token>.deadline  epoch second after which the timer fires (renew rewrites it)
@@ -11,6 +11,17 @@ is installed on the target: the timer is a ``nohup sh -c '<loop>'`` process plus
     <token>.firing    the timer won the claim and is restoring
     <token>.fired     the restore ran; <token>.rc holds its exit status, <token>.log its output
     <token>.disarmed  the tuner won the claim: the timer exits without touching anything
+    lock.<target>/    the target's lock (``owner`` holds the token): one tuner per target
+
+The runtime directory (``runtime_dir_expr``): ``$XDG_RUNTIME_DIR/ecntune`` when the session has
+one, else ``/run/ecntune`` for root (``sudo``) and ``/run/user/<uid>/ecntune`` for others -- never
+a world-writable place such as ``/tmp``. Every command refuses to touch it (reply ``unsafe``)
+unless it is a real directory (not a symlink) owned by the connecting user with mode 0700, so
+another local user can neither plant files or symlinks in it nor read it. Files are created
+with ``set -C`` (noclobber: an existing file is never written through) under ``umask 077``, and
+the pid in ``<token>.pid`` is killed only if that process's command line carries this arm's
+marker (``ecntune-deadman <token>``), so a planted pid can never make root signal another
+process.
 
 Why each piece is there:
 
@@ -24,20 +35,29 @@ Why each piece is there:
   (tuner): ``rename(2)`` is atomic, so exactly one side wins. A disarmed timer can never fire
   later, and a tuner that lost the race learns (``fired``/``firing``) that the target was
   restored behind its back, so it reads the target back instead of trusting its own state.
+* a renewal that finds no timer (``missing``: the target rebooted -- the runtime directory is a
+  tmpfs -- or someone removed the files) means the change is no longer protected: the tuner
+  stops the trial and restores at once (``tuner.cluster.deadman``).
+* the target lock (``mkdir`` is atomic): taken by the arm, released by the disarm that won the
+  claim; a second tuner -- on any machine -- is refused by the target itself (reply
+  ``locked <owner token> <owner state>``). A fired timer leaves its lock behind: the tuner that
+  owned it is gone, and only ``ecntune recover`` takes such a lock over (``takeover_command``,
+  refused while the owner's timer is still armed).
 * the unique token: renew/disarm touch exactly this arm's timer, never another run's; a stale
   timer from a killed run keeps its own token and its own baseline.
 * ``date +%s``: epoch seconds (GNU coreutils, BusyBox and BSD ``date`` all print it); the
-  remaining commands (``sh``, ``mkdir``, ``mv``, ``cat``, ``sleep``, ``kill``) are POSIX. The
-  deadline has one-second resolution, so the timer fires when the clock is *past* it
-  (``-gt``): never earlier than ``timeout_s`` after the last renewal, at most ~2 s later
-  (resolution plus the one-second poll).
+  remaining commands (``sh``, ``mkdir``, ``mv``, ``cat``, ``ls``, ``ps``, ``id``, ``sleep``,
+  ``kill``) are POSIX. The deadline has one-second resolution, so the timer fires when the clock
+  is *past* it (``-gt``): never earlier than ``timeout_s`` after the last renewal, at most ~2 s
+  later (resolution plus the one-second poll).
 * every restore command runs in its own subshell (``( ... ) || rc=1``): a ``cd`` in one does
   not move the next, and one refused write does not stop the others from putting their knobs
   back; the overall status lands in ``<token>.rc``, the output in ``<token>.log``.
 
 Replies: every command prints one status word on its first line (``armed``, ``renewed``,
-``disarmed``, ``fired``, ``firing``, ``missing``) and exits 0, so the transport's exit-status
-check only trips on real failures (``parse_reply`` turns the word into a ``TimerState``).
+``disarmed``, ``fired``, ``firing``, ``missing``, ``unsafe``, ``locked``, ``taken``, ``free``,
+``busy``) and exits 0, so the transport's exit-status check only trips on real failures
+(``parse_reply`` turns the word into a ``TimerState`` and the rest of the line).
 """
 
 from __future__ import annotations
@@ -48,12 +68,24 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-DEFAULT_DIR = "/tmp/ecntune-deadman"
-TimerState = Literal["armed", "renewed", "disarmed", "fired", "firing", "missing"]
+TimerState = Literal["armed", "renewed", "disarmed", "fired", "firing", "missing", "unsafe",
+                     "locked", "taken", "free", "busy"]
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,96}$")
 _DIR = re.compile(r"^/[A-Za-z0-9_./-]*$")
-_STATES: tuple[TimerState, ...] = ("armed", "renewed", "disarmed", "fired", "firing", "missing")
+_STATES: tuple[TimerState, ...] = ("armed", "renewed", "disarmed", "fired", "firing", "missing",
+                                   "unsafe", "locked", "taken", "free", "busy")
+MARK = "ecntune-deadman"
+
+# The runtime directory, decided on the target (see the module docstring).
+RUNTIME_DIR = ('d=${XDG_RUNTIME_DIR:-}; if [ -z "$d" ]; then if [ "$(id -u)" = 0 ]; then '
+               'd=/run; else d=/run/user/$(id -u); fi; fi; d="$d/ecntune"')
+# Refuse anything but a real 0700 directory owned by us (``ls -ldn``: mode, links, uid, ...;
+# a trailing ``.`` is an SELinux context, a ``+`` an ACL that could let others in).
+_CHECK = ('set -- $(ls -ldn "$d" 2>/dev/null); case "$1" in drwx------|drwx------.) ;; '
+          '*) echo "unsafe $d is not a 0700 directory (mode ${1:-none})"; exit 0;; esac; '
+          '[ "$3" = "$(id -u)" ] || { echo "unsafe $d is owned by uid $3, not $(id -u)"; '
+          'exit 0; }')
 
 
 def new_token(target: str) -> str:
@@ -63,36 +95,57 @@ def new_token(target: str) -> str:
 
 @dataclass(frozen=True)
 class DeadmanTimer:
-    """The commands of one arm of one target's timer (see the module docstring)."""
+    """The commands of one arm of one target's timer (see the module docstring).
+
+    ``directory`` pins the runtime directory (tests); ``None`` lets the target pick it.
+    """
 
     target: str
     token: str
-    directory: str = DEFAULT_DIR
+    directory: str | None = None
 
     def __post_init__(self) -> None:
         if not _TOKEN.fullmatch(self.token):
             raise ValueError(f"dead-man token {self.token!r} is not [A-Za-z0-9_.-]{{1,96}}")
-        if not _DIR.fullmatch(self.directory) or ".." in self.directory.split("/"):
+        if self.directory is not None and (
+                not _DIR.fullmatch(self.directory) or ".." in self.directory.split("/")):
             raise ValueError(f"dead-man directory {self.directory!r} is not a plain absolute "
                              "path")
 
     @classmethod
-    def new(cls, target: str, directory: str = DEFAULT_DIR) -> DeadmanTimer:
+    def new(cls, target: str, directory: str | None = None) -> DeadmanTimer:
         return cls(target=target, token=new_token(target), directory=directory)
 
     @property
     def base(self) -> str:
+        """``<directory>/<token>`` (only with a pinned ``directory``; tests look at the files)."""
+        if self.directory is None:
+            raise ValueError("the runtime directory is decided on the target")
         return f"{self.directory.rstrip('/')}/{self.token}"
 
     def _f(self, suffix: str) -> str:
-        return shlex.quote(f"{self.base}.{suffix}")
+        return f'"$d"/{self.token}.{suffix}'
+
+    @property
+    def _lock(self) -> str:
+        return f'"$d"/lock.{_SAFE.sub("_", self.target)[:64]}'
+
+    def _prologue(self, create: bool = False) -> str:
+        where = (RUNTIME_DIR if self.directory is None
+                 else f"d={shlex.quote(self.directory.rstrip('/') or '/')}")
+        make = 'mkdir -m 700 "$d" 2>/dev/null; ' if create else ""
+        return f"umask 077; set -C; {where}; {make}{_CHECK}; "
 
     def loop_script(self, restore: list[str]) -> str:
-        """The timer itself (run by ``sh -c``): wait for the deadline, claim, restore."""
+        """The timer itself (``sh -c SCRIPT MARK DIR``): wait for the deadline, claim, restore.
+
+        Starts with its marker, so disarm can tell this process from any other."""
         if not restore:
             raise ValueError(f"{self.target}: no restore commands for the dead-man timer")
-        steps = "; ".join(f"( {cmd} ) || rc=1" for cmd in restore)
+        # the restore writes existing files (sysfs): noclobber is for our own files only
+        steps = "; ".join(f"( set +C; {cmd} ) || rc=1" for cmd in restore)
         return (
+            f": {MARK} {self.token}; set -C; d=$1; "
             f"while :; do "
             f"[ -e {self._f('armed')} ] || exit 0; "
             f"dl=$(cat {self._f('deadline')} 2>/dev/null) || exit 0; "
@@ -104,36 +157,60 @@ class DeadmanTimer:
             f"mv {self._f('firing')} {self._f('fired')}")
 
     def arm_command(self, restore: list[str], timeout_s: float) -> str:
-        """Start the timer: it restores with ``restore`` unless renewed within ``timeout_s``."""
+        """Take the target's lock and start the timer: it restores with ``restore`` unless
+        renewed within ``timeout_s``."""
         seconds = max(1, int(round(timeout_s)))
         script = self.loop_script(restore)
         # The files are written before the loop starts (the loop exits at once without them),
         # and the ``&`` applies to the nohup command alone, not to the set-up list.
         return (
-            f"umask 077 && mkdir -p {shlex.quote(self.directory)} && "
+            f"{self._prologue(create=True)}"
+            f"if mkdir {self._lock} 2>/dev/null; then echo {self.token} >{self._lock}/owner; "
+            f"else o=$(cat {self._lock}/owner 2>/dev/null); "
+            f"echo locked \"${{o:-?}}\" $({self._owner_state('$o')}); exit 0; fi; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline')} && "
             f": >{self._f('armed')} || exit 1; "
-            f"nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null & "
-            f"echo $! >{self._f('pid')}; echo armed {shlex.quote(self.token)} $!")
+            f"nohup sh -c {shlex.quote(script)} {MARK} \"$d\" >/dev/null 2>&1 </dev/null & "
+            f"echo $! >{self._f('pid')}; echo armed {self.token} $!")
 
     def renew_command(self, timeout_s: float) -> str:
         """Push the deadline ``timeout_s`` into the future (only while still armed)."""
         seconds = max(1, int(round(timeout_s)))
         return (
-            f"if [ -e {self._f('armed')} ]; then "
+            f"{self._prologue()}"
+            f"if [ -e {self._f('armed')} ]; then rm -f {self._f('deadline.new')}; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline.new')} && "
-            f"mv {self._f('deadline.new')} {self._f('deadline')} && echo renewed; "
+            f"mv -f {self._f('deadline.new')} {self._f('deadline')} && echo renewed; "
             f"else {self._state_words()}; fi")
 
     def disarm_command(self) -> str:
-        """Claim the timer so it can never fire, then stop its loop early."""
+        """Claim the timer so it can never fire, stop its loop early, release the lock."""
         return (
+            f"{self._prologue()}"
             f"if mv {self._f('armed')} {self._f('disarmed')} 2>/dev/null; then "
-            f"kill $(cat {self._f('pid')} 2>/dev/null) 2>/dev/null; echo disarmed; "
-            f"else {self._state_words()}; fi")
+            f"{self._stop_loop()}; {self._release()}; echo disarmed; "
+            f"else {self._state_words()}; if [ -e {self._f('fired')} ]; then "
+            f"{self._release()}; fi; fi")
+
+    def _stop_loop(self) -> str:
+        """Kill the pid in ``.pid`` only if it is a number and that process is this timer."""
+        return (f"p=$(cat {self._f('pid')} 2>/dev/null); case \"$p\" in ''|*[!0-9]*) p=;; "
+                f"esac; if [ -n \"$p\" ]; then case \"$(ps -o args= -p \"$p\" 2>/dev/null)\" in "
+                f"*'{MARK} {self.token}'*) kill \"$p\" 2>/dev/null;; esac; fi")
+
+    def _release(self) -> str:
+        return (f"if [ \"$(cat {self._lock}/owner 2>/dev/null)\" = {self.token} ]; then "
+                f"rm -f {self._lock}/owner; rmdir {self._lock}; fi")
+
+    @staticmethod
+    def _owner_state(owner: str) -> str:
+        f = f'"$d"/"{owner}"'
+        return (f"if [ -e {f}.armed ]; then echo armed; elif [ -e {f}.firing ]; then "
+                f"echo firing; elif [ -e {f}.fired ]; then echo fired; else echo expired; fi")
 
     def status_command(self) -> str:
-        return f"if [ -e {self._f('armed')} ]; then echo armed; else {self._state_words()}; fi"
+        return (f"{self._prologue()}if [ -e {self._f('armed')} ]; then echo armed; "
+                f"else {self._state_words()}; fi")
 
     def _state_words(self) -> str:
         return (f"if [ -e {self._f('fired')} ]; then echo fired rc=$(cat {self._f('rc')} "
@@ -144,17 +221,33 @@ class DeadmanTimer:
         """Remove this arm's files once it is disarmed or fired (keeps nothing pending)."""
         files = " ".join(self._f(s) for s in ("deadline", "pid", "disarmed", "fired", "rc",
                                               "log"))
-        return f"[ -e {self._f('armed')} ] || [ -e {self._f('firing')} ] || rm -f {files}"
+        return (f"{self._prologue()}[ -e {self._f('armed')} ] || [ -e {self._f('firing')} ] "
+                f"|| rm -f {files}")
+
+    def takeover_command(self) -> str:
+        """``recover``: take over the target's lock from a tuner that is gone (its timer no
+        longer armed); ``busy`` while that timer may still fire, ``free`` without a lock."""
+        return (
+            f"{self._prologue()}"
+            f"[ -d {self._lock} ] || {{ echo free; exit 0; }}; "
+            f"o=$(cat {self._lock}/owner 2>/dev/null); s=$({self._owner_state('$o')}); "
+            f"case $s in armed|firing) echo busy \"${{o:-?}}\" $s;; *) rm -f {self._lock}/owner; "
+            f"rmdir {self._lock} && echo taken \"${{o:-?}}\" $s;; esac")
 
 
-def parse_reply(stdout: str) -> tuple[TimerState, int | None]:
-    """``("fired", 0)`` from ``fired rc=0``; raises ``ValueError`` on anything unexpected."""
+def parse_reply(stdout: str) -> tuple[TimerState, str]:
+    """``("fired", "rc=0")`` from ``fired rc=0``; raises ``ValueError`` on anything unexpected.
+
+    The second item is the rest of the line (``rc=N``, the owner of a lock, why a directory is
+    unsafe)."""
     first = stdout.strip().splitlines()[0] if stdout.strip() else ""
     word, _, rest = first.partition(" ")
     if word not in _STATES:
         raise ValueError(f"unexpected dead-man reply {first!r}")
-    rc = None
+    return word, rest.strip()  # type: ignore[return-value]
+
+
+def reply_rc(rest: str) -> int | None:
+    """The restore's exit status from the rest of a ``fired rc=N`` reply."""
     m = re.search(r"rc=(\d+)", rest)
-    if m:
-        rc = int(m.group(1))
-    return word, rc  # type: ignore[return-value]
+    return int(m.group(1)) if m else None

@@ -25,10 +25,18 @@ class SafetyLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     xoff_margin_percent: float = Field(default=20.0, ge=0, lt=100)
-    max_pause_fraction: float = Field(default=0.05, gt=0, le=1)  # paused µs per µs, per port
+    # A PFC storm is sustained pausing: a port paused more than ``max_pause_fraction`` of a
+    # whole ``storm_window_s`` (a sliding window; None = SONiC's PFC watchdog detection time,
+    # 200 ms, scaled down to half the baseline measurement when that is shorter).
+    # A start-up burst that clears within the window is not a storm (it is priced by the
+    # score's PFC term instead).
+    max_pause_fraction: float = Field(default=0.5, gt=0, le=1)  # paused µs per µs, per port
+    storm_window_s: float | None = Field(default=None, gt=0)
     max_pause_frames_per_s: float = Field(default=50_000, gt=0)  # per port and priority
     max_lossless_drops: int = Field(default=0, ge=0)
-    min_busbw_ratio: float = Field(default=0.3, ge=0, le=1)  # vs the baseline trial
+    # Hard constraints against the paired baseline (same replicate, same placement):
+    min_busbw_ratio: float = Field(default=0.8, ge=0, le=1)  # mix-weighted busbw ratio
+    max_tenant_loss_percent: float = Field(default=20.0, ge=0, le=100)  # RoCE-class tenants
     max_crc_errors: int = Field(default=0, ge=0)
     poll_interval_s: float = Field(default=1.0, gt=0)
     measurement_timeout_s: float = Field(default=600.0, gt=0)

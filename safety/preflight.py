@@ -16,8 +16,19 @@ fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per fi
 * ``link``            links up, at the expected speed and FEC;
 * ``error_counters``  CRC/symbol errors not rising over a short sample;
 * ``versions``        driver/firmware recorded (mixed firmware is a warning);
-* ``blast_radius``    a canary switch that also serves hosts outside the canary is refused
+* ``cc_algorithm``    the NIC runs DCQCN (mlxconfig/mstconfig ``ROCE_CC_ALGORITHM_P<n>`` is
+                      ``ECN``; the debugfs ``cc_params`` folder exists): otherwise DCQCN writes
+                      read back fine and do nothing;
+* ``roce_mtu``        the RoCE path MTU (``ibv_devinfo`` active_mtu) is the largest IB MTU the
+                      netdev MTU carries (mlx5 ``iboe_get_mtu``: netdev MTU - 88 bytes);
+* ``cnp_queue``       CNPs (the NIC's CNP DSCP) leave the switch by a strict-priority queue;
+* ``blast_radius``    every port the written switch object reaches, discovered from the
+                      switch's own configuration, lies in the canary; (simulated fabric) a
+                      canary switch that also serves hosts outside the canary is refused
                       unless the experiment acknowledges that switch;
+* ``xoff``            the PFC XOFF point of every SSH canary switch is known (switch buffer
+                      configuration or the inventory), so Kmax < XOFF is enforced;
+* ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled;
 * ``shared_priority`` nothing but the tuned workload on the RoCE priority: a declared job, or
                       traffic seen on that priority while the canary is idle (the storage or
                       backup job that shares the RoCE PFC priority is a classic incident).
@@ -91,6 +102,9 @@ class HostFacts(BaseModel):
     counters_after: dict[str, int] = Field(default_factory=dict)
     sample_s: float = 0.0
     ping: dict[str, str] = Field(default_factory=dict)  # peer -> "ok" or the failure text
+    cc_algorithm: str | None = None  # ROCE_CC_ALGORITHM_P<n> as printed: "ECN(0)" = DCQCN
+    cc_params: bool | None = None  # upstream debugfs cc_params folder present
+    roce_mtu: int | None = None  # ibv_devinfo active_mtu
 
 
 class SwitchFacts(BaseModel):
@@ -108,6 +122,14 @@ class SwitchFacts(BaseModel):
     counters_after: dict[str, dict[str, int]] = Field(default_factory=dict)
     sample_s: float = 0.0
     version: str | None = None
+    canary_ports: list[str] = Field(default_factory=list)
+    written: str | None = None  # the object a write changes (profile name)
+    reach: list[str] = Field(default_factory=list)  # ports that object reaches (switch config)
+    xoff_bytes: int | None = None
+    xoff_source: str | None = None
+    counter_poll_s: dict[str, float] = Field(default_factory=dict)  # counter group -> seconds
+    counters_off: list[str] = Field(default_factory=list)  # counter groups not polled
+    cnp_queue: dict[str, str] = Field(default_factory=dict)  # port -> scheduler of CNP queue
 
 
 class PreflightFacts(BaseModel):
@@ -367,16 +389,103 @@ def check_blast_radius(facts: PreflightFacts, spec: PreflightSpec) -> list[Check
     _, switches = _reachable(facts)
     out = []
     for s in switches:
-        if not s.outside_ports:
-            out.append(_r("blast_radius", s.name, "pass", "serves only canary hosts"))
-        elif s.name in spec.acknowledge_shared_switches:
-            out.append(_r("blast_radius", s.name, "warn",
-                          f"also serves non-canary ports {s.outside_ports} (acknowledged)"))
-        else:
+        beyond = [p for p in s.reach if p not in s.canary_ports]
+        if beyond:
+            out.append(_r("blast_radius", s.name, "fail",
+                          f"writing {s.written} reaches {beyond} outside the canary ports "
+                          f"{s.canary_ports} (from the switch's own configuration): bind a "
+                          "profile of its own to the canary ports only"))
+        elif s.outside_ports and s.name not in spec.acknowledge_shared_switches:
             out.append(_r("blast_radius", s.name, "fail",
                           f"also serves non-canary ports {s.outside_ports}: a switch ECN change "
                           "hits them too; add it to preflight.acknowledge_shared_switches or "
                           "pick a canary switch without them"))
+        elif s.outside_ports:
+            out.append(_r("blast_radius", s.name, "warn",
+                          f"also serves non-canary ports {s.outside_ports} (acknowledged)"))
+        elif s.reach:
+            out.append(_r("blast_radius", s.name, "pass",
+                          f"{s.written} reaches only the canary ports {s.reach}"))
+        else:
+            out.append(_r("blast_radius", s.name, "pass", "serves only canary hosts"))
+    return out
+
+
+def check_xoff(facts: PreflightFacts) -> list[CheckResult]:
+    """SSH switches only: the simulated fabric knows its XOFF."""
+    if facts.backend != "ssh":
+        return []
+    _, switches = _reachable(facts)
+    return [_r("xoff", s.name, "pass", f"PFC XOFF {s.xoff_bytes} B ({s.xoff_source})")
+            if s.xoff_bytes else
+            _r("xoff", s.name, "fail", "PFC XOFF point unknown (no lossless buffer profile "
+                                       "with an xoff, no inventory xoff_bytes): Kmax < XOFF "
+                                       "cannot be enforced; set xoff_bytes for this switch")
+            for s in switches]
+
+
+def check_counters(facts: PreflightFacts) -> list[CheckResult]:
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        if s.counters_off:
+            out.append(_r("counters", s.name, "warn",
+                          f"counter groups not polled: {s.counters_off} (their values never "
+                          "move; `ecntune preflight --enable-counters` turns them on)"))
+        elif s.counter_poll_s:
+            out.append(_r("counters", s.name, "pass", "polled every " + ", ".join(
+                f"{k} {v:g} s" for k, v in sorted(s.counter_poll_s.items()))))
+    return out
+
+
+# IB MTUs a RoCE path can use, and what mlx5 subtracts from the netdev MTU (iboe_get_mtu:
+# GRH 40 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4).
+IB_MTUS = (256, 512, 1024, 2048, 4096)
+ROCE_OVERHEAD = 88
+
+
+def roce_mtu_for(netdev_mtu: int) -> int | None:
+    fits = [m for m in IB_MTUS if m <= netdev_mtu - ROCE_OVERHEAD]
+    return fits[-1] if fits else None
+
+
+def check_nic_cc(facts: PreflightFacts) -> list[CheckResult]:
+    hosts, _ = _reachable(facts)
+    out = []
+    for h in hosts:
+        if h.cc_algorithm is not None:
+            dcqcn = h.cc_algorithm.upper().startswith("ECN")
+            out.append(_r("cc_algorithm", h.name, "pass" if dcqcn else "fail",
+                          f"ROCE_CC_ALGORITHM {h.cc_algorithm}" + (
+                              " (DCQCN)" if dcqcn else ": the firmware does not run DCQCN, "
+                              "DCQCN knobs would read back fine and do nothing; mlxconfig "
+                              "set ROCE_CC_ALGORITHM_P<n>=ECN and reset the firmware")))
+        elif h.cc_params is False:
+            out.append(_r("cc_algorithm", h.name, "fail", "no cc_params in debugfs: the "
+                          "firmware exposes no DCQCN parameters"))
+        elif facts.backend == "ssh":
+            out.append(_r("cc_algorithm", h.name, "warn", "congestion-control algorithm not "
+                          "readable (no mlxconfig/mstconfig)"))
+        if h.roce_mtu is not None and h.mtu is not None:
+            want = roce_mtu_for(h.mtu)
+            out.append(_r("roce_mtu", h.name, "pass" if h.roce_mtu == want else "fail",
+                          f"RoCE MTU {h.roce_mtu} with netdev MTU {h.mtu}" + (
+                              "" if h.roce_mtu == want else
+                              f": expected {want}; the path MTU is set from the netdev MTU "
+                              "when the QP is created, check the peer and the MTU change")))
+    return out
+
+
+def check_cnp_queue(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        for port, sched in sorted(s.cnp_queue.items()):
+            strict = sched.upper().startswith("STRICT")
+            out.append(_r("cnp_queue", f"{s.name}/{port}", "pass" if strict else "fail",
+                          f"CNPs (DSCP {spec.cnp_dscp}) leave by a {sched} queue" + (
+                              "" if strict else ": CNPs queued behind data arrive late; map "
+                              "the CNP DSCP to a strict-priority queue")))
     return out
 
 
@@ -421,8 +530,10 @@ def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
     """Every check, in the order of the table."""
     return [*check_facts(facts), *check_mtu(facts, spec), *check_df_ping(facts, spec),
             *check_pfc(facts), *check_dscp(facts, spec), *check_dcqcn(facts),
-            *check_link(facts, spec), *check_errors(facts, spec), *check_versions(facts),
-            *check_blast_radius(facts, spec), *check_shared_priority(facts, spec)]
+            *check_nic_cc(facts), *check_link(facts, spec), *check_errors(facts, spec),
+            *check_versions(facts), *check_blast_radius(facts, spec), *check_xoff(facts),
+            *check_counters(facts), *check_cnp_queue(facts, spec),
+            *check_shared_priority(facts, spec)]
 
 
 def worst(results: Iterable[CheckResult]) -> Status:

@@ -37,3 +37,7 @@ class SafetyAbort(TunerError):
 
 class RollbackError(TunerError):
     """The canary could not be brought back to its baseline: stop everything (exit code 4)."""
+
+
+class NoWinner(TunerError):
+    """The study has no confirmed winner to act on (``export``: CLI exit code 3)."""

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -25,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from objectives.score import check_weights
 from safety.limits import SafetyLimits
 from safety.preflight import PreflightSpec
 from tuner import storage_url
@@ -36,7 +36,7 @@ _STRICT = ConfigDict(frozen=True, extra="forbid")
 
 # The one search dimension that is not a device knob: kmax_bytes = kmin_bytes * kmax_ratio.
 KMAX_RATIO = "kmax_ratio"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: anchored at \Z
 
 
 class TopologySpec(BaseModel):
@@ -61,7 +61,7 @@ class FabricSpec(BaseModel):
     model_config = _STRICT
     backend: Literal["sim", "ssh"] = "sim"
     topology: TopologySpec = Field(default_factory=TopologySpec)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
     max_time_us: float = Field(default=50_000.0, gt=0)  # simulated-time cap of one measurement
     step_us: float = Field(default=500.0, gt=0)  # simulated time between live safety polls
     # ssh backend (tuner.inventory): the inventory inline, or a YAML file ($VARS expanded).
@@ -111,6 +111,8 @@ class SearchSpec(BaseModel):
     model_config = _STRICT
     knobs: dict[str, KnobRange] = Field(default_factory=dict)
     fixed: dict[str, int] = Field(default_factory=dict)
+    # After trial 0, try the known-good starting points (tuner/warm_starts.py) first.
+    warm_starts: bool = True
 
     @field_validator("knobs")
     @classmethod
@@ -172,6 +174,9 @@ class ObjectiveSpec(BaseModel):
         if self.busbw_weight + self.latency_weight + self.pfc_weight <= 0:
             raise ValueError("at least one of busbw_weight, latency_weight, pfc_weight must "
                              "be above 0")
+        problem = check_weights(self.busbw_weight, self.latency_weight, self.pfc_weight)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -179,16 +184,37 @@ class BudgetSpec(BaseModel):
     model_config = _STRICT
     trials: int = Field(default=20, ge=1, le=100_000)  # proposals after the baseline trial 0
     wall_time_s: float = Field(default=3600.0, gt=0)
-    # After the study, the best trial and the baseline are each re-measured this many times
-    # (fresh runs), so the reported improvement is not a lucky single measurement.
-    confirm_repeats: int = Field(default=3, ge=0, le=50)
+    # Paired replicates per trial: every trial is measured on the same K placements/seeds and
+    # scored against the baseline's K. "auto": K from the noise of 5 baseline replicates.
+    repeats: int | Literal["auto"] = "auto"
+    repeats_max: int = Field(default=6, ge=1, le=50)
+    # A trial whose running paired score is this far (log2 units) below the median of the other
+    # trials on the same replicates stops early (0 = never).
+    prune_margin: float = Field(default=0.05, ge=0)
+    # Re-measure the baseline every this many trials to show drift (0 = never).
+    baseline_every: int = Field(default=10, ge=0)
+    # At the end, the top ``confirm_top_k`` candidates and the baseline are measured interleaved
+    # on ``confirm_repeats`` fresh paired replicates; a winner needs its 95 % interval above 0.
+    confirm_top_k: int = Field(default=3, ge=1, le=20)
+    confirm_repeats: int = Field(default=8, ge=0, le=100)
 
 
 class SamplerSpec(BaseModel):
     model_config = _STRICT
     name: Literal["tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
-    seed: int | None = 0
+    seed: int | None = Field(default=0, ge=0, le=2**32 - 1)  # numpy's seed range
     startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
+
+
+class ScreenSpec(BaseModel):
+    """Pre-screening of proposals on the digital twin (``tuner/screen.py``)."""
+
+    model_config = _STRICT
+    mode: Literal["off", "twin"] = "off"
+    # The twin: a rocesim fabric configured like the canary. Default (sim backend only): the
+    # experiment's own fabric with the next seed, so its placements differ from the canary's.
+    fabric: FabricSpec | None = None
+    canary_switches: list[str] | None = None  # default: canary.switches
 
 
 class TrackingSpec(BaseModel):
@@ -221,6 +247,7 @@ class Experiment(BaseModel):
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    screen: ScreenSpec = Field(default_factory=ScreenSpec)
     storage: str | None = None  # Optuna storage URL; default sqlite:///<results_dir>/optuna.db
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     results_dir: str = ""  # default results/<name> (filled in by the validator below)
@@ -235,7 +262,7 @@ class Experiment(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
+        if not _NAME.fullmatch(v):
             raise ValueError("use 1-64 letters, digits, '_', '-', '.' (it names files and runs)")
         return v
 
@@ -314,15 +341,15 @@ def format_errors(source: str, exc: ValidationError) -> str:
 
 def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
     """Validate experiment YAML text; raises ``ConfigError`` naming source, field and value."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{line}: not valid YAML: {exc}") from None
+    from tuner.input_checks import load_yaml, value_problems
+
+    data = load_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got "
                           f"{type(data).__name__}")
+    problems = value_problems(data, Experiment)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems[:10]))
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
@@ -331,9 +358,6 @@ def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
 
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read experiment file: {exc.strerror}") from None
-    return parse_experiment(text, str(p))
+    from tuner.input_checks import read_text_file
+
+    return parse_experiment(read_text_file(path, "experiment file"), str(path))

@@ -32,8 +32,9 @@ BEST_METRICS: tuple[tuple[str, str, bool | None], ...] = (
     ("lossless_drops", "lossless drops", False),
 )
 _PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-STUDY_METRICS = ("baseline_score", "best_score", "improvement_percent", "trials_ok",
-                 "trials_rolled_back", "trials_rejected", "trials_failed")
+STUDY_METRICS = ("best_score", "confirmed", "confirmed_improvement_percent",
+                 "confirmed_ci95_low", "confirmed_ci95_high", "trials_ok", "trials_rolled_back",
+                 "trials_rejected", "trials_infeasible", "trials_pruned", "trials_failed")
 
 
 def _quote(v: str) -> str:

@@ -11,8 +11,13 @@ to the inventory entry's ``address``.
 from __future__ import annotations
 
 import os
+import types
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import BaseModel
 
 from tuner.errors import ConfigError
 from tuner.settings import KNOBS
@@ -20,6 +25,234 @@ from tuner.settings import KNOBS
 if TYPE_CHECKING:
     from tuner.experiment import Experiment
     from tuner.inventory import Inventory
+
+MAX_DEPTH = 32  # no experiment or inventory field nests deeper than a handful of levels
+MAX_NODES = 200_000  # values after YAML aliases are expanded (a "billion laughs" file)
+
+
+# -- reading files -------------------------------------------------------------------------------
+
+def read_text_file(path: str | os.PathLike[str], what: str) -> str:
+    """The UTF-8 text of ``path``; ``ConfigError`` naming the file and the fix otherwise."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory, not a{'n' if what[0] in 'aeiou' else ''} "
+                          f"{what} -- give the file inside it")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read {what}: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}) -- save "
+                          f"the {what} as UTF-8") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConfigError(f"{self.name}:{line}: duplicate key {key!r} (first at line "
+                                  f"{first}) -- keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML refusing duplicate keys, deep nesting and alias bombs; ``ConfigError`` with
+    the file and line otherwise."""
+    loader = _UniqueKeyLoader(text)
+    loader.name = source
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}{line}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested deeper than {MAX_DEPTH} levels -- no field of an "
+                          "experiment or inventory needs that; flatten it") from None
+    finally:
+        loader.dispose()
+    _shape_limits(data, source)
+    return data
+
+
+def _shape_limits(data: Any, source: str) -> None:
+    """Depth and expanded size, iteratively (a recursive walk is what deep input breaks)."""
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    nodes = 0
+    while stack:
+        node, depth, where = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ConfigError(f"{source}: more than {MAX_NODES} values once YAML aliases are "
+                              "expanded -- remove the alias chains")
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source}: {where or '<top level>'}: nested deeper than "
+                              f"{MAX_DEPTH} levels -- flatten it")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1, f"{where}.{k}" if where else str(k))
+                         for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1, f"{where}[{i}]") for i, v in enumerate(node))
+
+
+# -- values the models would accept too kindly ---------------------------------------------
+
+FREE_TEXT = {"description"}  # fields where a newline or tab is text, not an attack
+
+
+def _control(text: str, multiline: bool) -> str | None:
+    for ch in text:
+        code = ord(ch)
+        if (code < 0x20 or 0x7F <= code < 0xA0) and not (multiline and ch in "\n\t"):
+            return repr(ch)
+    return None
+
+
+def value_problems(data: Any, model: type[BaseModel], root: str = "") -> list[str]:
+    """``where: problem -- fix`` for control characters in any key or string (a newline in a
+    name or a launcher template is how data turns into a shell command) and for booleans
+    given where the model wants a number (``trials: true`` is not 1)."""
+    out: list[str] = []
+
+    def walk(node: Any, ann: Any, where: str) -> None:
+        if isinstance(node, str):
+            bad = _control(node, where.rsplit(".", 1)[-1] in FREE_TEXT)
+            if bad:
+                out.append(f"{where or '<top level>'}: control character {bad} in "
+                           f"{node[:40]!r} -- remove it")
+            return
+        if isinstance(node, bool):
+            if ann is not None and _wants_number(ann):
+                out.append(f"{where}: value {node} is a boolean, not a number -- give a number")
+            return
+        if isinstance(node, dict):
+            fields = _model_fields(ann)
+            for k, v in node.items():
+                key = str(k)
+                bad = _control(key, False)
+                if bad:
+                    out.append(f"{where or '<top level>'}: control character {bad} in key "
+                               f"{key[:40]!r} -- remove it")
+                sub = f"{where}.{key}" if where else key
+                if fields is not None:
+                    walk(v, fields.get(key), sub)
+                else:
+                    walk(v, _mapping_value(ann), sub)
+        elif isinstance(node, list):
+            item = _list_item(ann)
+            for i, v in enumerate(node):
+                walk(v, item, f"{where}[{i}]")
+
+    walk(data, model, root)
+    return out
+
+
+def _unwrap(ann: Any) -> list[Any]:
+    """The alternatives of an annotation (``X | None``, ``Annotated[X, ...]``)."""
+    origin = typing.get_origin(ann)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(ann)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [a for arg in typing.get_args(ann) for a in _unwrap(arg)]
+    return [ann]
+
+
+def _wants_number(ann: Any) -> bool:
+    alts = _unwrap(ann)
+    return bool not in alts and any(a in (int, float) for a in alts)
+
+
+def _model_fields(ann: Any) -> dict[str, Any] | None:
+    for a in _unwrap(ann):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return {n: f.annotation for n, f in a.model_fields.items()}
+    return None
+
+
+def _mapping_value(ann: Any) -> Any:
+    for a in _unwrap(ann):
+        if typing.get_origin(a) is dict:
+            return typing.get_args(a)[1]
+    return None
+
+
+def _list_item(ann: Any) -> Any:
+    for a in _unwrap(ann):
+        if typing.get_origin(a) is list:
+            return typing.get_args(a)[0]
+    return None
+
+
+# -- sizes the machine cannot hold ---------------------------------------------------------
+
+def machine_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def sim_bytes(exp: Experiment) -> tuple[int, str]:
+    """A (generous) estimate of the simulation's memory, and the field that dominates it."""
+    topo, wl, fab = exp.fabric.topology, exp.workload, exp.fabric
+    nics = topo.hosts_per_leaf * topo.nics_per_host * (
+        topo.leaves if topo.kind == "leaf_spine" else 1)
+    terms: dict[str, float] = {}
+    from tuner.workload import CollectivePart, ProbePart
+
+    for i, part in enumerate(wl.parts):
+        if isinstance(part, CollectivePart):
+            n = nics
+            flows = (n * (n - 1) * part.qps_per_connection if part.op == "alltoall"
+                     else n * part.channels * part.qps_per_connection)
+            terms[f"workload.parts[{i}] ({part.op} over {n} NICs: {flows:.3g} flows)"] = \
+                flows * 400.0
+        elif isinstance(part, ProbePart):
+            samples = part.pairs * (fab.max_time_us / part.interval_us + 2)
+            terms[f"fabric.max_time_us / workload.parts[{i}].interval_us "
+                  f"({samples:.3g} probe samples)"] = samples * 16.0
+    links = nics + topo.leaves * topo.spines * 2
+    terms["fabric.topology"] = links * 64_000.0
+    worst = max(terms, key=lambda k: terms[k])
+    return int(sum(terms.values())), worst
+
+
+def _size_problems(exp: Experiment) -> list[str]:
+    if exp.fabric.backend != "sim":
+        return []
+    need, worst = sim_bytes(exp)
+    have = machine_bytes()
+    if need <= have // 2:
+        return []
+    return [f"{worst}: the simulation would need ~{_gib(need)} of memory, more than half of "
+            f"this machine's {_gib(have)} -- lower fabric.max_time_us, raise the probe "
+            "interval_us or shrink the topology / collective"]
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n < 2**40 else f"{n / 2**40:.3g} TiB"
+
+
+def _url_problems(exp: Experiment) -> list[str]:
+    from tuner.tracking import move_url_credentials
+
+    try:
+        move_url_credentials({"storage": exp.storage, "tracking.uri": exp.tracking.uri})
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
 
 RATE_KNOBS = ("rpg_max_rate", "rpg_ai_rate", "rpg_hai_rate", "rpg_min_rate",
               "rate_to_set_on_first_cnp")
@@ -46,7 +279,10 @@ def _knob_problems(exp: Experiment) -> list[str]:
     inv_file = exp.fabric.inventory_file
     if exp.fabric.backend == "ssh" and inv_file is not None:
         path = Path(os.path.expandvars(os.path.expanduser(inv_file)))
-        if "$" not in str(path) and not path.is_file():
+        if "$" not in str(path) and path.is_dir():
+            out.append(f"fabric.inventory_file: {inv_file} is a directory, not an inventory "
+                       "file -- give the YAML file inside it")
+        elif "$" not in str(path) and not path.is_file():
             out.append(f"fabric.inventory_file: {inv_file} does not exist -- fix the path "
                        f"(relative paths start from {Path.cwd()})")
     if exp.fabric.backend == "sim":
@@ -77,7 +313,10 @@ def inventory_problems(inv: Inventory, source: str) -> list[str]:
                            "remove it and use the SSH agent or a key file (key_file)")
         if t.key_file is not None:
             path = Path(os.path.expanduser(t.key_file))
-            if not path.is_file():
+            if path.is_dir():
+                out.append(f"{source}: {where}.key_file: {t.key_file} is a directory, not a "
+                           "key file -- give the private key file inside it")
+            elif not path.is_file():
                 out.append(f"{source}: {where}.key_file: {t.key_file} does not exist -- fix "
                            "the path, or drop key_file to use the SSH agent")
             elif not os.access(path, os.R_OK):
@@ -97,7 +336,8 @@ def inventory_source(exp: Experiment, source: str) -> str:
 
 def check_inputs(exp: Experiment, source: str, inventory: Any = None) -> None:
     """Raise ``ConfigError`` listing every contradiction (one line each) or do nothing."""
-    lines = [f"{source}: {p}" for p in _knob_problems(exp)]
+    lines = [f"{source}: {p}" for p in
+             (*_knob_problems(exp), *_url_problems(exp), *_size_problems(exp))]
     if inventory is not None:
         lines += inventory_problems(inventory, inventory_source(exp, source))
     if lines:

@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,6 +27,14 @@ from tuner.errors import ConfigError
 from tuner.ssh.shell import PATTERNS
 
 _STRICT = ConfigDict(frozen=True, extra="forbid")
+
+# launcher.nccl_env: the variables the ranks may be given (docs/real-cluster.md). Anything else
+# (LD_PRELOAD, PATH, BASH_ENV, PYTHONPATH ...) can make the launcher run code of the file's
+# author's choosing.
+ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_")
+ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                       "CUDA_DEVICE_MAX_CONNECTIONS", "HCOLL_ENABLE_MCAST_ALL",
+                       "SHARP_COLL_ENABLE_SAT"})
 
 
 def _pattern(kind: str, value: str) -> str:
@@ -135,12 +142,15 @@ class SwitchEntry(_Target):
 
     platform: Literal["sonic", "nvue"]
     lossless_queue: int = Field(default=3, ge=0, le=7)
-    wred_profile: str = "AZURE_LOSSLESS"
+    wred_profile: str = "AZURE_LOSSLESS"  # SONiC: the profile the canary ports use today
+    # The object ecntune writes, bound to the canary ports only (SONiC WRED profile cloned from
+    # wred_profile; NVUE congestion-control profile, Cumulus Linux >= 5.4).
+    canary_profile: str = "ECNTUNE_CANARY"
     canary_ports: list[str] = Field(min_length=1)
     other_ports: list[str] = Field(default_factory=list)
     xoff_bytes: int = Field(default=0, ge=0)
 
-    @field_validator("wred_profile")
+    @field_validator("wred_profile", "canary_profile")
     @classmethod
     def _profile(cls, v: str) -> str:
         return _pattern("wred_profile", v)
@@ -159,14 +169,20 @@ class Launcher(BaseModel):
     nccl_tests_dir: str = "/opt/nccl-tests/build"
     mpirun: str = "mpirun --allow-run-as-root -np {np} -H {hostlist}"
     perftest_bin: str = "ib_write_lat"
+    bw_bin: str = "ib_write_bw"  # perftest bandwidth tool for background parts
     nccl_env: dict[str, str] = Field(default_factory=dict)
     gpus_per_host: int = Field(default=1, ge=1, le=64)
     warmup_iters: int = Field(default=2, ge=0, le=1000)
-    latency_hosts: list[str] = Field(default_factory=list)  # two canary hosts; default first two
-    perftest_iterations: int = Field(default=5000, ge=10, le=10_000_000)
-    roce_tos: int = Field(default=106, ge=0, le=255)  # perftest -T (DSCP 26 + ECT0)
-    # Seconds between launching the collectives and starting the latency probe: mpirun takes a
-    # while to start the ranks, and the probe should sample the fabric under load.
+    latency_hosts: list[str] = Field(default_factory=list)  # probe pairs among these (default all)
+    perftest_iterations: int = Field(default=5000, ge=10, le=10_000_000)  # samples per pair
+    roce_tos: int = Field(default=106, ge=0, le=255)  # perftest --tclass (DSCP 26 + ECT0)
+    # ToS of background parts with `priority: other`; unset, such parts are refused.
+    other_tos: int | None = Field(default=None, ge=0, le=255)
+    # nccl-tests -N: result rows (cycles) of the measured pass; the probe starts after the first.
+    nccl_cycles: int = Field(default=8, ge=3, le=1000)
+    # Share of probe samples that must fall while every collective ran, else failed:measurement.
+    min_probe_overlap: float = Field(default=0.9, ge=0, le=1)
+    # Extra seconds after the first result row before the probe starts.
     probe_delay_s: float = Field(default=0.0, ge=0, le=600)
 
     @field_validator("nccl_tests_dir")
@@ -174,7 +190,7 @@ class Launcher(BaseModel):
     def _dir(cls, v: str) -> str:
         return _pattern("path", os.path.expandvars(v))
 
-    @field_validator("perftest_bin")
+    @field_validator("perftest_bin", "bw_bin")
     @classmethod
     def _bin(cls, v: str) -> str:
         return _pattern("binary", v)
@@ -200,6 +216,11 @@ class Launcher(BaseModel):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, val in v.items():
             _pattern("env_name", k)
+            if not k.startswith(ENV_PREFIXES) and k not in ENV_NAMES:
+                raise ValueError(
+                    f"{k!r} is not an NCCL/UCX/Open MPI variable: only names starting with "
+                    f"{', '.join(ENV_PREFIXES)} or one of {', '.join(sorted(ENV_NAMES))} are "
+                    "passed to the ranks (LD_PRELOAD, PATH, BASH_ENV... would run code)")
             _pattern("env_value", str(val))
         return {k: str(val) for k, val in v.items()}
 
@@ -259,8 +280,13 @@ def _where(data: Any, loc: tuple[int | str, ...]) -> str:
 
 def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
     """Validate a mapping; a bad value raises ``ConfigError`` naming the entry and field."""
+    from tuner.input_checks import value_problems
+
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the inventory must be a mapping, got {type(data).__name__}")
+    problems = value_problems(data, Inventory)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {p}" for p in problems[:10]))
     try:
         return Inventory.model_validate(data)
     except ValidationError as exc:
@@ -273,11 +299,7 @@ def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
 
 def load_inventory(path: str | Path) -> Inventory:
     """Read and validate an inventory YAML file."""
+    from tuner.input_checks import load_yaml, read_text_file
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read inventory: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    return parse_inventory(data, str(p))
+    return parse_inventory(load_yaml(read_text_file(p, "inventory file"), str(p)), str(p))

@@ -1,60 +1,69 @@
 """The trial lifecycle: baseline, ask, check, apply, verify, measure, judge, score, tell, log.
 
-Trial 0 measures the canary as it is (the baseline; enqueued into Optuna with the baseline's own
-values, so samplers learn from it). Every later trial:
+Trial 0 measures the canary as it is (the baseline) on the study's paired replicates: the same
+placements and seeds that every later trial is measured on (``budget.repeats``; ``auto``
+chooses their number from the baseline's own noise). The known-good starting points follow
+(``tuner.warm_starts``). Every later trial:
 
 1. ask Optuna; turn the params into knob values (``tuner.space``);
 2. ``safety.limits.check_proposal``: a proposal breaking a static rule is never applied; it is
-   told to Optuna as PRUNED with verdict ``rejected:<code>``;
-3. journal ``begin`` (fsync'd), ``apply`` to the canary, ``read_back`` must equal what was asked;
-4. ``measure`` with a live ``safety.monitor.LiveMonitor`` (``SafetyAbort`` => ``rolled_back``);
-5. ``safety.monitor.judge`` against the baseline (busbw floor, drops, storms) => ``rolled_back``;
-6. restore the snapshot and verify it (``safety.rollback.restore``), journal ``restored``;
-7. score (``objectives.score``), tell Optuna (COMPLETE, or PRUNED for a rolled-back trial),
-   log the nested MLflow run.
+   told to Optuna as PRUNED with verdict ``rejected:<code>`` and a ``static_limits`` constraint;
+3. one guarded change (``tuner.transaction``): journal, apply, read back, ...
+4. measure each replicate with a live ``safety.monitor.LiveMonitor`` (``SafetyAbort`` =>
+   ``rolled_back``), judge it post hoc by the same rules, and report the running paired score
+   to the pruner, which may stop a clearly worse trial early (``pruned:early_stop``);
+5. ... and the verified restore;
+6. score against the baseline replicate by replicate (``objectives.score``), tell Optuna the
+   value and every constraint (a rolled-back trial carries ``safety``), log the MLflow run.
+
+Every ``budget.baseline_every`` trials the baseline is measured again (drift). At the end the
+top candidates and the baseline are measured interleaved on fresh paired replicates and the
+winner is confirmed or not (``tuner.study``).
 
 Signals: the first SIGINT/SIGTERM only sets a flag; the running measurement stops at its next
 monitor poll, the canary is restored, the in-flight trial is told FAIL (``interrupted``) and
 ``Interrupted`` is raised. A second signal interrupts at once, except while a restore runs. At
 the end, on interrupt or on failure the canary is restored to the baseline; with ``keep_best``
-the best trial's settings are re-applied and verified instead (normal end and interrupt only,
-never after a failure, never a winner the confirmation repeats did not confirm).
+the confirmed winner's settings are re-applied and verified instead (normal end only, never an
+unconfirmed trial).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from objectives.measurement import Counters, Measurement
-from objectives.score import Score, ScoreConfig, improvement_percent, score
+import numpy as np
+
+from objectives.measurement import Measurement
+from objectives.score import Score, ScoreConfig, bootstrap_ci, equivalent_percent, score
 from safety.journal import Journal
 from safety.limits import check_proposal
-from safety.monitor import LiveMonitor, judge
-from safety.rollback import restore
+from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner import __version__, optuna_io
-from tuner.errors import (
-    ApplyError,
-    ConfigError,
-    MeasurementError,
-    RollbackError,
-    SafetyAbort,
-    TunerError,
-)
+from tuner import study as studies
+from tuner.errors import ApplyError, MeasurementError, RollbackError, SafetyAbort, TunerError
 from tuner.settings import Settings
 from tuner.space import SearchSpace, build_space
+from tuner.study import CandidateCheck, Confirmation, StudyResult, TrialOutcome
 from tuner.tracking import Tracker, TrialRecord, redact, trial_metrics
+from tuner.transaction import Transactions
+from tuner.warm_starts import warm_starts
 
 if TYPE_CHECKING:
+    from objectives.measurement import Counters
     from tuner.cluster.base import Cluster, ClusterDescription, Monitor
     from tuner.experiment import Experiment
+    from tuner.screen import TwinScreen
+
+AUTO_REPLICATES = 5  # baseline replicates measured to size ``repeats: auto``
+CONFIRM_REPLICATE0 = 1000  # confirmation replicates: fresh placements, never the study's
 
 
 class Interrupted(KeyboardInterrupt):
@@ -65,35 +74,45 @@ class Interrupted(KeyboardInterrupt):
         self.signame = signame
 
 
-def build_cluster(exp: Experiment) -> Cluster:
-    """The experiment's backend, with its baseline (vendor defaults + ``current:``)."""
-    if exp.fabric.backend == "sim":
-        from tuner.cluster.sim import SimCluster
-        from tuner.cluster.statefile import StateFileCluster
-
-        # The simulated devices' state outlives the process, as real devices' does: a killed
-        # run leaves the canary dirty until `ecntune recover` (tuner/cluster/statefile.py).
-        return StateFileCluster(
-            SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current),
-                       name=exp.name),
-            exp.results_path / "sim-state.json", exp.results_path / "journal.jsonl")
-    if exp.fabric.backend == "ssh":
-        from tuner.cluster.deadman import DeadmanCluster
-        from tuner.cluster.ssh import SshCluster
-
-        # Commit-confirm: every change is armed with a dead-man timer on its targets.
-        return DeadmanCluster(SshCluster.from_fabric(exp.fabric, name=exp.name),
-                              exp.safety.deadman_timeout_s)
-    raise ConfigError(f"fabric.backend: value {exp.fabric.backend!r} -- not available")
-
-
 def score_config(exp: Experiment) -> ScoreConfig:
     o = exp.objective
     return ScoreConfig(mode=o.mode, busbw_weight=o.busbw_weight,
                        latency_weight=o.latency_weight, pfc_weight=o.pfc_weight,
                        p99_target_us=o.p99_target_us,
                        pfc_budget_us_per_s=o.pfc_budget_us_per_s,
-                       priority=exp.safety.roce_priority)
+                       priority=exp.safety.roce_priority,
+                       min_busbw_ratio=exp.safety.min_busbw_ratio,
+                       max_tenant_loss_percent=exp.safety.max_tenant_loss_percent)
+
+
+def repeats_for(noise_sd: float, *, detectable: float = 0.05, most: int = 6) -> int:
+    """Replicates per trial so that the standard error of a trial's mean score is half the
+    smallest effect worth detecting (``detectable`` log2 units, ~3.5 % busbw-equivalent):
+    ``K = ceil((2 sd / detectable)**2)``, between 2 (so early stopping has a step) and ``most``.
+    """
+    if not math.isfinite(noise_sd) or noise_sd <= 0:
+        return 2
+    return max(2, min(most, math.ceil((2 * noise_sd / detectable) ** 2)))
+
+
+def noise_of(ms: list[Measurement], cfg: ScoreConfig) -> dict[str, float]:
+    """The spread of the baseline across replicates: coefficient of variation of each metric,
+    and ``score_sd``, the standard deviation of one replicate's score against the others."""
+    from objectives.score import raw
+
+    out: dict[str, float] = {}
+    rs = [raw(m, cfg.priority) for m in ms]
+    for name, xs in (("busbw_norm", [r.busbw_norm for r in rs]),
+                     ("p99_us", [r.p99_us for r in rs]),
+                     ("pause_us_per_s", [r.pause_us_per_s for r in rs])):
+        vals = np.array([x for x in xs if x is not None], dtype=float)
+        if vals.size >= 2 and vals.mean() != 0:
+            out[f"cv_{name}"] = float(vals.std(ddof=1) / abs(vals.mean()))
+    if len(ms) >= 2:  # every replicate scored against every other one: the unpaired spread
+        pair = [score([a], [b.model_copy(update={"replicate": a.replicate})], cfg).scalar
+                for a in ms for b in ms if a is not b]
+        out["score_sd"] = float(np.std(pair, ddof=1) / math.sqrt(2))
+    return out
 
 
 class SignalGuard:
@@ -150,70 +169,12 @@ class _GuardedMonitor:
             self.inner.poll(counters, elapsed_s)
 
 
-@dataclass
-class TrialOutcome:
-    number: int
-    state: str
-    verdict: str
-    values: dict[str, int]
-    score: float | None = None
-    objective: tuple[float, ...] | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    is_baseline: bool = False
-
-
-@dataclass
-class StudyResult:
-    study: str
-    storage: str
-    tracking_uri: str
-    parent_run_id: str | None
-    mode: str
-    baseline: TrialOutcome | None
-    best: TrialOutcome | None
-    pareto: list[TrialOutcome]
-    trials: list[TrialOutcome]
-    final: str  # "baseline" or "kept:<trial>"
-    final_settings: Settings | None
-    interrupted: str | None = None
-    tracking_failures: list[str] = field(default_factory=list)
-    mlflow_experiment_id: str | None = None
-    confirmation: dict[str, Any] | None = None
-
-    @property
-    def improvement_percent(self) -> float | None:
-        if self.best is None or self.baseline is None:
-            return None
-        if self.best.score is None or self.baseline.score is None:
-            return None
-        return improvement_percent(self.best.score, self.baseline.score)
-
-
 Event = Callable[[str, dict[str, Any]], None]
 
 
-def outcome_of(t: Any) -> TrialOutcome:
-    """A finished Optuna trial as a ``TrialOutcome`` (from its user attrs)."""
-    ua = t.user_attrs
-    vals = tuple(t.values) if t.values is not None else None
-    return TrialOutcome(number=t.number, state=t.state.name, verdict=ua.get("verdict", "?"),
-                        values=dict(ua.get("values", {})), score=ua.get("score"),
-                        objective=vals, metrics=dict(ua.get("metrics", {})),
-                        is_baseline=ua.get("role") == "baseline")
-
-
-def recommended(study: Any) -> tuple[TrialOutcome | None, list[TrialOutcome]]:
-    """(best trial by scalar score among feasible completed ones, Pareto front)."""
-    done = [outcome_of(t) for t in optuna_io.trials(study) if t.state.name == "COMPLETE"]
-    if not done:
-        return None, []
-    front = [outcome_of(t) for t in optuna_io.best_trials(study)]
-    feasible = [o for o in done if o.metrics.get("pfc_constraint", 0.0) <= 0
-                or len(study.directions) == 1]
-    pool = feasible or done
-    best = max(pool, key=lambda o: (o.score if o.score is not None else float("-inf"),
-                                    -o.number))
-    return best, front
+def _stripped(m: Measurement) -> Measurement:
+    """A measurement without its raw tool outputs (what the study database keeps)."""
+    return m.model_copy(update={"raw": {}})
 
 
 class StudyRunner:
@@ -242,7 +203,12 @@ class StudyRunner:
         self.desc: ClusterDescription | None = None
         self.baseline_settings: Settings | None = None
         self.baseline_values: dict[str, int] = {}
-        self.baseline_measurement: Measurement | None = None
+        self.baseline_ms: list[Measurement] = []  # one per paired replicate
+        self.repeats = exp.budget.repeats if isinstance(exp.budget.repeats, int) else 0
+        self.window_s = storm_window_s(exp.safety, None)
+        self.tx: Transactions | None = None
+        self.screen: TwinScreen | None = None
+        self.saved_s = 0.0  # canary time early stopping saved (measurement seconds)
 
     # Set-up --------------------------------------------------------------------------------
     def _refuse_if_dirty(self) -> None:
@@ -255,36 +221,71 @@ class StudyRunner:
                 f"{entry.trial}) on {', '.join(entry.targets)}: the canary may not be on its "
                 f"baseline. Run `ecntune recover --results {self.results}` first")
 
+    def _pruner(self) -> Any:
+        b = self.exp.budget
+        if self.exp.objective.mode != "scalar" or b.prune_margin <= 0:
+            return None
+        return optuna_io.PairedMedianPruner(b.prune_margin,
+                                            max(self.exp.sampler.startup_trials, 3))
+
     def _open_study(self, resume: bool) -> None:
         multi = self.exp.objective.mode == "multi"
         sampler = optuna_io.make_sampler(self.exp.sampler, multi)
         storage = self.exp.storage_url
         if resume:
-            self.study = optuna_io.load_study(self.study_name, storage, sampler)
+            self.study = optuna_io.load_study(self.study_name, storage, sampler, self._pruner())
             stale = optuna_io.fail_stale(self.study)
             if stale:
                 self.on_event("stale", {"trials": stale})
-        else:
-            dirs = ["maximize"] if not multi else ["maximize", "minimize"]
-            self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler)
-            for k, v in {"experiment_yaml": self.exp_yaml, "experiment_name": self.exp.name,
-                         "mode": self.exp.objective.mode, "created_at": time.time(),
-                         "ecntune_version": __version__}.items():
-                self.study.set_user_attr(k, v)
+            return
+        dirs = ["maximize"] if not multi else ["maximize", "minimize"]
+        self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler,
+                                            self._pruner())
+        for k, v in {"experiment_yaml": self.exp_yaml, "experiment_name": self.exp.name,
+                     "mode": self.exp.objective.mode, "created_at": time.time(),
+                     "ecntune_version": __version__,
+                     "startup_trials": self.exp.sampler.startup_trials}.items():
+            self.study.set_user_attr(k, v)
 
     def _ensure_baseline(self) -> None:
+        """Enqueue trial 0 (and the warm starts) on a new study; load its replicates on resume."""
         trials = optuna_io.trials(self.study)
         done = [t for t in trials if t.user_attrs.get("role") == "baseline"
                 and t.state.name == "COMPLETE"]
         if done:
-            raw = self.study.user_attrs.get("baseline_measurement")
-            self.baseline_measurement = Measurement.model_validate_json(raw) if raw else None
+            ua = self.study.user_attrs
+            self.baseline_ms = [Measurement.model_validate_json(x)
+                                for x in ua.get("baseline_measurements", [])]
+            self.repeats = int(ua.get("repeats", len(self.baseline_ms) or 1))
+            self._set_window()
             return
-        waiting = [t for t in trials if t.state.name == "WAITING"
-                   and t.user_attrs.get("role") == "baseline"]
-        if not waiting:
-            optuna_io.enqueue(self.study, self.space.params_of(self.baseline_values),
-                              "baseline")
+        if any(t.state.name == "WAITING" and t.user_attrs.get("role") == "baseline"
+               for t in trials):
+            return
+        optuna_io.enqueue(self.study, self.space.params_of(self.baseline_values), "baseline")
+        if self.exp.search.warm_starts:
+            self._enqueue_warm_starts()
+
+    def _enqueue_warm_starts(self) -> None:
+        assert self.desc is not None
+        xoff = self.desc.facts.get("xoff_bytes")
+        seen = {tuple(sorted(self.space.params_of(self.baseline_values).items()))}
+        for w in warm_starts(self.desc.nic_gbps, int(xoff) if xoff else None,
+                             self.exp.safety.xoff_margin_percent):
+            values = dict(self.baseline_values, kmin_bytes=w.kmin_bytes,
+                          kmax_bytes=w.kmax_bytes, pmax_percent=w.pmax_percent)
+            values.update(self.space.fixed)
+            params = self.space.params_of(values)
+            key = tuple(sorted(params.items()))
+            if key in seen:  # the baseline already is this point
+                continue
+            seen.add(key)
+            optuna_io.enqueue(self.study, params, f"warm:{w.label}")
+
+    def _set_window(self) -> None:
+        durations = [m.duration_s for m in self.baseline_ms if m.duration_s > 0]
+        self.window_s = storm_window_s(self.exp.safety,
+                                       float(np.mean(durations)) if durations else None)
 
     def _start_tracking(self) -> None:
         exp = self.exp
@@ -329,7 +330,8 @@ class StudyRunner:
             return 0
         n = 0
         for t in optuna_io.trials(self.study):
-            if t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged:
+            if (t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged
+                    or not self._backfills(t)):
                 continue
             rid = self.tracker.log_trial(self._record(t.number, t.state.name, t.user_attrs,
                                                       t.params))
@@ -337,6 +339,10 @@ class StudyRunner:
                 break
             n += 1
         return n
+
+    def _backfills(self, t: Any) -> bool:
+        """Is a finished trial this runner's to back-fill? (A worker: its slice's only.)"""
+        return True
 
     def _record(self, number: int, state: str, ua: dict[str, Any],
                 params: dict[str, Any]) -> TrialRecord:
@@ -347,9 +353,10 @@ class StudyRunner:
                            params=p, metrics=dict(ua.get("metrics", {})),
                            measurement_path=ua.get("measurement_path"),
                            detail=str(ua.get("detail", "")),
-                           artifact_dir=ua.get("artifact_dir"))
+                           artifact_dir=ua.get("artifact_dir"),
+                           origin=str(ua.get("role", "proposal")))
 
-    # One trial -----------------------------------------------------------------------------
+    # Measuring --------------------------------------------------------------------------------
     def _budget_used(self) -> int:
         return sum(1 for t in optuna_io.trials(self.study)
                    if t.user_attrs.get("role") != "baseline"
@@ -360,11 +367,29 @@ class StudyRunner:
         """Stop asking? (A worker of a shared study counts every worker's trials.)"""
         return used >= self.exp.budget.trials
 
-    def _save_measurement(self, number: int, m: Measurement) -> str:
+    def _measure(self, replicate: int, *, abort: bool = True) -> Measurement:
+        """One replicate under a live monitor (``abort=False``: only record, the baseline);
+        the monitor's pause samples ride along for the post-hoc rule."""
+        monitor = LiveMonitor(self.exp.safety, self.window_s, abort=abort)
+        m = self.cluster.measure(self.exp.workload,
+                                 _GuardedMonitor(monitor, self.guard,
+                                                 self.exp.safety.poll_interval_s),
+                                 replicate=replicate)
+        return m.model_copy(update={"pause_series": monitor.series})
+
+    def _save(self, number: int, ms: list[Measurement]) -> str | None:
+        """Every replicate's measurement as ``trial-NNNN.json`` (replicate 0) and
+        ``trial-NNNN-rK.json``; returns the first one's path."""
+        if not ms:
+            return None
         self.trial_dir.mkdir(parents=True, exist_ok=True)
-        path = self.trial_dir / f"trial-{number:04d}.json"
-        path.write_text(m.model_dump_json(indent=1), encoding="utf-8")
-        return str(path)
+        paths = []
+        for m in ms:
+            suffix = "" if m is ms[0] else f"-r{m.replicate}"
+            path = self.trial_dir / f"trial-{number:04d}{suffix}.json"
+            path.write_text(m.model_dump_json(indent=1), encoding="utf-8")
+            paths.append(str(path))
+        return paths[0]
 
     def _trial_files(self, number: int, values: dict[str, int],
                      m: Measurement | None) -> str | None:
@@ -383,75 +408,93 @@ class StudyRunner:
         try:
             from tuner.report import load, write_report
 
-            files = write_report(load(self.study_name, self.exp.storage_url),
-                                 self.trial_dir / "report")
+            files = write_report(
+                load(self.study_name, self.exp.storage_url), self.trial_dir / "report",
+                lambda done, total: self.on_event("report", {"done": done, "total": total}))
             self.tracker.log_dir(files.html.parent, "report")
         except Exception as exc:
             self.tracker._fail("study report", exc)
 
-    def _restore(self) -> float:
-        assert self.baseline_settings is not None
-        with self.guard.shield():
-            return restore(self.cluster, self.baseline_settings).seconds
-
     def _finish_trial(self, asked: optuna_io.Asked, *, verdict: str, values: dict[str, int],
-                      state: Any, m: Measurement | None = None, sc: Score | None = None,
+                      state: Any, ms: list[Measurement] | None = None, sc: Score | None = None,
+                      constraints: dict[str, float] | None = None,
                       extra_metrics: dict[str, float] | None = None,
-                      baseline: bool = False, detail: str = "") -> TrialOutcome:
+                      role: str = "proposal", detail: str = "") -> TrialOutcome:
+        ms = ms or []
         metrics: dict[str, float] = {}
-        attrs: dict[str, Any] = {"verdict": verdict, "values": values}
+        attrs: dict[str, Any] = {"verdict": verdict, "values": values, "role": role,
+                                 "replicates": len(ms)}
         if detail:
             attrs["detail"] = detail[:1000]
-        if m is not None:
-            metrics.update(trial_metrics(m))
-            attrs["measurement_path"] = self._save_measurement(asked.number, m)
+        if ms:
+            per = [trial_metrics(m) for m in ms]
+            metrics.update({k: float(np.mean([p[k] for p in per if k in p]))
+                            for k in per[0]})
+            attrs["measurement_path"] = self._save(asked.number, ms)
+        cons = dict(constraints or {})
         if sc is not None:
             metrics.update(sc.metrics())
             attrs["score"] = sc.scalar
+            attrs["per_replicate"] = list(sc.per_replicate)
+            cons = {**sc.constraints, **cons}
         metrics.update(extra_metrics or {})
         attrs["metrics"] = metrics
         if self.tracker.enabled:
-            attrs["artifact_dir"] = self._trial_files(asked.number, values, m)
+            attrs["artifact_dir"] = self._trial_files(asked.number, values,
+                                                      ms[0] if ms else None)
         tell_values = sc.values if sc is not None and state == optuna_io.COMPLETE else None
-        constraint = (sc.constraint if sc is not None and self.exp.objective.mode == "multi"
-                      else None)
         with self.guard.shield():  # a local, quick write: never half-done
             optuna_io.tell(self.study, asked, state=state, values=tell_values,
-                           constraint=constraint, attrs=attrs)
+                           constraints=cons, attrs=attrs)
         # Not shielded: a hung tracking server must stay interruptible. The canary is already
         # back on the baseline here, and a missed run is back-filled from Optuna later.
         self.tracker.log_trial(self._record(asked.number, state.name, attrs, asked.params))
-        out = TrialOutcome(number=asked.number, state=state.name, verdict=verdict,
-                           values=values, score=sc.scalar if sc else None,
-                           objective=tell_values, metrics=metrics, is_baseline=baseline)
-        return out
+        return TrialOutcome(number=asked.number, state=state.name, verdict=verdict,
+                            values=values, score=sc.scalar if sc else None,
+                            objective=tell_values, metrics=metrics,
+                            is_baseline=role == "baseline", role=role, constraints=cons)
 
-    def _measure(self, monitor: Monitor | None) -> Measurement:
-        return self.cluster.measure(
-            self.exp.workload, _GuardedMonitor(monitor, self.guard,
-                                               self.exp.safety.poll_interval_s))
+    def _tell_interrupted(self, asked: optuna_io.Asked, values: dict[str, int]) -> None:
+        with self.guard.shield():
+            optuna_io.tell(self.study, asked, state=optuna_io.FAIL,
+                           attrs={"verdict": "interrupted", "values": values})
 
+    # Trial 0 ---------------------------------------------------------------------------------
     def _run_baseline(self, asked: optuna_io.Asked) -> TrialOutcome:
         values = dict(self.baseline_values)
+        b = self.exp.budget
         try:
-            m = self._measure(None)
+            first = AUTO_REPLICATES if b.repeats == "auto" else int(b.repeats)
+            ms = [self._measure(r, abort=False) for r in range(first)]
+            noise = noise_of(ms, self.cfg)
+            if b.repeats == "auto":
+                self.repeats = repeats_for(noise.get("score_sd", 0.0), most=b.repeats_max)
+                ms += [self._measure(r, abort=False) for r in range(len(ms), self.repeats)]
+            else:
+                self.repeats = first
         except KeyboardInterrupt:
-            with self.guard.shield():
-                optuna_io.tell(self.study, asked, state=optuna_io.FAIL,
-                               attrs={"verdict": "interrupted", "values": values})
+            self._tell_interrupted(asked, values)
             raise
         except MeasurementError as exc:
             self._finish_trial(asked, verdict="failed:measurement", values=values,
-                               state=optuna_io.FAIL, baseline=True)
+                               state=optuna_io.FAIL, role="baseline", detail=str(exc))
             raise MeasurementError(f"baseline measurement failed: {exc}") from exc
-        self.baseline_measurement = m
-        self.study.set_user_attr("baseline_measurement", m.model_dump_json())
-        sc = score(m, self.cfg)
+        self.baseline_ms = ms
+        self._set_window()
+        self.study.set_user_attr("baseline_measurements",
+                                 [_stripped(m).model_dump_json() for m in ms])
+        self.study.set_user_attr("repeats", self.repeats)
+        self.study.set_user_attr("noise", noise)
+        self.on_event("noise", {"repeats": self.repeats, "noise": noise,
+                                "auto": b.repeats == "auto"})
+        sc = score(ms[:self.repeats], ms, self.cfg)
         return self._finish_trial(asked, verdict="baseline", values=values,
-                                  state=optuna_io.COMPLETE, m=m, sc=sc, baseline=True)
+                                  state=optuna_io.COMPLETE, ms=ms, sc=sc, role="baseline",
+                                  extra_metrics={f"noise_{k}": v for k, v in noise.items()})
 
-    def _run_trial(self, asked: optuna_io.Asked) -> TrialOutcome:
-        assert self.desc is not None and self.baseline_settings is not None
+    # One trial -------------------------------------------------------------------------------
+    def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
+        assert self.desc is not None and self.tx is not None
         values = self.space.values(asked.params, self.baseline_values)
         xoff = self.desc.facts.get("xoff_bytes")
         violations = check_proposal(values, xoff_bytes=int(xoff) if xoff else None,
@@ -459,133 +502,168 @@ class StudyRunner:
                                     limits=self.exp.safety)
         if violations:
             return self._finish_trial(asked, verdict=f"rejected:{violations[0].code}",
-                                      values=values, state=optuna_io.PRUNED,
+                                      values=values, state=optuna_io.PRUNED, role=role,
+                                      constraints={"static_limits": float(len(violations))},
                                       detail="; ".join(str(v) for v in violations))
         try:
             settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
                                         values)
         except ValueError as exc:  # a model invariant check_proposal does not know about
             return self._finish_trial(asked, verdict="rejected:invalid_settings",
-                                      values=values, state=optuna_io.PRUNED, detail=str(exc))
-        entry = self.journal.begin(self.study_name, asked.number, settings.targets(),
-                                   self.baseline_settings, settings)
-        verdict, m, restore_s, detail = "ok", None, 0.0, ""
-        monitor = LiveMonitor(self.exp.safety)
-        partial: Measurement | None = None  # counters up to a live abort, for the record
-        c0 = self.cluster.counters()
+                                      values=values, state=optuna_io.PRUNED, role=role,
+                                      constraints={"static_limits": 1.0}, detail=str(exc))
+        if self.screen is not None:
+            predicted = self.screen.verdict(values)
+            if predicted is not None:
+                return self._finish_trial(asked, verdict=predicted[0], values=values,
+                                          state=optuna_io.PRUNED, role=role,
+                                          constraints={"screen": 1.0}, detail=predicted[1])
+        verdict, detail = "ok", ""
+        ms: list[Measurement] = []
+        change = None
         try:
-            self.cluster.apply(settings)
-            got = self.cluster.read_back()
-            if got != settings:
-                diffs = ", ".join(f"{k}: {a} != {b}" for k, (a, b) in
-                                  list(got.diff(settings).items())[:5])
-                raise ApplyError(f"read-back differs from what was applied: {diffs}")
-            m = self._measure(monitor)
-        except SafetyAbort as exc:
-            verdict, detail = f"rolled_back:{exc.reason}", exc.detail
-            c1 = self.cluster.counters()
-            partial = Measurement(counters_before=c0, counters_after=c1,
-                                  duration_s=max(c1.taken_at_s - c0.taken_at_s, 0.0),
-                                  notes=[f"aborted by the live monitor: {exc}"])
+            with self.tx.applied(settings, asked.number) as change:
+                verdict, detail = self._measure_replicates(asked, ms, change.counters_before)
         except ApplyError as exc:
             verdict, detail = "failed:apply", str(exc)
         except MeasurementError as exc:
             verdict, detail = "failed:measurement", str(exc)
         except KeyboardInterrupt:
-            restore_s = self._restore()
-            self.journal.end(entry, "restored")
-            with self.guard.shield():
-                optuna_io.tell(self.study, asked, state=optuna_io.FAIL,
-                               attrs={"verdict": "interrupted", "values": values})
+            self._tell_interrupted(asked, values)
             raise
-        except BaseException:
-            self._restore()
-            self.journal.end(entry, "restored")
-            raise
-        if m is not None:
-            found = judge(m, self.exp.safety, self.baseline_measurement)
-            if found:
-                verdict = f"rolled_back:{found[0].code}"
-                detail = "; ".join(str(v) for v in found)
-        restore_s = self._restore()
-        self.journal.end(entry, "restored")
-        extra = {"restore_s": restore_s}
-        if verdict == "ok" and m is not None:
-            sc = score(m, self.cfg)
+        extra = {"restore_s": change.restore_s if change else 0.0}
+        whole = [m for m in ms if m.collectives or m.latency is not None]  # not a cut-off one
+        sc = score(whole, self.baseline_ms, self.cfg) if whole else None
+        if verdict == "ok" and sc is not None:
+            infeasible = [k for k, v in sc.constraints.items() if v > 0]
+            if infeasible:
+                verdict = f"infeasible:{infeasible[0]}"
             return self._finish_trial(asked, verdict=verdict, values=values,
-                                      state=optuna_io.COMPLETE, m=m, sc=sc,
-                                      extra_metrics=extra)
-        state = optuna_io.PRUNED if verdict.startswith("rolled_back") else optuna_io.FAIL
-        bad = score(m, self.cfg) if m is not None else None
-        return self._finish_trial(asked, verdict=verdict, values=values, state=state,
-                                  m=m or partial, sc=bad, extra_metrics=extra, detail=detail)
+                                      state=optuna_io.COMPLETE, ms=ms, sc=sc, role=role,
+                                      extra_metrics=extra, detail=detail)
+        if verdict.startswith("rolled_back"):
+            state = optuna_io.PRUNED
+            cons = {"safety": 1.0}
+        elif verdict.startswith("pruned"):
+            state, cons = optuna_io.PRUNED, {}
+        else:
+            state, cons = optuna_io.FAIL, {}
+        return self._finish_trial(asked, verdict=verdict, values=values, state=state, ms=ms,
+                                  sc=sc, constraints=cons, role=role, extra_metrics=extra,
+                                  detail=detail)
 
-    # The study -----------------------------------------------------------------------------
-    def _confirm(self) -> None:
-        """Re-measure the best trial and the baseline ``confirm_repeats`` times each.
-
-        The best of many noisy single measurements is biased upwards (winner's curse); fresh
-        repeats give the improvement the final table reports. A repeat the live monitor aborts
-        marks the winner unconfirmed. Stored as the study user attr ``confirmation``.
+    def _measure_replicates(self, asked: optuna_io.Asked, ms: list[Measurement],
+                            c0: Counters) -> tuple[str, str]:
+        """Measure the trial's replicates into ``ms``; (verdict, detail). Stops at the first
+        safety violation (live or post hoc) or when the pruner says the trial is clearly worse.
         """
-        assert self.desc is not None and self.baseline_settings is not None
-        n = self.exp.budget.confirm_repeats
-        best, _ = recommended(self.study)
-        if n <= 0 or best is None or best.is_baseline:
-            return
-        self.on_event("confirm", {"trial": best.number, "repeats": n})
-        settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
-                                    best.values)
-        best_scores: list[float] = []
-        problem = ""
-        entry = self.journal.begin(self.study_name, best.number, settings.targets(),
-                                   self.baseline_settings, settings)
-        try:
-            self.cluster.apply(settings)
-            if self.cluster.read_back() != settings:
-                raise ApplyError("read-back differs from the best trial's settings")
-            for _ in range(n):
-                m = self._measure(LiveMonitor(self.exp.safety))
-                found = judge(m, self.exp.safety, self.baseline_measurement)
-                if found:
-                    problem = f"rolled_back:{found[0].code}"
-                    break
-                best_scores.append(score(m, self.cfg).scalar)
-        except SafetyAbort as exc:
-            problem = f"rolled_back:{exc.reason}"
-        except (ApplyError, MeasurementError) as exc:
-            problem = f"failed: {exc}"
-        finally:
-            self._restore()
-            self.journal.end(entry, "restored")
-        base_scores = [score(self._measure(None), self.cfg).scalar for _ in range(n)]
-        conf = {"trial": best.number, "repeats": n, "best_scores": best_scores,
-                "baseline_scores": base_scores, "problem": problem}
-        self.study.set_user_attr("confirmation", conf)
+        for r in range(self.repeats):
+            try:
+                m = self._measure(r)
+            except SafetyAbort as exc:
+                c1 = self.cluster.counters()
+                ms.append(Measurement(counters_before=c0, counters_after=c1, replicate=r,
+                                      duration_s=max(c1.taken_at_s - c0.taken_at_s, 0.0),
+                                      notes=[f"aborted by the live monitor: {exc}"]))
+                return f"rolled_back:{exc.reason}", exc.detail
+            ms.append(m)
+            found = judge(m, self.exp.safety, self.window_s)
+            if found:
+                return f"rolled_back:{found[0].code}", "; ".join(str(v) for v in found)
+            if r + 1 < self.repeats and self._pruner() is not None:
+                running = score(ms, self.baseline_ms, self.cfg).scalar
+                if optuna_io.report(asked, running, r):
+                    left = self.repeats - r - 1
+                    self.saved_s += left * float(np.mean([x.duration_s for x in ms]))
+                    return "pruned:early_stop", (f"running paired score {running:+.3f} after "
+                                                 f"{r + 1} of {self.repeats} replicates")
+        return "ok", ""
 
-    def _promote_best(self) -> str:
-        """Re-apply the best trial's settings and verify them; journal ``kept``."""
-        assert self.desc is not None and self.baseline_settings is not None
-        best, _ = recommended(self.study)
-        if best is None or best.is_baseline or not best.values:
+    def _drift_check(self, after_trial: int) -> None:
+        """Re-measure the baseline on one replicate and record how far it moved (0 = none)."""
+        n = len(self.study.user_attrs.get("drift", []))
+        r = n % max(self.repeats, 1)
+        m = self._measure(r, abort=False)
+        sc = score([m], self.baseline_ms, self.cfg)
+        drift = list(self.study.user_attrs.get("drift", []))
+        drift.append({"after_trial": after_trial, "replicate": r, "score": sc.scalar,
+                      "busbw_norm": sc.busbw_norm, "p99_us": sc.p99_us,
+                      "pause_us_per_s": sc.pause_us_per_s})
+        self.study.set_user_attr("drift", drift)
+        self.on_event("drift", drift[-1])
+
+    # The end of the study --------------------------------------------------------------------
+    def _confirm(self) -> None:
+        """Measure the top candidates and the baseline interleaved on fresh paired replicates
+        (baseline, candidate 1, candidate 2, ... per replicate) and judge each (``tuner.study``).
+        """
+        assert self.desc is not None and self.tx is not None
+        b = self.exp.budget
+        cands = studies.candidates(self.study, b.confirm_top_k)
+        n = b.confirm_repeats if cands else 0
+        if b.confirm_repeats <= 0:
+            return
+        self.on_event("confirm", {"candidates": [c.number for c in cands], "repeats": n})
+        diffs: dict[int, list[float]] = {c.number: [] for c in cands}
+        trial_ms: dict[int, list[Measurement]] = {c.number: [] for c in cands}
+        base_ms: list[Measurement] = []
+        problem: dict[int, str] = {c.number: "" for c in cands}
+        for i in range(n):
+            rep = CONFIRM_REPLICATE0 + i
+            base = self._measure(rep, abort=False)
+            base_ms.append(base)
+            for c in cands:
+                if problem[c.number]:
+                    continue
+                settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
+                                            c.values)
+                try:
+                    with self.tx.applied(settings, c.number):
+                        m = self._measure(rep)
+                    found = judge(m, self.exp.safety, self.window_s)
+                    if found:
+                        problem[c.number] = f"rolled_back:{found[0].code}"
+                except SafetyAbort as exc:
+                    problem[c.number] = f"rolled_back:{exc.reason}"
+                except (ApplyError, MeasurementError) as exc:
+                    problem[c.number] = f"failed: {exc}"
+                if not problem[c.number]:
+                    trial_ms[c.number].append(m)
+                    diffs[c.number].append(score([m], [base], self.cfg).scalar)
+                self.on_event("confirm_step", {"done": i * len(cands) + cands.index(c) + 1,
+                                               "total": n * len(cands)})
+        checks = []
+        for c in cands:
+            d = diffs[c.number]
+            if not d:
+                checks.append(CandidateCheck(c.number, [], 0.0, 0.0, 0.0,
+                                             problem[c.number] or "no repeat", False))
+                continue
+            lo, hi = bootstrap_ci(d, seed=c.number)
+            cons = score(trial_ms[c.number], base_ms, self.cfg).constraints
+            bad = [k for k, v in cons.items() if v > 0]
+            prob = problem[c.number] or (f"infeasible:{bad[0]}" if bad else "")
+            checks.append(CandidateCheck(
+                c.number, d, equivalent_percent(float(np.mean(d))), equivalent_percent(lo),
+                equivalent_percent(hi), prob, lo > 0 and not prob))
+        ok = [c for c in checks if c.confirmed]
+        win = max(ok, key=lambda c: c.improvement_percent).trial if ok else None
+        conf = Confirmation(candidates=checks, paired_repeats=n, winner=win)
+        self.study.set_user_attr("confirmation", {
+            "candidates": [c.__dict__ for c in checks], "paired_repeats": n, "winner": win})
+        self.on_event("confirmed", {"confirmation": conf})
+
+    def _keep_winner(self) -> str:
+        """Re-apply the confirmed winner's settings and verify them; journal ``kept``."""
+        assert self.desc is not None and self.tx is not None
+        win = studies.winner(self.study)
+        if win is None:
             return "baseline"
-        conf = confirmation(self.study)
-        if conf is not None and conf.get("trial") == best.number and (
-                conf.get("problem") or conf.get("best_score", 0.0) <= conf["baseline_score"]):
-            return "baseline"  # the fresh repeats did not confirm the winner: do not promote
         settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
-                                    best.values)
-        entry = self.journal.begin(self.study_name, best.number, settings.targets(),
-                                   self.baseline_settings, settings)
-        try:
-            restore(self.cluster, settings)
-        except RollbackError:
-            self._restore()
-            self.journal.end(entry, "restored")
-            raise
-        self.journal.end(entry, "kept")
-        self.study.set_user_attr("kept_trial", best.number)
-        return f"kept:{best.number}"
+                                    win.values)
+        self.tx.keep(settings, win.number)
+        self.study.set_user_attr("kept_trial", win.number)
+        return f"kept:{win.number}"
 
     def run(self, *, resume: bool = False) -> StudyResult:
         """Run the study to its budget; see the module docstring for what happens on signals."""
@@ -599,19 +677,26 @@ class StudyRunner:
                 self.desc = self.cluster.describe()
                 self.baseline_settings = self.cluster.snapshot()
                 self.baseline_values = self.baseline_settings.flat()
+                self.tx = Transactions(self.cluster, self.journal, self.study_name,
+                                       self.baseline_settings, self.guard.shield)
                 self._open_study(resume)
                 self.study.set_user_attr("canary", {"switches": self.desc.canary_switches,
                                                     "nics": self.desc.canary_nics})
                 self._ensure_baseline()
+                if self.exp.screen.mode == "twin":
+                    from tuner.screen import TwinScreen
+
+                    self.screen = TwinScreen(self.exp, self.cfg)
                 self._start_tracking()
                 self.backfill()
             t0 = time.monotonic()
             used = self._budget_used()
             self.on_event("start", {"study": self.study_name, "total": self.exp.budget.trials,
                                     "done": used, "resume": resume})
+            every = self.exp.budget.baseline_every
             while True:
                 self.guard.check()
-                has_baseline = self.baseline_measurement is not None
+                has_baseline = bool(self.baseline_ms)
                 if has_baseline and self._budget_spent(used):
                     break
                 if has_baseline and time.monotonic() - t0 > self.exp.budget.wall_time_s:
@@ -619,14 +704,17 @@ class StudyRunner:
                     break
                 with self.guard.shield():
                     asked = optuna_io.ask(self.study, self.dists)
-                is_base = asked.trial.user_attrs.get("role") == "baseline"
-                if is_base:
+                role = str(asked.trial.user_attrs.get("role", "proposal"))
+                if role == "baseline":
                     out = self._run_baseline(asked)
                 else:
-                    out = self._run_trial(asked)
+                    out = self._run_trial(asked, role)
                     used += 1
-                best, _ = recommended(self.study)
-                self.on_event("trial", {"outcome": out, "best": best, "used": used})
+                    if every and used % every == 0 and used < self.exp.budget.trials:
+                        self._drift_check(out.number)
+                self.on_event("trial", {"outcome": out,
+                                        "best": studies.best_unconfirmed(self.study),
+                                        "used": used})
             self._confirm()
         except KeyboardInterrupt as exc:
             interrupted = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
@@ -637,10 +725,11 @@ class StudyRunner:
         finally:
             with self.guard.shield():
                 try:
-                    if self.baseline_settings is not None:
-                        self._restore()
-                        if self.keep_best and not failed and self.study is not None:
-                            final = self._promote_best()
+                    if self.tx is not None:
+                        self.tx.restore()
+                        if (self.keep_best and not failed and not interrupted
+                                and self.study is not None):
+                            final = self._keep_winner()
                 finally:
                     self._end_tracking(interrupted, failed)
                     self.guard.uninstall()
@@ -650,94 +739,66 @@ class StudyRunner:
         if self.study is None or self.tracker.parent_run_id is None:
             return
         self.backfill()
-        best, _ = recommended(self.study)
-        base = next((outcome_of(t) for t in optuna_io.trials(self.study)
-                     if t.user_attrs.get("role") == "baseline" and t.state.name == "COMPLETE"),
-                    None)
+        res = self.result("-", read_devices=False)
         counts: dict[str, float] = {"trials_ok": 0, "trials_rolled_back": 0,
-                                    "trials_rejected": 0, "trials_failed": 0}
-        for t in optuna_io.trials(self.study):
-            v = str(t.user_attrs.get("verdict", ""))
-            key = {"ok": "trials_ok", "rolled_back": "trials_rolled_back",
-                   "rejected": "trials_rejected", "failed": "trials_failed"}.get(v.split(":")[0])
-            if key:
+                                    "trials_rejected": 0, "trials_failed": 0,
+                                    "trials_pruned": 0, "trials_infeasible": 0}
+        for t in res.trials:
+            key = f"trials_{t.verdict.split(':')[0]}"
+            if key in counts:
                 counts[key] += 1
-        metrics = dict(counts)
-        if base is not None and base.score is not None:
-            metrics["baseline_score"] = base.score
-        if best is not None and best.score is not None:
-            metrics["best_score"] = best.score
-            metrics["best_trial"] = best.number
-            if base is not None and base.score is not None:
-                metrics["improvement_percent"] = improvement_percent(best.score, base.score)
-        conf = confirmation(self.study)
-        if conf is not None:
-            metrics.update({f"confirmed_{k}": v for k, v in conf.items()
-                            if isinstance(v, float)})
-        summary = {"study": self.study_name, "best_trial": best.number if best else None,
-                   "best_values": best.values if best else None,
-                   "interrupted": interrupted, "failed": failed}
+        metrics = dict(counts, canary_time_saved_s=self.saved_s)
+        if res.rolled_back_share is not None:
+            metrics["rolled_back_share"] = res.rolled_back_share
+        if res.best is not None and res.best.score is not None:
+            metrics["best_score"] = res.best.score
+            metrics["best_trial"] = res.best.number
+        summary: dict[str, Any] = {"study": self.study_name, "interrupted": interrupted,
+                                   "failed": failed, "repeats": self.repeats,
+                                   "winner": res.winner.number if res.winner else None,
+                                   "winner_values": res.winner.values if res.winner else None}
+        if res.confirmation is not None:
+            conf = res.confirmation.summary()
+            summary["confirmation"] = conf
+            metrics.update({f"confirmed_{k}": float(v) for k, v in conf.items()
+                            if isinstance(v, int | float) and not isinstance(v, bool)
+                            and v is not None})
+            metrics["confirmed"] = float(conf["confirmed"])
         status = "FAILED" if failed else ("KILLED" if interrupted else "FINISHED")
         if not interrupted:
             self._log_report()
         self.tracker.end_study(metrics, summary, status=status)
 
-    def result(self, final: str = "baseline") -> StudyResult:
-        trials = [outcome_of(t) for t in optuna_io.trials(self.study)
-                  if t.state.name in ("COMPLETE", "PRUNED", "FAIL")]
-        base = next((o for o in trials if o.is_baseline and o.state == "COMPLETE"), None)
-        best, front = recommended(self.study)
+    def result(self, final: str = "baseline", *, read_devices: bool = True) -> StudyResult:
+        info = studies.read(self.study)
         final_settings = None
-        if self.desc is not None:
+        if read_devices and self.desc is not None:
             final_settings = self.cluster.read_back()
         return StudyResult(
             study=self.study_name, storage=self.exp.storage_url,
             tracking_uri=self.exp.tracking_uri if self.tracker.enabled else "",
             parent_run_id=self.tracker.parent_run_id,
-            mode=self.exp.objective.mode, baseline=base, best=best, pareto=front,
-            trials=trials, final=final, final_settings=final_settings,
+            mode=self.exp.objective.mode, baseline=studies.baseline(self.study),
+            best=studies.best_unconfirmed(self.study), winner=studies.winner(self.study),
+            pareto=studies.pareto(self.study), trials=studies.outcomes(self.study),
+            final=final, final_settings=final_settings,
+            confirmation=studies.confirmation(self.study),
             tracking_failures=list(self.tracker.failures),
-            mlflow_experiment_id=self.tracker.experiment_id,
-            confirmation=confirmation(self.study))
-
-
-def confirmation(study: Any) -> dict[str, Any] | None:
-    """The confirmation repeats (see ``StudyRunner._confirm``) with means and the gain."""
-    conf = study.user_attrs.get("confirmation")
-    if not conf or not conf.get("baseline_scores"):
-        return None
-    out = dict(conf)
-    base = sum(conf["baseline_scores"]) / len(conf["baseline_scores"])
-    out["baseline_score"] = base
-    if conf.get("best_scores"):
-        best = sum(conf["best_scores"]) / len(conf["best_scores"])
-        out["best_score"] = best
-        out["improvement_percent"] = improvement_percent(best, base)
-    return out
+            mlflow_experiment_id=self.tracker.experiment_id, repeats=info["repeats"],
+            noise=info["noise"], pruned_saved_s=self.saved_s,
+            startup_trials=info["startup_trials"])
 
 
 def default_study_name(exp: Experiment) -> str:
     return f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
 
 
-def load_for_resume(storage: str, study: str | None) -> tuple[str, str]:
-    """(study name, stored experiment YAML) of a study to resume (default: the newest)."""
-    names = optuna_io.study_names(storage)
-    if not names:
-        raise ConfigError(f"no studies in {storage}")
-    name = study or names[-1]
-    st = optuna_io.load_study(name, storage)
-    text = st.user_attrs.get("experiment_yaml")
-    if not text:
-        raise ConfigError(f"study {name!r} in {storage} was not created by ecntune run "
-                          "(no experiment_yaml); pass --experiment FILE")
-    return name, str(text)
+def write_json(path: Any, data: Any) -> None:
+    from pathlib import Path
 
-
-def write_json(path: Path, data: Any) -> None:
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
 
 
-__all__ = ["Interrupted", "StudyResult", "StudyRunner", "TrialOutcome", "TunerError",
-           "build_cluster", "default_study_name", "load_for_resume", "recommended"]
+__all__ = ["Interrupted", "StudyRunner", "TunerError", "default_study_name", "score_config"]

@@ -83,6 +83,39 @@ def make_sampler(spec: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
     return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.startup_trials)
 
 
+class PairedMedianPruner(optuna.pruners.BasePruner):
+    """Stop a trial whose running paired score is clearly below the median of the other trials
+    at the same replicate (the same placement: common random numbers make the comparison fair).
+
+    "Clearly" is ``margin`` log2 units below; the first ``n_startup_trials`` finished trials are
+    never pruned and always inform the median.
+    """
+
+    def __init__(self, margin: float, n_startup_trials: int) -> None:
+        self.margin = margin
+        self.n_startup_trials = n_startup_trials
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        others = [t.intermediate_values[step]
+                  for t in study.get_trials(deepcopy=False, states=(COMPLETE, PRUNED))
+                  if step in t.intermediate_values]
+        if len(others) < max(self.n_startup_trials, 1):
+            return False
+        others.sort()
+        mid = len(others) // 2
+        median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+        return trial.intermediate_values[step] < median - self.margin
+
+
+def report(asked: Asked, value: float, step: int) -> bool:
+    """Report a running value at ``step``; True when the pruner says stop."""
+    asked.trial.report(value, step)
+    return bool(asked.trial.should_prune())
+
+
 _STORAGES: dict[tuple[str, int | None], optuna.storages.RDBStorage] = {}
 
 
@@ -173,7 +206,8 @@ def ensure_storage_dir(url: str) -> None:
 
 
 def create_study(name: str, storage: str, directions: list[str],
-                 sampler: optuna.samplers.BaseSampler, *,
+                 sampler: optuna.samplers.BaseSampler,
+                 pruner: optuna.pruners.BasePruner | None = None, *,
                  heartbeat_s: int | None = None) -> optuna.Study:
     ensure_storage_dir(storage)
     try:
@@ -181,19 +215,21 @@ def create_study(name: str, storage: str, directions: list[str],
                 else optuna.study.StudyDirection.MINIMIZE for d in directions]
         return optuna.create_study(study_name=name,
                                    storage=open_storage(storage, heartbeat_s=heartbeat_s),
-                                   directions=dirs, sampler=sampler, load_if_exists=False)
+                                   directions=dirs, sampler=sampler, pruner=pruner,
+                                   load_if_exists=False)
     except optuna.exceptions.DuplicatedStudyError:
         raise ConfigError(f"study {name!r} already exists in {storage}; continue it with "
                           f"`ecntune resume {name}` or pick another --study name") from None
 
 
 def load_study(name: str, storage: str,
-               sampler: optuna.samplers.BaseSampler | None = None, *,
+               sampler: optuna.samplers.BaseSampler | None = None,
+               pruner: optuna.pruners.BasePruner | None = None, *,
                heartbeat_s: int | None = None) -> optuna.Study:
     try:
         return optuna.load_study(study_name=name,
                                  storage=open_storage(storage, heartbeat_s=heartbeat_s),
-                                 sampler=sampler)
+                                 sampler=sampler, pruner=pruner)
     except KeyError:
         known = study_names(storage)
         raise ConfigError(f"no study {name!r} in {storage}; it has: "
@@ -230,9 +266,9 @@ class Asked:
 
 
 def enqueue(study: optuna.Study, params: dict[str, Any], role: str) -> None:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # warm starts may sit outside the searched ranges
         warnings.simplefilter("ignore")
-        study.enqueue_trial(params, user_attrs={"role": role})
+        study.enqueue_trial(params, user_attrs={"role": role}, skip_if_exists=False)
 
 
 def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
@@ -264,16 +300,24 @@ def ask_fixed(study: optuna.Study, params: dict[str, Any],
 
 
 def tell(study: optuna.Study, asked: Asked, *, state: TrialState,
-         values: tuple[float, ...] | None = None, constraint: float | None = None,
+         values: tuple[float, ...] | None = None,
+         constraints: dict[str, float] | None = None,
          attrs: dict[str, Any] | None = None) -> None:
+    """Finish a trial. ``constraints`` (feasible when <= 0) are set in every state: Optuna's
+    TPE ranks a trial with a positive constraint below every feasible one, so rolled-back and
+    rejected proposals teach the sampler where not to go."""
     for k, v in (attrs or {}).items():
         asked.trial.set_user_attr(k, v)
-    if constraint is not None:
-        asked.trial.set_constraint("pfc_budget", constraint)
+    for k, v in (constraints or {}).items():
+        asked.trial.set_constraint(k, float(v))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         study.tell(asked.trial, list(values) if values is not None else None, state=state,
                    skip_if_finished=True)
+
+
+def constraints(t: FrozenTrial) -> dict[str, float]:
+    return dict(t.constraints)
 
 
 def trials(study: optuna.Study) -> list[FrozenTrial]:

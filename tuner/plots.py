@@ -1,6 +1,6 @@
 """Pictures of a study and of one trial (matplotlib, Agg backend, imported lazily).
 
-Study plots take the trials as ``tuner.loop.TrialOutcome`` rows (what Optuna's user attrs or an
+Study plots take the trials as ``tuner.study.TrialOutcome`` rows (what Optuna's user attrs or an
 MLflow trial run hold), so the same code draws from either store. The two Optuna-native plots
 (parameter importance, parallel coordinates) go through ``tuner.optuna_io.plot`` because only
 that module may import Optuna. Every function returns a matplotlib ``Figure``; ``save`` writes a
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from objectives.measurement import Measurement
-    from tuner.loop import TrialOutcome
+    from tuner.study import Confirmation, TrialOutcome
 
 OK, BASE, ROLLED, REJECTED, FAILED = "#1f77b4", "#111111", "#d62728", "#8c8c8c", "#ff7f0e"
 DPI = 110
@@ -71,9 +71,11 @@ def save(fig: Figure, path: str | Path, tight: bool = False) -> Path:
 
 
 def kind(verdict: str) -> str:
-    """``ok``, ``baseline``, ``rolled_back``, ``rejected``, ``failed`` or ``other``."""
+    """``ok``, ``baseline``, ``rolled_back``, ``rejected``, ``infeasible``, ``pruned``,
+    ``screened``, ``failed`` or ``other``."""
     head = verdict.split(":")[0]
-    return head if head in ("ok", "baseline", "rolled_back", "rejected", "failed") else "other"
+    return head if head in ("ok", "baseline", "rolled_back", "rejected", "infeasible", "pruned",
+                            "screened", "failed") else "other"
 
 
 def best_so_far(trials: Sequence[TrialOutcome]) -> list[tuple[int, float]]:
@@ -207,15 +209,14 @@ def pareto(trials: Sequence[TrialOutcome], title: str = "") -> Figure:
 def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
                      base_m: Measurement | None = None,
                      best_m: Measurement | None = None,
-                     confirm: dict[str, Any] | None = None) -> Figure:
-    """Best trial against the baseline, left to right: the score of the fresh confirmation
-    repeats (``confirm``, see ``tuner.loop.confirmation``), busbw of every iteration of each
+                     confirm: Confirmation | None = None) -> Figure:
+    """Best trial against the baseline, left to right: the paired improvements of the
+    confirmation repeats (``confirm``, see ``tuner.study``), busbw of every iteration of each
     collective (both are the repeat spread), and the change of the headline metrics, green
     where better. Panels without data are left out."""
     plt = _plt()
     with _style():
-        have_conf = bool(confirm and confirm.get("baseline_scores")
-                         and confirm.get("trial") == best.number)
+        have_conf = bool(confirm and confirm.candidates)
         have_iters = bool(base_m and best_m and base_m.collectives and best_m.collectives)
         n = 1 + have_conf + have_iters
         fig, axes = plt.subplots(1, n, figsize=(5.2 * n + 1.2, 4.4), squeeze=False,
@@ -223,7 +224,7 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
         ax_bar = axes[0][-1]
         if have_conf:
             assert confirm is not None
-            _confirmation(axes[0][0], confirm, base, best)
+            _confirmation(axes[0][0], confirm)
         if have_iters:
             assert base_m is not None and best_m is not None
             _iteration_spread(axes[0][n - 2], base_m, best_m, best.number)
@@ -260,30 +261,43 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
     return fig
 
 
-def _confirmation(ax: Any, conf: dict[str, Any], base: TrialOutcome,
-                  best: TrialOutcome) -> None:
-    """Scores of the fresh repeats, baseline and best, with the single trial's score (the one
-    the search picked, biased upwards by the winner's curse) as a hollow marker."""
-    groups = (("baseline", list(conf.get("baseline_scores") or []), base.score, BASE),
-              (f"best #{best.number}", list(conf.get("best_scores") or []), best.score, OK))
-    for x, (_label, vals, single, col) in enumerate(groups):
-        if vals:
-            mean = sum(vals) / len(vals)
-            ax.bar([x], [mean], width=0.55, color=col, alpha=0.25)
-            ax.scatter([x] * len(vals), vals, c=col, s=28, zorder=3)
-            ax.text(x, mean, f" {mean:.3f}", ha="left", va="bottom", fontsize=9)
-        if single is not None:
-            ax.scatter([x + 0.18], [single], facecolors="none", edgecolors=col, s=60,
-                       zorder=3, marker="D")
-    ax.set_xticks([0, 1], [g[0] for g in groups])
-    ax.set_ylabel("score (higher is better)")
-    problem = conf.get("problem")
-    title = f"Confirmed over {conf.get('repeats', '?')} fresh repeats"
-    if problem:
-        title = f"Not confirmed: {problem}"
-    ax.set_title(title)
-    ax.text(0.02, 0.02, "dots: repeats  ◇: the trial's own score", transform=ax.transAxes,
-            fontsize=8, color="#555555")
+def _confirmation(ax: Any, conf: Confirmation) -> None:
+    """Each candidate's paired improvements (one dot per fresh repeat) and the bootstrap 95 %
+    interval of their mean; a winner's interval lies above 0."""
+    from objectives.score import equivalent_percent
+
+    for x, c in enumerate(conf.candidates):
+        col = OK if c.confirmed else ROLLED if c.problem else BASE
+        pts = [equivalent_percent(d) for d in c.diffs]
+        ax.scatter([x] * len(pts), pts, c=col, s=22, alpha=0.6, zorder=3)
+        ax.errorbar([x + 0.2], [c.improvement_percent],
+                    yerr=[[c.improvement_percent - c.ci95_low],
+                          [c.ci95_high - c.improvement_percent]],
+                    fmt="D", color=col, capsize=4, zorder=4)
+        ax.text(x + 0.28, c.improvement_percent, f" {c.improvement_percent:+.1f} %",
+                va="center", fontsize=8)
+    ax.axhline(0, c="k", lw=0.8)
+    ax.set_xticks(range(len(conf.candidates)),
+                  [f"#{c.trial}{'' if c.confirmed else ' ✗'}" for c in conf.candidates])
+    ax.set_ylabel("paired improvement, % busbw-equivalent")
+    win = conf.winner
+    ax.set_title(f"Winner #{win}, {conf.paired_repeats} paired repeats" if win is not None
+                 else f"Nothing confirmed over {conf.paired_repeats} paired repeats")
+
+
+def drift(rows: list[dict[str, Any]]) -> Figure:
+    """The baseline's paired score at each re-measurement during the study."""
+    plt = _plt()
+    with _style():
+        fig, ax = plt.subplots(figsize=(7.5, 3.2))
+        xs = [r["after_trial"] for r in rows]
+        ax.plot(xs, [r["score"] for r in rows], "o-", color=BASE)
+        ax.axhline(0, c="k", lw=0.8)
+        ax.set_xlabel("after trial")
+        ax.set_ylabel("baseline paired score")
+        ax.set_title("Baseline drift (0 = the baseline measures as at the start)")
+        fig.tight_layout()
+    return fig
 
 
 def _iteration_spread(ax: Any, base_m: Measurement, best_m: Measurement, best_n: int) -> None:

@@ -16,6 +16,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from safety.preflight import HostFacts, PreflightFacts, PreflightSpec, SwitchFacts
+from tuner.drivers import SonicDriver, switch_driver
+from tuner.errors import TunerError
 from tuner.ssh.shell import check, q
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from tuner.ssh.transport import Connection
 
 MARK = "--- ecntune preflight {} ---"
-SECTIONS = ("ip", "ethtool", "driver", "fec", "qos", "cc", "tos", "stats")
+SECTIONS = ("ip", "ethtool", "driver", "fec", "qos", "cc", "tos", "ccalgo", "ibmtu", "stats")
 _MARK = re.compile(r"^--- ecntune preflight (\w+) ---$")
 
 
@@ -83,6 +85,7 @@ def host_command(h: HostEntry) -> str:
     net = h.sys_path(f"/sys/class/net/{check('netdev', h.netdev)}")
     dbg = h.sys_path(f"/sys/kernel/debug/mlx5/{check('pci', h.pci)}/cc_params")
     ib = h.sys_path(f"/sys/class/infiniband/{check('rdma_device', h.rdma_device)}/tc/1")
+    algo = f"ROCE_CC_ALGORITHM_P{int(h.rdma_port)}"
     parts = {
         "ip": f"ip link show dev {dev}",
         "ethtool": f"ethtool {dev}",
@@ -92,7 +95,13 @@ def host_command(h: HostEntry) -> str:
         "cc": (f"cd {q('path', net + '/ecn')} 2>/dev/null && grep -H '' roce_rp/enable/* "
                "roce_np/enable/* roce_np/cnp_dscp"),
         "tos": (f"cat {q('path', ib + '/traffic_class')}; "
-                f"cat {q('path', dbg + '/np_cnp_dscp')} 2>/dev/null | sed 's/^/np_cnp_dscp:/'"),
+                f"cat {q('path', dbg + '/np_cnp_dscp')} 2>/dev/null | sed 's/^/np_cnp_dscp:/'; "
+                f"for d in {q('path', net + '/ecn/roce_rp')} {q('path', dbg)}; do "
+                '[ -d "$d" ] && echo "cc_dir:$d"; done'),
+        # the firmware's congestion-control algorithm (mstflint's mstconfig, or MFT mlxconfig)
+        "ccalgo": (f"{{ mstconfig -d {q('pci', h.pci)} query {algo} || "
+                   f"mlxconfig -d {q('pci', h.pci)} query {algo}; }}"),
+        "ibmtu": f"ibv_devinfo -d {q('rdma_device', h.rdma_device)} -i {int(h.rdma_port)}",
         "stats": f"ethtool -S {dev}",
     }
     return "; ".join(f"echo {shlex.quote(MARK.format(k))}; {{ {cmd}; }} 2>&1 || true"
@@ -167,6 +176,12 @@ def parse_host(h: HostEntry, text: str) -> dict[str, Any]:
         f["roce_tos"] = int(m.group(1))
     if "cnp_dscp" not in f and (m := re.search(r"np_cnp_dscp:(\d+)", tos)):
         f["cnp_dscp"] = int(m.group(1))
+    # DCQCN parameters exposed at all (OFED ecn/roce_rp or upstream debugfs cc_params)
+    f["cc_params"] = bool(re.findall(r"^cc_dir:(.+)$", tos, re.M))
+    if m := re.search(r"ROCE_CC_ALGORITHM_P\d+\s+(\S+)", sec.get("ccalgo", "")):
+        f["cc_algorithm"] = m.group(1)
+    if m := re.search(r"active_mtu:\s*(\d+)", sec.get("ibmtu", "")):
+        f["roce_mtu"] = int(m.group(1))
     f["counters_before"] = _stats(sec.get("stats", ""))
     return f
 
@@ -203,14 +218,36 @@ def parse_pfc_priority(text: str) -> dict[str, list[int]]:
     return out
 
 
-def switch_facts(sw: SwitchEntry, pfc_text: str | None) -> SwitchFacts:
-    """The inventory's view (``outside_ports``: ports serving non-canary hosts) plus, on SONiC,
-    the lossless priorities of the canary ports (``show pfc priority``)."""
+def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
+                 found: dict[str, Any] | None = None, cnp_dscp: int = 48) -> SwitchFacts:
+    """The switch's own view: the ports the written profile reaches (its QUEUE table or applied
+    NVUE config), the PFC XOFF point, counter polling, the CNP queue's scheduler; on SONiC the
+    lossless priorities of the canary ports (``show pfc priority``)."""
     lossless: dict[str, list[int]] = {}
     if pfc_text:
         table = parse_pfc_priority(pfc_text)
         lossless = {p: table[p] for p in sw.canary_ports if p in table}
-    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports), lossless=lossless)
+    extra: dict[str, Any] = {}
+    if drv is not None and found is not None:
+        from tuner.drivers.sonic import POLL_GROUPS
+
+        if sw.platform == "sonic":
+            reach = [f"{p}|{qu}" for p, qu in drv.reach(found["queue_table"])]
+            poll = found.get("counterpoll") or {}
+            extra = {"reach": [r.split("|")[0] for r in reach],
+                     "counter_poll_s": {k: poll[g][0] for k, g in POLL_GROUPS.items()
+                                        if g in poll and poll[g][1]},
+                     "counters_off": sorted(g for k, g in POLL_GROUPS.items()
+                                            if g in poll and not poll[g][1]),
+                     "cnp_queue": drv.cnp_schedulers(found.get("config_db") or {}, cnp_dscp)}
+        else:
+            extra = {"reach": drv.reach(found["tree"]), "cnp_queue": found.get("cnp") or {}}
+        xoffs = [v for v in (found.get("xoff_bytes"), sw.xoff_bytes or None) if v]
+        extra.update(xoff_bytes=min(xoffs) if xoffs else None,
+                     xoff_source=found.get("xoff_source") if found.get("xoff_bytes") == (
+                         min(xoffs) if xoffs else None) else "inventory xoff_bytes")
+    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports), lossless=lossless,
+                       canary_ports=list(sw.canary_ports), written=sw.canary_profile, **extra)
 
 
 def _switch_pfc(conn: Connection, sw: SwitchEntry) -> str | None:
@@ -218,6 +255,22 @@ def _switch_pfc(conn: Connection, sw: SwitchEntry) -> str | None:
         return None  # NVUE: `nv show qos pfc` is per profile, not per port; not read yet
     res = conn.run("show pfc priority", check=False, timeout_s=30)
     return res.stdout if res.status == 0 else None
+
+
+def enable_counters(cluster: Any) -> list[str]:
+    """``counterpoll wredqueue enable`` on every SONiC canary switch whose WRED/ECN queue
+    counters are off (the operator asked: ``--enable-counters``); returns those switches."""
+    done = []
+    for sw in cluster.inventory.switches:
+        o = cluster.switch_facts()[sw.name]
+        poll = (o.value or {}).get("counterpoll") or {} if o.error is None else {}
+        if sw.platform == "sonic" and not poll.get("WRED_ECN_QUEUE_STAT", (0, True))[1]:
+            drv = SonicDriver(cluster.pool.conns[sw.name], sw)
+            drv.runner.run(drv.enable_counters_command(), timeout_s=30)
+            done.append(sw.name)
+    if done:
+        cluster.switch_facts(refresh=True)
+    return done
 
 
 def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
@@ -259,9 +312,21 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
                            **(parsed.get(h.name) or {})) for h in inv.hosts]
     sws = {s.name: s for s in inv.switches}
     pfc = pool.fan_out(lambda c: _switch_pfc(c, sws[c.name]), list(sws)) if sws else {}
-    out_switches = [switch_facts(s, pfc[s.name].value) if pfc[s.name].error is None else
-                    SwitchFacts(name=s.name, error=str(pfc[s.name].error),
-                                outside_ports=list(s.other_ports)) for s in inv.switches]
+    found = cluster.switch_facts(refresh=True) if sws else {}
+    drivers = {n: switch_driver(pool.conns[n], sw) for n, sw in sws.items()}
+    out_switches = []
+    for s in inv.switches:
+        err = pfc[s.name].error or found[s.name].error
+        if err is not None:
+            out_switches.append(SwitchFacts(name=s.name, error=str(err),
+                                            outside_ports=list(s.other_ports)))
+            continue
+        try:
+            out_switches.append(switch_facts(s, pfc[s.name].value, drivers[s.name],
+                                             found[s.name].value, spec.cnp_dscp))
+        except TunerError as exc:  # an unreadable switch configuration: name it, do not guess
+            out_switches.append(SwitchFacts(name=s.name, error=str(exc),
+                                            outside_ports=list(s.other_ports)))
     prios = {h.roce_priority for h in inv.hosts}
     return PreflightFacts(
         backend="ssh", roce_priority=min(prios), hosts=out_hosts,

@@ -18,25 +18,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from objectives.score import equivalent_percent
 from tuner.plots import COMPARE_METRICS, kind
 
 if TYPE_CHECKING:
     from objectives.measurement import Measurement
-    from tuner.loop import TrialOutcome
+    from tuner.study import Confirmation, TrialOutcome
 
 log = logging.getLogger("ecntune.report")
 
 # What each verdict code means, for the operator reading why a trial was not kept.
 VERDICT_TEXT: dict[str, str] = {
-    "pfc_storm": "PFC pause time or pause-frame rate crossed the safety limit while traffic "
-                 "ran; the live monitor stopped the trial and restored the baseline",
+    "pfc_storm": "a port stayed paused for most of a whole storm window (or the pause-frame "
+                 "rate crossed its limit) while traffic ran; the trial was stopped and the "
+                 "baseline restored",
     "lossless_drops": "packets were dropped on the lossless (RoCE) priority",
     "crc_errors": "CRC errors appeared on a port",
     "pfc_watchdog": "the switch PFC watchdog detected a storm",
     "link_down": "a link went down during the trial",
     "timeout": "the measurement ran past its time limit",
-    "busbw_floor": "a collective's bus bandwidth fell below the safety floor "
-                   "(safety.min_busbw_ratio of the baseline's)",
+    "busbw_floor": "bus bandwidth fell below safety.min_busbw_ratio of the baseline's on the "
+                   "same replicates (a hard constraint: never a winner)",
+    "tenant_goodput": "a tenant sharing the RoCE priority lost more goodput than "
+                      "safety.max_tenant_loss_percent against the baseline",
+    "early_stop": "its first paired replicates were clearly below the median trial; stopped "
+                  "early to save canary time",
     "kmin_ge_kmax": "Kmin >= Kmax is not a valid ECN profile (never applied)",
     "kmax_above_xoff": "Kmax above the PFC XOFF threshold less its margin: PFC would pause "
                        "before ECN marks (never applied)",
@@ -68,9 +74,13 @@ PLOTS: tuple[tuple[str, str, str], ...] = (
      "Score of every trial (higher is better) and the best so far. Red crosses were rolled "
      "back by the safety checks, grey triangles were rejected before being applied."),
     ("best_vs_baseline", "Best trial against the baseline",
-     "The spread between repeats: the score of fresh re-measurements of both (when the "
-     "study confirmed its winner) and the bus bandwidth of every iteration. Right: change of "
-     "each headline metric, green where the best trial is better."),
+     "Left: each candidate's paired improvement over the baseline on fresh placements, one dot "
+     "per repeat, with its bootstrap 95 % interval (a winner's interval lies above 0). Middle: "
+     "the bus bandwidth of every iteration. Right: change of each headline metric, green "
+     "where the best trial is better."),
+    ("drift", "Baseline drift",
+     "The baseline re-measured during the study on its own paired replicates: its paired "
+     "score against the first measurement (0 = no drift)."),
     ("pareto", "Bandwidth, tail latency and PFC",
      "Each dot is a trial; right and down is better, colour is PFC pause time. The green line "
      "joins the trials no other trial beats on both axes."),
@@ -100,15 +110,12 @@ class StudyView:
     details: dict[str, str] = field(default_factory=dict)
     measurement_paths: dict[int, str] = field(default_factory=dict)
     verdict_details: dict[int, str] = field(default_factory=dict)  # the violation, as logged
-    confirmation: dict[str, Any] | None = None  # fresh repeats (``tuner.loop.confirmation``)
+    confirmation: Confirmation | None = None  # paired re-measurement (``tuner.study``)
+    winner: TrialOutcome | None = None  # the confirmed winner (``tuner.study.winner``)
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    repeats: int = 1
+    noise: dict[str, float] = field(default_factory=dict)
     study: Any = None  # the Optuna study (for Optuna's own plots); None when built by hand
-
-    @property
-    def improvement_percent(self) -> float | None:
-        b, w = self.baseline, self.best
-        if b is None or w is None or b.score is None or w.score is None or b.score == 0:
-            return None
-        return (w.score - b.score) / abs(b.score) * 100
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -129,8 +136,8 @@ class StudyView:
 def load(study_name: str | None, storage: str) -> StudyView:
     """Read a study (default: the newest in ``storage``) from its Optuna storage."""
     from tuner import optuna_io
+    from tuner import study as studies
     from tuner.errors import ConfigError
-    from tuner.loop import confirmation, outcome_of, recommended
 
     names = optuna_io.study_names(storage)
     if not names:
@@ -139,8 +146,8 @@ def load(study_name: str | None, storage: str) -> StudyView:
     study = optuna_io.load_study(name, storage)
     frozen = [t for t in optuna_io.trials(study)
               if t.state.name in ("COMPLETE", "PRUNED", "FAIL")]
-    trials = [outcome_of(t) for t in frozen]
-    best, front = recommended(study)
+    trials = studies.outcomes(study)
+    info = studies.read(study)
     ua = study.user_attrs
     details: dict[str, str] = {}
     text = ua.get("experiment_yaml")
@@ -158,7 +165,8 @@ def load(study_name: str | None, storage: str) -> StudyView:
     return StudyView(
         name=name, storage=storage, mode=str(ua.get("mode", "scalar")), trials=trials,
         baseline=next((t for t in trials if t.is_baseline and t.state == "COMPLETE"), None),
-        best=best, pareto=front if ua.get("mode") == "multi" else [],
+        best=studies.winner(study) or studies.best_unconfirmed(study),
+        pareto=studies.pareto(study) if ua.get("mode") == "multi" else [],
         experiment=str(ua.get("experiment_name", "")), created_at=ua.get("created_at"),
         canary=dict(ua.get("canary") or {}), parent_run_id=ua.get("mlflow_parent_run_id"),
         kept_trial=int(kept) if kept is not None else None, details=details,
@@ -166,11 +174,13 @@ def load(study_name: str | None, storage: str) -> StudyView:
                            if t.user_attrs.get("measurement_path")},
         verdict_details={t.number: str(t.user_attrs["detail"]) for t in frozen
                          if t.user_attrs.get("detail")},
-        confirmation=confirmation(study), study=study)
+        confirmation=studies.confirmation(study), winner=studies.winner(study),
+        drift=info["drift"], repeats=info["repeats"], noise=info["noise"], study=study)
 
 
 # Plots -------------------------------------------------------------------------------------
-def render_plots(view: StudyView, out_dir: str | Path) -> dict[str, Path]:
+def render_plots(view: StudyView, out_dir: str | Path,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Path]:
     """The study's PNGs in ``out_dir`` (name -> path). A plot that cannot be drawn yet (too few
     trials) is left out; a plot that fails is logged and left out, never fatal."""
     from tuner import plots
@@ -186,17 +196,21 @@ def render_plots(view: StudyView, out_dir: str | Path) -> dict[str, Path]:
         b, w = view.baseline, view.best
         makers["best_vs_baseline"] = lambda: plots.best_vs_baseline(
             b, w, view.measurement(b.number), view.measurement(w.number), view.confirmation)
+    if view.drift:
+        makers["drift"] = lambda: plots.drift(view.drift)
     if view.study is not None:
         makers["importance"] = lambda: plots.importance(view.study)
     paths: dict[str, Path] = {}
-    for name, make in makers.items():
+    for i, (name, make) in enumerate(makers.items(), 1):
         try:
             fig = make()
         except Exception as exc:  # one broken plot must not cost the whole report
             log.warning("plot %s failed: %s: %s", name, type(exc).__name__, exc)
-            continue
+            fig = None
         if fig is not None:
             paths[name] = plots.save(fig, out / f"{name}.png")
+        if progress is not None:
+            progress(i, len(makers))
     return paths
 
 
@@ -239,6 +253,12 @@ def headline_rows(view: StudyView) -> list[list[str]]:
         text, cls = change(bv, wv, up)
         rows.append([label, fmt(bv), fmt(wv), text, cls])
     return rows
+
+
+def settings_title(view: StudyView) -> str:
+    if view.winner is not None:
+        return f"Recommended settings (trial {view.winner.number}, confirmed)"
+    return "Best candidate's settings (NOT confirmed: keep the baseline)"
 
 
 def settings_rows(view: StudyView) -> list[list[str]]:
@@ -307,33 +327,35 @@ def verdict_rows(view: StudyView) -> tuple[list[str], list[list[str]]]:
 
 
 def headline_sentence(view: StudyView) -> str:
-    b, w = view.baseline, view.best
-    if b is None or w is None or b.score is None or w.score is None:
-        return "No completed trial with a score yet."
-    if w.is_baseline or w.score <= b.score:
-        return (f"No trial beat the baseline (score {b.score:.4f}); keep the current "
-                "settings.")
-    imp = view.improvement_percent
-    out = (f"Trial {w.number} beats the baseline: score {b.score:.4f} → {w.score:.4f} "
-           f"({imp:+.1f} %).")
-    return out + confirmation_sentence(view)
-
-
-def confirmation_sentence(view: StudyView) -> str:
-    """What the fresh repeats of the best trial and the baseline said ('' without them)."""
+    """The paired, confirmed verdict of the study, in one sentence."""
+    b = view.baseline
+    if b is None:
+        return "No baseline measurement yet."
     c = view.confirmation
-    if not c or view.best is None or c.get("trial") != view.best.number:
-        return ""
-    n = c.get("repeats", len(c.get("baseline_scores", [])))
-    if c.get("problem"):
-        return f" Not confirmed: a fresh repeat ended {c['problem']}."
-    if "best_score" not in c:
-        return ""
-    gain = c.get("improvement_percent")
-    verdict = "Confirmed" if c["best_score"] > c["baseline_score"] else "NOT confirmed"
-    tail = f" ({gain:+.1f} %)" if gain is not None else ""
-    return (f" {verdict} by {n} fresh repeats each: {c['baseline_score']:.4f} → "
-            f"{c['best_score']:.4f}{tail}.")
+    if c is None:
+        best = view.best
+        if best is None:
+            return "No trial met every constraint; keep the current settings."
+        return (f"Trial {best.number} leads with a paired score of {best.score:+.3f} "
+                f"({equivalent_percent(best.score or 0.0):+.1f} % busbw-equivalent) but was "
+                "not confirmed (the study stopped before its confirmation).")
+    return confirmation_sentence(c)
+
+
+def confirmation_sentence(c: Confirmation) -> str:
+    """What the interleaved, paired re-measurement concluded."""
+    best = c.best
+    if best is None:
+        return "No trial met every constraint, so nothing was confirmed: keep the baseline."
+    ci = f"[{best.ci95_low:+.1f}, {best.ci95_high:+.1f}] %"
+    if c.winner is not None:
+        return (f"Trial {best.trial} beats the baseline by {best.improvement_percent:+.1f} % "
+                f"{ci} (busbw-equivalent, 95 % interval over {c.paired_repeats} paired "
+                "repeats on fresh placements).")
+    why = best.problem or "its interval includes 0"
+    return (f"Nothing beat the baseline: the best candidate, trial {best.trial}, measured "
+            f"{best.improvement_percent:+.1f} % {ci} over {c.paired_repeats} paired repeats "
+            f"({why}); keep the current settings.")
 
 
 # Markdown ----------------------------------------------------------------------------------
@@ -355,7 +377,7 @@ def markdown(view: StudyView, images: dict[str, str]) -> str:
            "## Baseline vs best", "",
            _md_table(["metric", "baseline", "best", "change"],
                      [r[:4] for r in headline_rows(view)]),
-           "## Recommended settings", "",
+           f"## {settings_title(view)}", "",
            "Changed knobs in **bold**. Apply with the commands from "
            f"`ecntune export {view.name}`.", "",
            _md_table(["knob", "unit", "baseline", "recommended"],
@@ -509,7 +531,7 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
         fig("convergence"),
         "<div class=grid><div><h2>Baseline vs best</h2>",
         _html_table(["metric", "baseline", "best", "change"], headline_rows(view), cls_col=4),
-        "</div><div><h2>Recommended settings</h2>",
+        f"</div><div><h2>{_h(settings_title(view))}</h2>",
         f"<p class=meta>{len(changed)} knobs changed. <code>ecntune export {_h(view.name)}"
         "</code> prints the commands.</p>",
         _html_table(cols, changed, changed_col=4),
@@ -537,10 +559,12 @@ class ReportFiles:
     images: dict[str, Path]
 
 
-def write_report(view: StudyView, out_dir: str | Path) -> ReportFiles:
-    """``report.html`` (self-contained), ``report.md`` and ``img/*.png`` in ``out_dir``."""
+def write_report(view: StudyView, out_dir: str | Path,
+                 progress: Callable[[int, int], None] | None = None) -> ReportFiles:
+    """``report.html`` (self-contained), ``report.md`` and ``img/*.png`` in ``out_dir``;
+    ``progress(done, total)`` is called after each plot."""
     out = Path(out_dir)
-    pngs = render_plots(view, out / "img")
+    pngs = render_plots(view, out / "img", progress)
     page = render_html(view, {k: p.read_bytes() for k, p in pngs.items()})
     h = out / "report.html"
     h.write_text(page, encoding="utf-8")

@@ -60,7 +60,10 @@ KNOBS: dict[str, Knob] = {
         Knob("rpg_min_rate", "nic", "Mbit/s", 1, 131_071, 1, "floor of the limited rate"),
         Knob("rate_to_set_on_first_cnp", "nic", "Mbit/s", 0, 131_071, 0,
              "rate on the first CNP (0 = keep port speed)"),
-        Knob("dce_tcp_g", "nic", "1/1024", 1, 1023, 1019, "alpha gain g = value/1024"),
+        # Share of alpha kept per dce_tcp_rtt (Mellanox "DCQCN Parameters", DOC-2790): the
+        # DCQCN paper's gain is g = (1024 - value)/1024, 1019 -> 5/1024 (paper: 1/256).
+        Knob("dce_tcp_g", "nic", "1/1024", 1, 1023, 1019,
+             "alpha kept per dce_tcp_rtt: alpha <- value/1024 * alpha (+ 1 - value/1024 on CNP)"),
         Knob("dce_tcp_rtt", "nic", "us", 1, 131_071, 1, "alpha update period"),
         Knob("rate_reduce_monitor_period", "nic", "us", 1, 131_071, 4,
              "minimum time between two rate cuts of a flow"),

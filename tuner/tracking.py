@@ -31,8 +31,18 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   ``counters_before.json``/``counters_after.json``/``counters_delta.json``, ``timeseries.png``.
 
 A tracking failure never stops tuning: every call here catches, logs a warning and returns
-``None``; the loop back-fills every finished Optuna trial that has no nested run (tag
-``ecntune.trial``) from the Optuna storage at the end of the study and on ``ecntune resume``.
+``None``. The first failure opens a *circuit breaker*: nothing more is sent for the rest of the
+study (a dead server would cost its retries on every trial); the loop back-fills every finished
+Optuna trial that has no nested run (tag ``ecntune.trial``) from the Optuna storage at the end
+of the study and on ``ecntune resume``, and that back-fill (``nested_runs``) is the probe that
+closes the breaker again once the store answers.
+
+Secrets never reach MLflow, Optuna or the console: ``redact`` walks the parsed experiment YAML
+(any key that names a secret, and the password in every URL), ``scrub`` takes URL credentials
+out of any text at the MLflow sinks (params, tags, texts, details), and
+``move_url_credentials`` takes the credentials out of ``storage`` and ``tracking.uri`` before a
+run starts (into the environment variables the drivers read), so no stored or printed URL holds
+them.
 """
 
 from __future__ import annotations
@@ -45,16 +55,139 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import yaml
 
 log = logging.getLogger("ecntune.tracking")
 
-_SECRET = re.compile(r"(?im)^(\s*[\w.-]*(password|passphrase|secret|token|api_key|private_key)"
-                     r"[\w.-]*\s*:\s*).+$")
+REDACTED = "<redacted>"
+SECRET_KEY = re.compile(r"passw(or)?d|passphrase|secret|token|api[_-]?key|private[_-]?key|"
+                        r"credential", re.IGNORECASE)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (the user stays) and with secret query values blanked."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return REDACTED
+    netloc, query = parts.netloc, parts.query
+    if password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        netloc = f"{userinfo.split(':', 1)[0]}:{REDACTED}@{host}"
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(SECRET_KEY.search(k) for k, _ in pairs):
+        query = "&".join(f"{k}={REDACTED if SECRET_KEY.search(k) else v}" for k, v in pairs)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return _join(parts.scheme, netloc, parts.path, query, parts.fragment)
+
+
+def _join(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
+    """``urlunsplit`` that keeps ``scheme://`` with an empty host (``sqlite:////abs``)."""
+    return (f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
+            + (f"#{fragment}" if fragment else ""))
+
+
+def scrub(text: str) -> str:
+    """Every URL in ``text`` through ``redact_url`` (for free text bound for a store)."""
+    return _URL.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def _walk(node: Any) -> tuple[Any, bool]:
+    if isinstance(node, dict):
+        out, changed = {}, False
+        for k, v in node.items():
+            if isinstance(k, str) and SECRET_KEY.search(k) and v not in (None, "", REDACTED):
+                out[k], hit = REDACTED, True
+            else:
+                out[k], hit = _walk(v)
+            changed |= hit
+        return out, changed
+    if isinstance(node, list):
+        items = [_walk(v) for v in node]
+        return [v for v, _ in items], any(h for _, h in items)
+    if isinstance(node, str):
+        clean = scrub(node)
+        return clean, clean != node
+    return node, False
 
 
 def redact(text: str) -> str:
-    """Blank out YAML values whose key looks secret (passwords never land in MLflow)."""
-    return _SECRET.sub(r"\1'<redacted>'", text)
+    """Experiment/inventory YAML with every secret blanked: values of keys that name a secret
+    (at any depth, in lists, flow mappings, quoted keys, block scalars) and URL passwords.
+
+    The text is parsed, not pattern-matched; unchanged when there is nothing to blank (its
+    comments and layout stay), otherwise re-written from the parsed data. Text that does not
+    parse is never passed on."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return "# not stored: the experiment text is not valid YAML\n"
+    clean, changed = _walk(data)
+    if not changed:
+        return text
+    return "# secrets redacted by ecntune\n" + yaml.safe_dump(clean, sort_keys=False,
+                                                              allow_unicode=True)
+
+
+# Where a driver reads a password from when it is not in the URL.
+_PASSWORD_ENV = {"postgresql": "PGPASSWORD", "postgres": "PGPASSWORD",
+                 "http": "MLFLOW_TRACKING_PASSWORD", "https": "MLFLOW_TRACKING_PASSWORD"}
+_USER_ENV = {"http": "MLFLOW_TRACKING_USERNAME", "https": "MLFLOW_TRACKING_USERNAME"}
+
+
+def move_url_credentials(urls: dict[str, str | None]) -> tuple[dict[str, str | None],
+                                                                dict[str, str]]:
+    """``({field: url without its password}, {ENV_VAR: password})``.
+
+    The password moves to the variable its driver reads (libpq ``PGPASSWORD``, MLflow's
+    ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``); SQLite has no passwords, so one there is
+    dropped. Raises ``ConfigError`` naming the field when that is impossible (another scheme,
+    or two different passwords for one variable)."""
+    from tuner.errors import ConfigError
+
+    out: dict[str, str | None] = {}
+    env: dict[str, str] = {}
+    for field_name, url in urls.items():
+        if not url:
+            out[field_name] = url
+            continue
+        parts = urlsplit(url)
+        if parts.password is None:
+            out[field_name] = url
+            continue
+        scheme = parts.scheme.split("+", 1)[0].lower()
+        host = parts.netloc.rpartition("@")[2]
+        user = unquote(parts.username or "")
+        if scheme == "sqlite" or unquote(parts.password) == REDACTED:
+            # no passwords in SQLite; a redacted one (a stored experiment) comes from the
+            # environment or the driver's password file
+            keep = f"{parts.username}@{host}" if parts.username and scheme != "sqlite" else host
+            out[field_name] = _join(parts.scheme, keep, parts.path, parts.query,
+                                    parts.fragment)
+            continue
+        var = _PASSWORD_ENV.get(scheme)
+        if var is None:
+            raise ConfigError(f"{field_name}: a password in a {scheme} URL would be stored "
+                              "with the study -- put it in the driver's own configuration "
+                              "file and remove it from the URL")
+        wanted = {var: unquote(parts.password)}
+        if scheme in _USER_ENV:
+            wanted[_USER_ENV[scheme]] = user
+            netloc = host
+        else:
+            netloc = f"{parts.username}@{host}" if parts.username else host
+        for k, v in wanted.items():
+            if env.get(k, v) != v:
+                raise ConfigError(f"{field_name}: a second, different password for {k} -- "
+                                  "use the driver's own password file (e.g. ~/.pgpass)")
+            env[k] = v
+        out[field_name] = _join(parts.scheme, netloc, parts.path, parts.query, parts.fragment)
+    return out, env
 
 
 @dataclass
@@ -69,6 +202,7 @@ class TrialRecord:
     measurement_path: str | None = None
     detail: str = ""  # what a rejection/rollback was about (safety.limits.Violation text)
     artifact_dir: str | None = None  # more files for the run (``tuner.plots.write_trial_files``)
+    origin: str = ""  # "baseline", "warm:<label>" (a known-good start) or "proposal"
     tags: dict[str, str] = field(default_factory=dict)  # more tags (``ecntune.slice``)
 
 
@@ -94,8 +228,9 @@ def trial_metrics(m: Any) -> dict[str, float]:
         cnp_handled=d.total("rp_cnp_handled"),
         lossless_drops=d.total("rx_prio3_discards") + d.total("queue3_drop_pkts"),
     )
-    if "wall_s" in m.extra:
-        out["wall_s"] = m.extra["wall_s"]
+    for key in ("wall_s", "probe_overlap"):  # probe_overlap: SSH, share of probe under load
+        if key in m.extra:
+            out[key] = m.extra[key]
     return {k: float(v) for k, v in out.items()}
 
 
@@ -116,12 +251,20 @@ class Tracker:
         self.parent_run_id: str | None = None
         self.experiment_id: str | None = None
         self.failures: list[str] = []
+        self.broken = False  # the circuit breaker: open after the first failure
         self._client: Any = None
 
     def _fail(self, what: str, exc: BaseException) -> None:
-        msg = f"MLflow {what} failed ({type(exc).__name__}: {exc}); will back-fill later"
+        msg = scrub(f"MLflow {what} failed ({type(exc).__name__}: {exc}); "
+                    + ("will back-fill later" if not self.broken else "still down"))
+        if not self.broken:
+            msg += "; no more MLflow calls until the end of the study"
+        self.broken = True
         log.warning(msg)
         self.failures.append(msg)
+
+    def _off(self) -> bool:
+        return not self.enabled or self.broken
 
     def client(self) -> Any:
         if self._client is None:
@@ -153,7 +296,7 @@ class Tracker:
     def start_study(self, study: str, parent_run_id: str | None, params: dict[str, Any],
                     tags: dict[str, str], texts: dict[str, str]) -> str | None:
         """Create (or re-open, on resume) the parent run; returns its id or None on failure."""
-        if not self.enabled:
+        if self._off():
             return None
         try:
             from mlflow.entities import Param, RunTag
@@ -164,12 +307,13 @@ class Tracker:
                 self.parent_run_id = parent_run_id
                 return parent_run_id
             run = c.create_run(self._experiment_id(), run_name=study,
-                               tags={**tags, "ecntune.role": "study"})
+                               tags={**{k: scrub(str(v)) for k, v in tags.items()},
+                                     "ecntune.role": "study"})
             rid = run.info.run_id
-            c.log_batch(rid, params=[Param(k, str(v)[:6000]) for k, v in params.items()],
-                        tags=[RunTag(k, v) for k, v in tags.items()])
+            c.log_batch(rid, params=[Param(k, scrub(str(v))[:6000]) for k, v in params.items()],
+                        tags=[RunTag(k, scrub(str(v))) for k, v in tags.items()])
             for name, text in texts.items():
-                c.log_text(rid, text, name)
+                c.log_text(rid, scrub(text), name)
             self.parent_run_id = rid
             return rid
         except Exception as exc:  # tracking must never break tuning
@@ -177,8 +321,8 @@ class Tracker:
             return None
 
     def log_trial(self, rec: TrialRecord) -> str | None:
-        """One nested run; returns its id or None on failure."""
-        if not self.enabled or self.parent_run_id is None:
+        """One nested run; returns its id or None on failure (or while the breaker is open)."""
+        if self._off() or self.parent_run_id is None:
             return None
         try:
             from mlflow.entities import Metric, Param
@@ -188,7 +332,9 @@ class Tracker:
                     "ecntune.trial": str(rec.number), "ecntune.state": rec.state,
                     "ecntune.verdict": rec.verdict}
             if rec.detail:
-                tags["ecntune.detail"] = rec.detail[:5000]
+                tags["ecntune.detail"] = scrub(rec.detail)[:5000]
+            if rec.origin:
+                tags["ecntune.origin"] = rec.origin
             tags.update(rec.tags)
             run = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
                                tags=tags)
@@ -211,7 +357,7 @@ class Tracker:
 
     def log_dir(self, folder: str | Path, artifact_path: str) -> None:
         """Upload a folder into the parent run (the study report and its plots)."""
-        if not self.enabled or self.parent_run_id is None:
+        if self._off() or self.parent_run_id is None:
             return
         try:
             self.client().log_artifacts(self.parent_run_id, str(folder), artifact_path)
@@ -220,7 +366,7 @@ class Tracker:
 
     def end_study(self, metrics: dict[str, float], summary: dict[str, Any],
                   status: str = "FINISHED") -> None:
-        if not self.enabled or self.parent_run_id is None:
+        if self._off() or self.parent_run_id is None:
             return
         try:
             from mlflow.entities import Metric
@@ -230,16 +376,19 @@ class Tracker:
             c.log_batch(self.parent_run_id,
                         metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()
                                  if v == v and abs(float(v)) != float("inf")])
-            c.log_text(self.parent_run_id, json.dumps(summary, indent=2, default=str),
+            c.log_text(self.parent_run_id, scrub(json.dumps(summary, indent=2, default=str)),
                        "summary.json")
             c.set_terminated(self.parent_run_id, status=status)
         except Exception as exc:
             self._fail("study summary", exc)
 
     def nested_runs(self) -> list[Any]:
-        """The parent run's trial runs (for ``show`` and tests)."""
+        """The parent run's trial runs (for the back-fill, ``show`` and tests). Always tried,
+        even with the breaker open: an answer closes it (the store is back)."""
         c = self.client()
-        return list(c.search_runs(
+        runs = list(c.search_runs(
             [self._experiment_id()],
             filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
             max_results=10_000))
+        self.broken = False
+        return runs

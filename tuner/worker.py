@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from objectives.measurement import Measurement
@@ -45,6 +46,19 @@ if TYPE_CHECKING:
 # Pseudo-slices used as locks: one worker at a time creates Optuna's tables / the parent run.
 STORAGE_INIT_LOCK = "_storage_init"
 PARENT_RUN_LOCK = "_mlflow_parent_run"
+
+
+def warm_up(exp: Experiment) -> None:
+    """Compile rocesim's kernel before the worker takes a lease (sim backend): numba holds the
+    GIL while it compiles (minutes on a cold cache, several workers at once), which would
+    starve the thread that renews the lease and beats the trial's heartbeat. One measurement
+    on a private in-memory copy of the fabric: no slice device is touched."""
+    if exp.fabric.backend != "sim":
+        return
+    from tuner.cluster.sim import SimCluster
+
+    SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current),
+               name=exp.name).measure(exp.workload)
 
 
 class LeaseLost(Interrupted):
@@ -131,39 +145,52 @@ class SliceWorker(StudyRunner):
 
     def _open_study(self, resume: bool) -> None:
         multi = self.exp.objective.mode == "multi"
-        sampler = optuna_io.make_sampler(self.exp.sampler, multi)
+        # Each worker its own seed: with one seed every worker would draw the same startup
+        # points (constant liar only steers the model-based proposals).
+        spec = self.exp.sampler
+        if spec.seed is not None:
+            spec = spec.model_copy(update={"seed": (spec.seed + zlib.crc32(self.slice.encode()))
+                                                  % 2**32})
+        sampler = optuna_io.make_sampler(spec, multi)
         storage = self.exp.storage_url
         with self.leases.mutex(STORAGE_INIT_LOCK):  # Optuna's table creation is not concurrent
             optuna_io.open_storage(storage, heartbeat_s=self.heartbeat_s)
+        pruner = self._pruner()
         try:
-            self.study = optuna_io.load_study(self.study_name, storage, sampler,
+            self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
                                               heartbeat_s=self.heartbeat_s)
         except ConfigError:  # the first worker creates it; a twin may win the race
             dirs = ["maximize"] if not multi else ["maximize", "minimize"]
             try:
                 self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler,
-                                                    heartbeat_s=self.heartbeat_s)
+                                                    pruner, heartbeat_s=self.heartbeat_s)
             except ConfigError:
-                self.study = optuna_io.load_study(self.study_name, storage, sampler,
+                self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
                                                   heartbeat_s=self.heartbeat_s)
             else:
                 for k, v in {"experiment_yaml": self.exp_yaml,
                              "experiment_name": self.exp.name, "mode": self.exp.objective.mode,
                              "created_at": time.time(), "ecntune_version": __version__,
+                             "startup_trials": self.exp.sampler.startup_trials,
                              "shared": True}.items():
                     self.study.set_user_attr(k, v)
+                if self.exp.search.warm_starts:  # once per study, for any worker to take
+                    self._enqueue_warm_starts()
         with self._lock:
             self._janitor()
 
     def _ensure_baseline(self) -> None:
-        """This slice's trial 0: loaded if done, else measured now (see the module docstring)."""
-        key = f"baseline_measurement:{self.slice}"
-        raw = self.study.user_attrs.get(key)
+        """This slice's trial 0: loaded if done, else measured now (see the module docstring).
+        Its paired replicates are the ones every trial on this slice is scored against."""
+        key = f"baseline_measurements:{self.slice}"
+        ua = self.study.user_attrs
         done = any(t.user_attrs.get("role") == "baseline"
                    and t.user_attrs.get("slice") == self.slice and t.state.name == "COMPLETE"
                    for t in optuna_io.trials(self.study))
-        if done and raw:
-            self.baseline_measurement = Measurement.model_validate_json(raw)
+        if done and ua.get(key):
+            self.baseline_ms = [Measurement.model_validate_json(x) for x in ua[key]]
+            self.repeats = int(ua.get(f"repeats:{self.slice}", len(self.baseline_ms)))
+            self._set_window()
             return
         asked = optuna_io.ask_fixed(self.study, self.space.params_of(self.baseline_values),
                                     self.dists, {"role": "baseline", "slice": self.slice})
@@ -172,8 +199,13 @@ class SliceWorker(StudyRunner):
             self._run_baseline(asked)
         finally:
             self._end()
-        assert self.baseline_measurement is not None
-        self.study.set_user_attr(key, self.baseline_measurement.model_dump_json())
+        self.study.set_user_attr(key, [m.model_dump_json() for m in self._stripped_baseline()])
+        self.study.set_user_attr(f"repeats:{self.slice}", self.repeats)
+
+    def _stripped_baseline(self) -> list[Measurement]:
+        from tuner.loop import _stripped
+
+        return [_stripped(m) for m in self.baseline_ms]
 
     def _start_tracking(self) -> None:
         """One parent run for all workers: the first creates it, the others re-open it."""
@@ -193,21 +225,17 @@ class SliceWorker(StudyRunner):
         with self._lock:
             self.current = None
 
-    def _run_trial(self, asked: optuna_io.Asked) -> TrialOutcome:
+    def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
         self._begin(asked)
         try:
-            return super()._run_trial(asked)
+            return super()._run_trial(asked, role)
         finally:
             self._end()
 
     def _run_baseline(self, asked: optuna_io.Asked) -> TrialOutcome:
         if asked.trial.user_attrs.get("slice") != self.slice:
             # A queued baseline of a study `ecntune run` created: this worker's is its own.
-            self._begin(asked)
-            try:
-                return super()._run_trial(asked)
-            finally:
-                self._end()
+            return self._run_trial(asked, "proposal")
         return super()._run_baseline(asked)
 
     def _budget_spent(self, used: int) -> bool:
@@ -228,29 +256,16 @@ class SliceWorker(StudyRunner):
         rec.tags["ecntune.slice"] = str(ua.get("slice", self.slice))
         return rec
 
-    def backfill(self) -> int:
-        """Log this slice's finished trials MLflow does not have (other slices' are their
-        workers' to log: two workers back-filling one trial would log it twice)."""
-        if self.tracker.parent_run_id is None:
-            return 0
-        try:
-            logged = {int(r.data.tags.get("ecntune.trial", -1))
-                      for r in self.tracker.nested_runs()}
-        except Exception as exc:  # still down: try again later
-            self.tracker._fail("back-fill", exc)
-            return 0
-        n = 0
-        for t in optuna_io.trials(self.study):
-            if (t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged
-                    or t.user_attrs.get("slice") != self.slice):
-                continue
-            rid = self.tracker.log_trial(self._record(t.number, t.state.name, t.user_attrs,
-                                                      t.params))
-            n += rid is not None
-        return n
+    def _backfills(self, t: Any) -> bool:
+        """This slice's trials only: two workers back-filling one trial would log it twice
+        (the other slices' are their workers' to log)."""
+        return bool(t.user_attrs.get("slice") == self.slice)
 
     def _confirm(self) -> None:
         """Workers only explore; confirmation belongs to one process (``ecntune run``)."""
+
+    def _drift_check(self, after_trial: int) -> None:
+        """The study's drift record is one canary's; slices would interleave in it."""
 
     def _log_report(self) -> None:
         """The study report is written once, not by every worker."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _STRICT = ConfigDict(frozen=True, extra="forbid")
 
@@ -26,9 +26,18 @@ class CollectivePart(BaseModel):
     weight: float = Field(default=1.0, ge=0)
     channels: int = Field(default=4, ge=1, le=64)  # ring channels (NCCL_MIN_NCHANNELS-like)
     qps_per_connection: int = Field(default=1, ge=1, le=16)  # NCCL_IB_QPS_PER_CONNECTION
+    # NCCL's algorithm: "ring" or "tree" (double binary tree, all_reduce only); rocesim
+    # simulates it, on SSH it becomes NCCL_ALGO.
+    algo: Literal["ring", "tree"] = "ring"
     # NCCL_ALGO / NCCL_PROTO for real runs (e.g. "Ring", "^NVLS", "Simple"); rocesim ignores them.
     nccl_algo: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9]+(,[A-Za-z0-9]+)*$")
     nccl_proto: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9]+(,[A-Za-z0-9]+)*$")
+
+    @model_validator(mode="after")
+    def _tree_is_all_reduce(self) -> CollectivePart:
+        if self.algo == "tree" and self.op != "all_reduce":
+            raise ValueError(f"algo: tree (NCCL's Tree) implements all_reduce only, not {self.op}")
+        return self
 
 
 class BackgroundPart(BaseModel):

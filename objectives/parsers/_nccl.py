@@ -1,6 +1,7 @@
 """Parser for nccl-tests (``all_reduce_perf`` & co.) stdout, every format from 2017 to v2.19.
 
 Handles the ``error`` (float) vs ``#wrong`` (int) column, missing ``redop``/``root`` columns,
+an empty ``redop`` cell (alltoall/allgather before 2022),
 ``N/A`` cells, ``mpirun --tag-output`` prefixes, NCCL_DEBUG lines interleaved with the table,
 duplicated headers, zero-size rows and output whose leading ``#`` was eaten by Markdown.
 Column meaning comes from the printed header, never from positions (see
@@ -106,6 +107,7 @@ class NcclTestsResult(Model):
     nccl_warnings: list[str] = Field(default_factory=list)
     complete: bool = False  # the footer was printed
     truncated_line: str | None = None  # partial last line accepted with allow_truncated
+    truncated: bool = False  # cut off (no footer or a partial last line): complete rows only
 
     @property
     def nranks(self) -> int | None:
@@ -197,6 +199,12 @@ def _parse_row(lineno: int, line: str, columns: list[str]) -> NcclRow:
     tokens = line.split()
     if "timestamp" in columns and len(tokens) == len(columns) + 1:
         tokens = tokens[:-2] + [tokens[-2] + " " + tokens[-1]]
+    if "redop" in columns and len(tokens) == len(columns) - 1:
+        # Before 2022 alltoall/allgather passed an empty op name: `%6s` of "" is six blanks,
+        # so the redop column is empty (nccl-tests issue 78); the next cell is a number.
+        i = columns.index("redop")
+        if i < len(tokens) and not tokens[i][:1].isalpha():
+            tokens.insert(i, "")
     if len(tokens) != len(columns):
         raise fail(TOOL, lineno, line, f"row has {len(tokens)} fields, header has {len(columns)}")
     try:
@@ -372,6 +380,7 @@ def parse_nccl_tests(text: str, *, allow_truncated: bool = False) -> NcclTestsRe
     if prog := data.get("program"):
         m = _PROG.search(prog)
         data["op"] = m.group(1) if m else None
+    data["truncated"] = not data.get("complete") or data.get("truncated_line") is not None
     return NcclTestsResult(**data)
 
 

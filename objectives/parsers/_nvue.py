@@ -63,6 +63,24 @@ def to_number(value: str | None) -> int | None:
     return bytes_from_human(v)
 
 
+def within_display(exact: int, shown: str) -> bool:
+    """Whether ``exact`` bytes print as ``shown`` at NVUE's precision: ``"146.48 KB"`` stands for
+    any byte count whose binary-KB value rounds to 146.48 (149995..150005), so 150000 matches
+    and 151000 does not. Plain integers and ``B``/``Bytes`` must match exactly."""
+    m = re.fullmatch(r"\s*(-?[0-9][0-9,]*)(?:\.([0-9]+))?\s*([A-Za-z]*)\s*", shown)
+    if not m:
+        return False
+    unit = _UNITS.get(m.group(3).upper()) if m.group(3) else 1
+    if unit is None:
+        return False
+    decimals = len(m.group(2) or "")
+    number = float(m.group(1).replace(",", "") + ("." + m.group(2) if m.group(2) else ""))
+    return abs(exact / unit - number) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+_UNITS = {"B": 1, "BYTES": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
+
+
 class NvueShow(Model):
     """``values``: dotted key path -> value; ``tables``: title -> rows (column -> cell)."""
 

@@ -202,7 +202,7 @@ def test_ib_write_lat_client_server(emulated_cluster: EmulatedCluster) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 10
-        while not (emu.target_dir("host2") / "perftest_server.json").exists():
+        while not (emu.target_dir("host2") / "perftest_server-18515.json").exists():
             assert time.monotonic() < deadline, "ib_write_lat server did not start"
             time.sleep(0.05)
         server_addr = emu.targets["host2"].address  # by address, like a real client

@@ -123,14 +123,28 @@ def finished_trials(results: Path) -> dict[int, str]:
     return {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
 
 
+def all_finished(results: Path) -> dict[tuple[str, int], str]:
+    """``{(study, trial number): state}`` over every study in the results folder."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    out = {}
+    for summary in optuna.get_all_study_summaries(storage=storage):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        out.update({(summary.study_name, t.number): t.state.name
+                    for t in study.get_trials(deepcopy=False)})
+    return out
+
+
 def lost_trials(results: Path) -> int:
     """Trials the tuner itself closed in the journal (restored after measuring) that Optuna
     does not hold as finished: a completed trial lost by the fault. The trial in flight when
     the tuner died (closed later by ``recover``) never completed and is not counted."""
-    closed = {e.trial for e in Journal(results / "journal.jsonl").entries()
+    closed = {(e.study, e.trial) for e in Journal(results / "journal.jsonl").entries()
               if any(o in ("restored", "kept") for o in e.outcomes)}
-    states = finished_trials(results)
-    return sum(1 for n in closed if states.get(n) not in ("COMPLETE", "PRUNED", "FAIL"))
+    states = all_finished(results)
+    return sum(1 for k in closed if states.get(k) not in ("COMPLETE", "PRUNED", "FAIL"))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import wait_until
-from tuner.cluster.deadman import DeadmanCluster
+from tuner.cluster.deadman import DeadmanCluster, DeadmanRefused
 from tuner.errors import ApplyError, MeasurementError, RollbackError
 from tuner.settings import DcqcnSettings, Settings
 from tuner.ssh.transport import Outcome
@@ -74,6 +74,7 @@ class FakeSsh:
         self.apply_error: Exception | None = None
         self.applied = 0
         self.closed = False
+        self.measure_s = 0.0
 
     def drivers(self) -> dict[str, FileDriver]:
         return self._drivers
@@ -93,6 +94,12 @@ class FakeSsh:
             self.files[n].write_text(f"{d.rpg_time_reset}\n")
 
     def measure(self, workload: Any, monitor: Any = None) -> str:
+        """A measurement of ``measure_s`` seconds that feeds the monitor, like the real one."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.measure_s:
+            time.sleep(0.05)
+            if monitor is not None:
+                monitor.poll(None, time.monotonic() - t0)
         return "measured"
 
     def close(self) -> None:
@@ -103,8 +110,9 @@ def trial(v: int = 17) -> Settings:
     return Settings.uniform([], NICS, {"rpg_time_reset": v})
 
 
-def values(fake: FakeSsh) -> list[int]:
-    return [int(f.read_text()) for f in fake.files.values()]
+def values(fake: FakeSsh) -> list[int | None]:
+    """The knob files (``None`` for one caught in the middle of a write)."""
+    return [int(t) if (t := f.read_text().strip()) else None for f in fake.files.values()]
 
 
 @pytest.fixture
@@ -209,3 +217,46 @@ def test_moving_from_a_dirty_state_is_not_armed(setup) -> None:
     assert dc.armed == {} and values(fake) == [300, 300]
     time.sleep(1.5)
     assert values(fake) == [300, 300]
+
+
+def test_timer_gone_mid_trial_stops_the_trial_at_once(setup, tmp_path: Path) -> None:
+    """The target rebooted (its runtime tmpfs and the timer process are gone): the renewal
+    answers ``missing``, the measurement stops at its next poll and the trial fails."""
+    dc, fake = setup(timeout_s=3.0)
+    dc.apply(trial())
+    for t in dc.armed.values():  # the reboot: the timer process and its files vanish
+        os.kill(int(Path(t.base + ".pid").read_text()), signal.SIGKILL)
+    for f in (tmp_path / "dm").iterdir():
+        if f.is_file():
+            f.unlink()
+    fake.measure_s = 10.0
+    t0 = time.monotonic()
+    with pytest.raises(MeasurementError, match="dead-man timer gone on .*unprotected"):
+        dc.measure(None)
+    assert time.monotonic() - t0 < 0.3 + 0.5 + 1.0  # one renewal period, a poll, SSH slack
+    assert sorted(set(dc.lost)) == NICS
+
+
+def test_second_tuner_is_refused_by_the_target(setup) -> None:
+    """A second tuner snapshots the first one's trial as its 'baseline' (the hole); its arm is
+    refused by the targets' locks, so it changes nothing; once the first is gone and its
+    timers fired, ``recover`` takes the locks over."""
+    first, fake = setup(timeout_s=1.0)
+    first.apply(trial(17))
+    second = DeadmanCluster(fake, 1.0, directory=first.directory, renew_every_s=0.3)
+    second.snapshot()
+    with pytest.raises(DeadmanRefused, match="locked .* armed"):
+        second.apply(trial(42))
+    assert values(fake) == [17, 17] and fake.applied == 1
+    first._stop.set()  # the first tuner dies; its timers restore the baseline
+    assert wait_until(lambda: values(fake) == [300, 300], 5.0, 0.05)
+    assert wait_until(lambda: all(Path(t.base + ".fired").exists()
+                                  for t in first.armed.values()), 3.0, 0.05)
+    second.snapshot()  # a new tuner starts on the healed canary ...
+    with pytest.raises(DeadmanRefused, match="locked .* fired"):  # ... expired: only recover
+        second.apply(trial(42))
+    assert len(second.take_over_locks()) == 2
+    second.snapshot()
+    second.apply(trial(42))
+    assert values(fake) == [42, 42]
+    second.disarm()

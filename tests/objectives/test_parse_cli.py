@@ -39,7 +39,7 @@ def test_parse_stdin_and_garbage_exit_code_2() -> None:
 def test_allow_truncated_flag() -> None:
     path = reference_dir() / "nccl-tests" / "alltoall-8gpu-h20-issue314.txt"
     text = body(path)
-    strict = CliRunner().invoke(command, ["nccl", "-"], input=text)
+    strict = CliRunner().invoke(command, ["nccl", "--strict", "-"], input=text)
     assert strict.exit_code == 2 and "footer" in strict.output
     ok = CliRunner().invoke(command, ["nccl", "--allow-truncated", "-"], input=text)
     assert ok.exit_code == 0, ok.output

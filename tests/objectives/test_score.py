@@ -1,17 +1,26 @@
-"""Scoring formulas (objectives/score.py docstring) pinned with hand-computed numbers."""
+"""Scoring formulas (objectives/score.py docstring) pinned with hand-computed numbers, and the
+property the score exists for: a trial that halves bus bandwidth never beats the baseline."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from objectives.measurement import CollectiveResult, Counters, LatencyResult, Measurement
+from objectives.measurement import (
+    CollectiveResult,
+    Counters,
+    LatencyResult,
+    Measurement,
+    TenantResult,
+)
 from objectives.score import (
     ScoreConfig,
+    bootstrap_ci,
     busbw_norm,
-    directions,
-    improvement_percent,
+    check_weights,
+    equivalent_percent,
     pareto_front,
     pause_us_per_s,
     score,
@@ -32,7 +41,8 @@ def _coll(name: str, busbw: float, weight: float, line: float = 12.5) -> Collect
 
 
 def _m(
-    colls: list[CollectiveResult], p99: float | None, pause_us: list[int], duration_s: float = 0.01
+    colls: list[CollectiveResult], p99: float | None, pause_us: list[int],
+    duration_s: float = 0.01, replicate: int = 0, tenant_gbps: float | None = None,
 ) -> Measurement:
     before = Counters(
         ports={f"host{i}/mlx5_0": {"rx_prio3_pause_duration": 0} for i in range(len(pause_us))}
@@ -51,6 +61,9 @@ def _m(
         counters_before=before,
         counters_after=after,
         duration_s=duration_s,
+        replicate=replicate,
+        tenants=[TenantResult(name="background0", priority="roce", goodput_gbps=tenant_gbps)]
+        if tenant_gbps is not None else [],
     )
 
 
@@ -66,53 +79,97 @@ def test_pause_rate_is_mean_over_nic_ports_per_second() -> None:
     assert pause_us_per_s(m) == pytest.approx(20_000.0)
 
 
-def test_scalar_combines_the_three_terms() -> None:
-    cfg = ScoreConfig(
-        busbw_weight=1.0,
-        latency_weight=0.5,
-        pfc_weight=0.5,
-        p99_target_us=10.0,
-        pfc_budget_us_per_s=1000.0,
-    )
-    m = _m([_coll("alltoall", 10.0, 1.0)], 20.0, [10, 10], duration_s=0.01)  # 1000 µs/s
-    s = score(m, cfg)
-    assert s.busbw_term == pytest.approx(0.8)
-    assert s.latency_term == pytest.approx(0.5)  # target 10 / p99 20
-    assert s.pfc_term == pytest.approx(0.5)  # exactly at the budget
-    assert s.scalar == pytest.approx((0.8 + 0.25 + 0.25) / 2.0)
-    assert s.values == (s.scalar,)
-    assert s.constraint == pytest.approx(0.0)
+CFG = ScoreConfig(busbw_weight=1.0, latency_weight=0.5, pfc_weight=0.5, p99_target_us=10.0,
+                  pfc_budget_us_per_s=1000.0, min_busbw_ratio=0.8)
 
 
-def test_latency_on_target_scores_one_and_missing_terms_drop_out() -> None:
-    cfg = ScoreConfig(p99_target_us=10.0)
-    s = score(_m([], 4.0, [0]), cfg)  # no collectives: busbw drops out
-    assert s.busbw_term is None
-    assert s.latency_term == 1.0 and s.pfc_term == 1.0
-    assert s.scalar == pytest.approx(1.0)
+def test_the_baseline_scores_zero_against_itself() -> None:
+    b = _m([_coll("alltoall", 8.0, 1.0)], 40.0, [50], tenant_gbps=80.0)
+    s = score([b], [b], CFG)
+    assert s.scalar == 0.0 and s.busbw_term == 0.0 and s.latency_term == 0.0
+    assert s.pfc_term == 0.0 and s.feasible and equivalent_percent(s.scalar) == 0.0
 
 
-def test_less_pfc_and_lower_latency_score_higher() -> None:
-    cfg = ScoreConfig()
-    worse = score(_m([_coll("alltoall", 8.0, 1)], 50.0, [5000]), cfg)
-    better = score(_m([_coll("alltoall", 8.0, 1)], 15.0, [50]), cfg)
-    assert better.scalar > worse.scalar
+def test_terms_are_paired_log_ratios() -> None:
+    base = _m([_coll("alltoall", 5.0, 1.0)], 40.0, [10])  # 1000 µs/s, p99 40
+    trial = _m([_coll("alltoall", 10.0, 1.0)], 20.0, [0])  # 2x busbw, half the p99, no pause
+    s = score([trial], [base], CFG)
+    assert s.busbw_term == pytest.approx(1.0)  # log2(10/5)
+    assert s.latency_term == pytest.approx(math.tanh(1.0))  # log2(40/20) = 1
+    assert s.pfc_term == pytest.approx(math.tanh(1.0))  # log2((1000+1000)/(1000+0))
+    assert s.scalar == pytest.approx(1.0 + 0.5 * math.tanh(1.0) * 2)
+    assert s.busbw_ratio == pytest.approx(2.0)
+    assert s.constraints["busbw_floor"] == pytest.approx(0.8 - 2.0)
 
 
-def test_multi_objective_values_and_constraint() -> None:
+def test_latency_below_the_target_earns_nothing_more() -> None:
+    base = _m([], 10.0, [0])
+    assert score([_m([], 2.0, [0])], [base], CFG).latency_term == 0.0  # both at/below 10 µs
+    assert score([_m([], 2.0, [0])], [_m([], 20.0, [0])], CFG).latency_term == pytest.approx(
+        math.tanh(1.0))  # 20 -> max(2, 10)
+
+
+def test_replicates_pair_by_index() -> None:
+    # Replicate 1 is a placement where everything is slower; pairing removes that.
+    base = [_m([_coll("alltoall", 8.0, 1)], None, [0], replicate=0),
+            _m([_coll("alltoall", 4.0, 1)], None, [0], replicate=1)]
+    trial = [_m([_coll("alltoall", 4.0, 1)], None, [0], replicate=1),
+             _m([_coll("alltoall", 8.0, 1)], None, [0], replicate=0)]
+    s = score(trial, base, CFG)
+    assert s.per_replicate == (0.0, 0.0)  # the same as the baseline on each placement
+    swapped = [t.model_copy(update={"replicate": 1 - t.replicate}) for t in trial]
+    assert score(swapped, base, CFG).per_replicate == (-1.0, 1.0)  # unpaired: noise
+
+
+def test_halving_busbw_never_beats_the_baseline_whatever_latency_and_pfc() -> None:
+    """The property (issue: an honest score): over random baselines and trials whose busbw is
+    half the baseline's, with p99 and PFC anywhere from far worse to perfect, the score stays
+    below 0 and the default busbw floor marks the trial infeasible."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        bw = float(rng.uniform(0.5, 12.0))
+        bp99, tp99 = (float(x) for x in rng.uniform(0.5, 5000.0, 2))
+        bpause, tpause = (int(x) for x in rng.integers(0, 500_000, 2))
+        cfg = ScoreConfig(busbw_weight=1.0, latency_weight=float(rng.uniform(0, 0.5)),
+                          pfc_weight=float(rng.uniform(0, 0.5)),
+                          p99_target_us=float(rng.uniform(0.1, 100.0)))
+        base = _m([_coll("alltoall", bw, 1)], bp99, [bpause])
+        trial = _m([_coll("alltoall", bw / 2, 1)], tp99, [tpause])
+        s = score([trial], [base], cfg)
+        assert s.scalar < 0.0, (bw, bp99, tp99, bpause, tpause, cfg)
+        assert not s.feasible and s.constraints["busbw_floor"] > 0
+
+
+def test_weights_that_could_buy_back_a_halving_are_refused() -> None:
+    assert check_weights(1.0, 0.5, 0.5) is None
+    assert "exceeds busbw_weight" in (check_weights(1.0, 1.0, 0.5) or "")
+
+
+def test_tenant_sharing_the_roce_priority_is_a_constraint() -> None:
+    base = _m([_coll("alltoall", 8.0, 1)], None, [0], tenant_gbps=80.0)
+    ok = score([_m([_coll("alltoall", 8.0, 1)], None, [0], tenant_gbps=70.0)], [base], CFG)
+    starved = score([_m([_coll("alltoall", 9.0, 1)], None, [0], tenant_gbps=60.0)], [base], CFG)
+    assert ok.feasible and ok.constraints["tenant_goodput"] == pytest.approx(0.8 - 70 / 80)
+    assert not starved.feasible  # lost 25 % > the default 20 %
+    assert starved.scalar > 0  # a better score alone does not make it a candidate
+
+
+def test_multi_objective_values_and_pfc_constraint() -> None:
     cfg = ScoreConfig(mode="multi", pfc_budget_us_per_s=1000.0)
-    s = score(_m([_coll("alltoall", 10.0, 1.0)], 12.0, [20], duration_s=0.01), cfg)
+    base = _m([_coll("alltoall", 10.0, 1.0)], 12.0, [0])
+    s = score([_m([_coll("alltoall", 10.0, 1.0)], 12.0, [20], duration_s=0.01)], [base], cfg)
     assert s.values == (pytest.approx(0.8), 12.0)
-    assert s.constraint == pytest.approx(2000.0 - 1000.0)  # infeasible: over the budget
-    assert directions("multi") == ["maximize", "minimize"]
-    assert directions("scalar") == ["maximize"]
+    assert s.constraints["pfc_budget"] == pytest.approx(2000.0 - 1000.0)
 
 
-def test_improvement_and_pareto_front() -> None:
-    assert improvement_percent(0.6, 0.5) == pytest.approx(20.0)
-    assert math.isinf(improvement_percent(0.1, 0.0))
+def test_bootstrap_interval_and_pareto_front() -> None:
+    lo, hi = bootstrap_ci([0.10, 0.12, 0.08, 0.11, 0.09])
+    assert 0.08 <= lo < 0.10 < hi <= 0.12
+    lo, hi = bootstrap_ci([0.3, -0.3, 0.2, -0.25])
+    assert lo < 0 < hi  # straddles 0: nothing to confirm
+    assert bootstrap_ci([0.5]) == (0.5, 0.5)
+    assert equivalent_percent(1.0) == pytest.approx(100.0)
     pts = [(0, (0.5, 10.0)), (1, (0.6, 12.0)), (2, (0.4, 11.0)), (3, (0.6, 9.0))]
-    # 3 dominates 0 (higher busbw, lower p99) and 1 and 2; nothing dominates 3
     assert pareto_front(pts, ["maximize", "minimize"]) == [3]
     pts2 = [(0, (0.5, 8.0)), (1, (0.7, 12.0)), (2, (0.4, 11.0))]
     assert pareto_front(pts2, ["maximize", "minimize"]) == [0, 1]

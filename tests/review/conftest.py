@@ -143,13 +143,15 @@ def quick_yaml(alltoall_weight: float | None = None) -> str:
 
 
 def run_study(name: str, yaml_text: str, results: Path, tracking_uri: str) -> Study:
+    from tuner.cluster import build_cluster
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster
+    from tuner.loop import StudyRunner
 
     exp = parse_experiment(yaml_text, str(QUICK))
     exp = exp.model_copy(update={
         "results_dir": str(results),
-        "budget": exp.budget.model_copy(update={"trials": TRIALS}),
+        "budget": exp.budget.model_copy(update={"trials": TRIALS, "repeats": 2,
+                                                "confirm_top_k": 2, "confirm_repeats": 3}),
         "tracking": exp.tracking.model_copy(update={"uri": tracking_uri})})
     t0 = time.monotonic()
     cluster = build_cluster(exp)

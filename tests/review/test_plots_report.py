@@ -9,7 +9,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 from objectives.measurement import CollectiveResult
@@ -17,20 +16,21 @@ from tests.review.conftest import Study
 from tuner import plots
 from tuner.cli import main
 from tuner.cluster.sim import timeseries_json
-from tuner.loop import TrialOutcome
 from tuner.report import (
     VERDICT_TEXT,
     StudyView,
     change,
-    confirmation_sentence,
     headline_rows,
+    headline_sentence,
     load,
     markdown,
     render_html,
+    settings_title,
     verdict_rows,
     verdict_summary,
     write_report,
 )
+from tuner.study import CandidateCheck, Confirmation, TrialOutcome
 
 BASE_VALUES = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5}
 
@@ -136,10 +136,11 @@ def test_report_tables_and_html_from_hand_made_trials() -> None:
         ["rolled_back:pfc_storm", "1", VERDICT_TEXT["pfc_storm"]],
         ["rejected:kmax_above_xoff", "1", VERDICT_TEXT["kmax_above_xoff"]],
         ["failed:measurement", "1", VERDICT_TEXT["measurement"]]]
-    assert v.improvement_percent == pytest.approx(33.333, rel=1e-3)
     page = render_html(v, {"convergence": b"\x89PNG-fake"})
     assert page.count("data:image/png;base64,") == 1
-    assert "Trial 3 beats the baseline: score 0.3000 → 0.4000 (+33.3 %)." in page
+    assert ("Trial 3 leads with a paired score of +0.400 (+32.0 % busbw-equivalent) but was "
+            "not confirmed") in page
+    assert "NOT confirmed: keep the baseline" in page
     assert not re.search(r"(src|href)=['\"](?!data:)", page)  # nothing outside the file
     md = markdown(v, {"convergence": "img/convergence.png"})
     assert "| **kmin_bytes** | bytes | 1,048,576 | **40,000** |" in md
@@ -151,7 +152,8 @@ def test_report_of_a_real_study(studies: dict[str, Study], tmp_path: Path) -> No
     v = load(st.name, st.storage)
     assert [t.number for t in v.trials] == [t.number for t in st.result.trials]
     assert v.best is not None and st.result.best is not None
-    assert v.best.number == st.result.best.number
+    shown = st.result.winner or st.result.best  # the one winner policy (tuner.study)
+    assert v.best.number == shown.number and v.winner == st.result.winner
     files = write_report(v, tmp_path / "rep")
     page = files.html.read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == len(files.images) >= 3
@@ -170,7 +172,7 @@ def test_ecntune_report_cli(studies: dict[str, Study], tmp_path: Path) -> None:
     assert f"study {st.name}:" in res.output  # the newest study is the default
     md = (out / "report.md").read_text(encoding="utf-8")
     assert md.startswith(f"# ecntune study `{st.name}`")
-    assert "## Recommended settings" in md and "## Convergence" in md
+    assert f"## {settings_title(load(st.name, st.storage))}" in md and "## Convergence" in md
     assert (out / "img" / "convergence.png").is_file()
     bad = CliRunner().invoke(main, ["report", "nope", "--storage", st.storage])
     assert bad.exit_code == 2 and "no study 'nope'" in bad.output
@@ -178,17 +180,21 @@ def test_ecntune_report_cli(studies: dict[str, Study], tmp_path: Path) -> None:
 
 def test_confirmation_sentence_and_panel(tmp_path: Path) -> None:
     v = view()
-    assert confirmation_sentence(v) == ""
-    v.confirmation = {"trial": 3, "repeats": 2, "baseline_scores": [0.2, 0.4],
-                      "best_scores": [0.5, 0.7], "problem": "", "baseline_score": 0.3,
-                      "best_score": 0.6, "improvement_percent": 100.0}
-    assert confirmation_sentence(v) == (
-        " Confirmed by 2 fresh repeats each: 0.3000 → 0.6000 (+100.0 %).")
+    won = CandidateCheck(trial=3, diffs=[0.5, 0.7], improvement_percent=51.6, ci95_low=41.4,
+                         ci95_high=62.5, problem="", confirmed=True)
+    lost = CandidateCheck(trial=5, diffs=[0.2, -0.3], improvement_percent=-3.4, ci95_low=-18.8,
+                          ci95_high=14.9, problem="", confirmed=False)
+    v.confirmation = Confirmation(candidates=[won, lost], paired_repeats=2, winner=3)
+    assert headline_sentence(v) == (
+        "Trial 3 beats the baseline by +51.6 % [+41.4, +62.5] % (busbw-equivalent, 95 % "
+        "interval over 2 paired repeats on fresh placements).")
     fig = plots.best_vs_baseline(TRIALS[0], TRIALS[3], confirm=v.confirmation)
-    assert [a.get_title() for a in fig.axes][:1] == ["Confirmed over 2 fresh repeats"]
+    assert [a.get_title() for a in fig.axes][:1] == ["Winner #3, 2 paired repeats"]
     plots.save(fig, tmp_path / "bvb.png")
-    v.confirmation = {**v.confirmation, "problem": "rolled_back:pfc_storm"}
-    assert confirmation_sentence(v) == (
-        " Not confirmed: a fresh repeat ended rolled_back:pfc_storm.")
-    v.confirmation = {**v.confirmation, "problem": "", "trial": 5}  # another trial's repeats
-    assert confirmation_sentence(v) == ""
+    v.confirmation = Confirmation(candidates=[lost], paired_repeats=2, winner=None)
+    assert headline_sentence(v) == (
+        "Nothing beat the baseline: the best candidate, trial 5, measured -3.4 % "
+        "[-18.8, +14.9] % over 2 paired repeats (its interval includes 0); keep the current "
+        "settings.")
+    v.confirmation = Confirmation(candidates=[], paired_repeats=0, winner=None)
+    assert headline_sentence(v).startswith("No trial met every constraint")

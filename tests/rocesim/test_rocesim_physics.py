@@ -106,14 +106,20 @@ def _one_flow(cfg: DcqcnConfig) -> Simulation:
 
 def test_first_cnp_halves_a_line_rate_flow() -> None:
     # [DCQCN] RP: RC <- RC (1 - alpha/2) with alpha ~ 1 at the first CNP; [CX] rpg_gd = 11
-    # means a cut of alpha * 2^(10-11) = alpha/2, initial_alpha_value = 1023/1024.
+    # means a cut of alpha * 2^(10-11) = alpha/2, initial_alpha_value = 1023/1024. The cut
+    # comes at the first tick of the rate-decrease timer, one rate_reduce_monitor_period (4 µs)
+    # after the CNP ([CX] mlxconfig RPG_GD: "reduced at the beginning of the next
+    # rate_reduce_monitor_period interval"); rate_to_set_on_first_cnp = 0 keeps the rate.
     sim = _one_flow(DcqcnConfig())
     assert sim.flow_stats()["rate_gbps"][0] == pytest.approx(100.0)
     sim.inject_cnp(0)
+    sim.advance(4)
+    assert sim.flow_stats()["rate_gbps"][0] == pytest.approx(100.0)
     sim.advance(1)
     fs = sim.flow_stats()
-    assert fs["rate_gbps"][0] == pytest.approx(50.0, rel=0.01)
-    assert fs["alpha"][0] == pytest.approx(1.0, abs=0.01)
+    alpha = 1023 / 1024 * (1 - 5 / 1024) ** 5  # 5 decays (dce_tcp_g 1019) before the tick
+    assert fs["rate_gbps"][0] == pytest.approx(100.0 * (1 - alpha / 2), rel=0.001)
+    assert fs["alpha"][0] == pytest.approx(alpha, abs=0.001)
     assert sim.counters()["host1/mlx5_0"]["rp_cnp_handled"] == 1
 
 
@@ -122,7 +128,7 @@ def test_cuts_never_closer_than_rate_reduce_monitor_period() -> None:
     sim = _one_flow(DcqcnConfig(rate_reduce_monitor_period=10))
     cut_times = []
     prev = sim.flow_stats()["rate_gbps"][0]
-    for step in range(100):
+    for step in range(105):
         sim.inject_cnp(0)
         sim.advance(1)
         rate = sim.flow_stats()["rate_gbps"][0]
@@ -130,7 +136,7 @@ def test_cuts_never_closer_than_rate_reduce_monitor_period() -> None:
             cut_times.append(step)
         prev = rate
     gaps = np.diff(cut_times)
-    assert len(cut_times) == 10  # 100 µs of CNPs / 10 µs period
+    assert len(cut_times) == 10  # ticks 10, 20, .., 100 µs after the first CNP
     assert gaps.min() >= 10
 
 
@@ -169,16 +175,16 @@ def test_byte_counter_and_timer_drive_recovery() -> None:
     # counter disabled only the 300 µs timer can raise the rate.
     fast = _one_flow(DcqcnConfig())
     fast.inject_cnp(0)
-    fast.advance(1)
-    assert fast.flow_stats()["rate_gbps"][0] == pytest.approx(50.0, rel=0.01)
+    fast.advance(5)  # the cut: 4 µs after the CNP (see test_first_cnp_halves_a_line_rate_flow)
+    assert fast.flow_stats()["rate_gbps"][0] == pytest.approx(50.0, rel=0.03)
     fast.advance(10)
     assert fast.flow_stats()["rate_gbps"][0] == pytest.approx(87.5, rel=0.01)
     fast.advance(20)
     assert fast.flow_stats()["rate_gbps"][0] > 99.0
     slow = _one_flow(DcqcnConfig(rpg_byte_reset=0))
     slow.inject_cnp(0)
-    slow.advance(299)
-    assert slow.flow_stats()["rate_gbps"][0] == pytest.approx(50.0, rel=0.01)
+    slow.advance(5 + 298)
+    assert slow.flow_stats()["rate_gbps"][0] == pytest.approx(50.0, rel=0.03)
     slow.advance(2)  # the 300 µs timer fires once: fast recovery halfway back to 100G
     assert slow.flow_stats()["rate_gbps"][0] == pytest.approx(75.0, rel=0.01)
 

@@ -60,8 +60,9 @@ def knob(tmp_path: Path):
                 pass
 
 
-def make(tmp_dir: Path, timers: list[DeadmanTimer]) -> DeadmanTimer:
-    t = DeadmanTimer.new("host0/mlx5_0", directory=str(tmp_dir))
+def make(tmp_dir: Path, timers: list[DeadmanTimer], target: str = "host0/mlx5_0"
+         ) -> DeadmanTimer:
+    t = DeadmanTimer.new(target, directory=str(tmp_dir))
     timers.append(t)
     return t
 
@@ -75,9 +76,9 @@ def test_arm_fires_and_restores_after_timeout(knob):
     assert wait_for(Path(t.base + ".fired"), 4.0)
     assert path.read_text() == "300\n"
     assert Path(t.base + ".rc").read_text().strip() == "0"
-    assert parse_reply(sh(t.status_command())) == ("fired", 0)
+    assert parse_reply(sh(t.status_command())) == ("fired", "rc=0")
     # a tuner that disarms too late learns that the timer fired
-    assert parse_reply(sh(t.disarm_command())) == ("fired", 0)
+    assert parse_reply(sh(t.disarm_command())) == ("fired", "rc=0")
 
 
 def test_arm_then_disarm_never_restores(knob):
@@ -114,7 +115,7 @@ def test_two_timers_are_independent_and_a_failed_step_does_not_stop_the_rest(kno
     path, restore, timers, d = knob
     other = path.parent / "rpg_ai_rate"
     other.write_text("1\n")
-    a, b = make(d, timers), make(d, timers)
+    a, b = make(d, timers), make(d, timers, "host1/mlx5_0")
     assert a.token != b.token
     steps = ["false", f"printf '%s\\n' 5 > '{other}'", *restore]
     sh(a.arm_command(steps, 1))
@@ -122,7 +123,7 @@ def test_two_timers_are_independent_and_a_failed_step_does_not_stop_the_rest(kno
     assert parse_reply(sh(b.disarm_command()))[0] == "disarmed"  # b only
     assert wait_for(Path(a.base + ".fired"), 4.0)
     assert other.read_text() == "5\n" and path.read_text() == "300\n"
-    assert parse_reply(sh(a.status_command())) == ("fired", 1)
+    assert parse_reply(sh(a.status_command())) == ("fired", "rc=1")
 
 
 def test_tokens_and_paths_are_checked():
@@ -173,3 +174,108 @@ def test_docs_show_the_exact_dead_man_commands() -> None:
         "<!-- deadman:end -->", 1)[0]
     assert shown == _doc_example()
     assert "nohup sh -c" in shown and "printf" in shown
+
+
+# -- nobody can subvert it ---------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("hostile", ["world_writable", "owned_by_nobody", "symlink",
+                                     "group_readable"])
+def test_hostile_runtime_directory_is_refused(knob, tmp_path: Path, hostile: str) -> None:
+    """Another local user pre-created the directory (the /tmp attack): nothing is armed,
+    nothing written in it, no timer started -- the arm answers ``unsafe``."""
+    path, restore, timers, d = knob
+    victim = tmp_path / "root-only"
+    victim.write_text("precious\n")
+    if hostile == "symlink":
+        real = tmp_path / "elsewhere"
+        real.mkdir(mode=0o700)
+        d.symlink_to(real)
+    else:
+        d.mkdir()
+        os.chmod(d, {"world_writable": 0o1777, "owned_by_nobody": 0o700,
+                     "group_readable": 0o750}[hostile])
+        if hostile == "owned_by_nobody":
+            os.chown(d, NOBODY, NOBODY)
+    t = make(d, timers)
+    word, why = parse_reply(sh(t.arm_command(restore, 1)))
+    assert word == "unsafe" and str(d) in why, why
+    for cmd in (t.renew_command(1), t.disarm_command(), t.status_command()):
+        assert parse_reply(sh(cmd))[0] == "unsafe"
+    listing = sorted(p.name for p in (d.resolve()).iterdir())
+    assert listing == []  # not a file, not a lock
+    time.sleep(1.5)
+    assert path.read_text() == "17\n" and victim.read_text() == "precious\n"
+
+
+def test_files_are_created_exclusively_never_written_through(knob, tmp_path: Path) -> None:
+    """A file planted under the arm's name (here a symlink to a root-only file) makes the arm
+    fail instead of writing through it (``set -C``)."""
+    path, restore, timers, d = knob
+    d.mkdir(mode=0o700)
+    victim = tmp_path / "root-only"
+    victim.write_text("precious\n")
+    t = make(d, timers)
+    Path(t.base + ".deadline").symlink_to(victim)
+    res = subprocess.run(["sh", "-c", t.arm_command(restore, 1)], capture_output=True,
+                         text=True, timeout=5)
+    assert res.returncode == 1 and "armed" not in res.stdout  # the transport: arm failed
+    assert victim.read_text() == "precious\n"
+    assert not Path(t.base + ".armed").exists()
+
+
+def test_disarm_kills_only_its_own_timer(knob) -> None:
+    """A pid planted in ``.pid`` (an unrelated process) is never signalled; the real timer
+    loop is stopped at once."""
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    sh(t.arm_command(restore, 30))
+    loop = int(Path(t.base + ".pid").read_text())
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        pidfile = Path(t.base + ".pid")
+        pidfile.unlink()
+        pidfile.write_text(f"{bystander.pid}\n")
+        assert parse_reply(sh(t.disarm_command()))[0] == "disarmed"
+        time.sleep(0.3)
+        assert bystander.poll() is None  # untouched
+    finally:
+        bystander.kill()
+        bystander.wait()
+    t2 = make(d, timers, "host1/mlx5_0")
+    sh(t2.arm_command(restore, 30))
+    loop2 = int(Path(t2.base + ".pid").read_text())
+    assert parse_reply(sh(t2.disarm_command()))[0] == "disarmed"
+    assert wait_until_gone(loop2, 0.5)  # killed, not left to notice on its next poll
+    assert wait_until_gone(loop, 2.0)  # the first loop exits by itself (claim gone)
+
+
+def wait_until_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_target_lock_one_tuner_per_target(knob) -> None:
+    """The arm takes the target's lock: a second arm (another tuner, any machine) is refused
+    by the target; a fired timer's lock stays until ``recover`` takes it over."""
+    path, restore, timers, d = knob
+    a = make(d, timers)
+    sh(a.arm_command(restore, 30))
+    b = make(d, timers)  # same target, another tuner
+    assert parse_reply(sh(b.arm_command(restore, 30))) == ("locked", f"{a.token} armed")
+    assert parse_reply(sh(b.takeover_command())) == ("busy", f"{a.token} armed")
+    assert parse_reply(sh(a.disarm_command()))[0] == "disarmed"  # releases the lock
+    assert parse_reply(sh(b.arm_command(restore, 1)))[0] == "armed"
+    assert wait_for(Path(b.base + ".fired"), 4.0)  # b's tuner died: its timer fired
+    c = make(d, timers)
+    assert parse_reply(sh(c.arm_command(restore, 30))) == ("locked", f"{b.token} fired")
+    assert parse_reply(sh(c.takeover_command())) == ("taken", f"{b.token} fired")
+    assert parse_reply(sh(c.takeover_command())) == ("free", "")
+    assert parse_reply(sh(c.arm_command(restore, 30)))[0] == "armed"
+    assert parse_reply(sh(c.disarm_command()))[0] == "disarmed"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from objectives.measurement import Counters, Measurement
-from safety.journal import Journal
+from safety.journal import Journal, JournalUnreadable, JournalWriteError
 from safety.rollback import restore
 from tuner.cluster.base import Cluster, ClusterDescription
 from tuner.errors import ApplyError, RollbackError
@@ -28,13 +28,6 @@ def test_journal_open_change_is_dirty_until_restored(tmp_path: Path) -> None:
     assert j.dirty().id == eid  # type: ignore[union-attr]
     j.end(eid, "restored")
     assert j.dirty() is None
-    # A torn last line (crash mid-write) is ignored, the rest survives.
-    eid2 = j.begin("s1", 4, BASE.targets(), BASE, TRIAL)
-    with open(j.path, "a") as fh:
-        fh.write('{"event":"end","id":"')
-    again = Journal(j.path)
-    assert again.dirty().id == eid2 and again.dirty().baseline == BASE  # type: ignore[union-attr]
-    assert [e.trial for e in again.entries()] == [3, 4]
 
 
 class FlakyCluster(Cluster):
@@ -79,3 +72,75 @@ def test_restore_that_never_holds_names_targets_and_values() -> None:
     msg = str(err.value)
     assert "leaf0.kmin_bytes is 50000 (baseline 1048576)" in msg
     assert "host0/mlx5_0.rpg_time_reset is 50 (baseline 300)" in msg
+
+
+# -- a journal that cannot lie ------------------------------------------------------------------
+
+def test_torn_last_line_is_terminated_and_reported_as_possibly_open(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "journal.jsonl")
+    eid = j.begin("s1", 3, BASE.targets(), BASE, TRIAL)
+    j.end(eid, "restored")
+    with open(j.path, "ab") as fh:  # the disk filled up in the middle of the next record
+        fh.write(b'{"event":"begin","id":"abc","study":"s1","trial":4,"targ')
+    with pytest.raises(JournalUnreadable, match=r"line 3: not JSON .* possibly open"):
+        j.dirty()
+    assert j.possibly_open()
+    eid2 = j.begin("s1", 5, BASE.targets(), BASE, TRIAL)  # space is back
+    lines = j.path.read_bytes().split(b"\n")
+    assert lines[2].endswith(b'"targ') and b'"trial":5' in lines[3]  # not glued onto it
+    scan = j.scan()
+    assert [e.trial for e in scan.entries] == [3, 5] and [b.line for b in scan.bad] == [3]
+    j.acknowledge(3)  # what `ecntune recover` does once it restored the baseline
+    assert j.dirty() is not None and j.dirty().id == eid2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("line,reason", [
+    (b"[]", "a list, not a record"),
+    (b"null", "a NoneType, not a record"),
+    (b'{"event":"begin"}', "checksum"),
+    (b"\xff\xfe garbage", "not JSON"),
+])
+def test_malformed_records_are_possibly_open_never_a_crash(tmp_path: Path, line: bytes,
+                                                           reason: str) -> None:
+    j = Journal(tmp_path / "journal.jsonl")
+    j.path.write_bytes(line + b"\n")
+    with pytest.raises(JournalUnreadable, match=f"line 1: {reason}"):
+        j.dirty()
+
+
+def test_checksum_catches_a_record_that_still_parses(tmp_path: Path) -> None:
+    from safety.journal import decode, encode
+
+    j = Journal(tmp_path / "journal.jsonl")
+    j.begin("s1", 3, BASE.targets(), BASE, TRIAL)
+    altered = j.path.read_bytes().replace(b'"trial":3', b'"trial":7')
+    j.path.write_bytes(altered)
+    assert [b.reason for b in j.scan().bad] == [
+        "checksum missing or wrong (torn or altered record)"]
+    # right-shaped records without their crc (hand-written) are not trusted either
+    rec = {"event": "end", "id": "x", "outcome": "restored", "at": 1.0}
+    assert decode(encode(rec)) == rec
+    with pytest.raises(ValueError, match="checksum"):
+        decode(b'{"event":"end","id":"x","outcome":"restored","at":1.0}')
+
+
+def test_a_record_of_the_wrong_shape_is_malformed(tmp_path: Path) -> None:
+    from safety.journal import encode
+
+    j = Journal(tmp_path / "journal.jsonl")
+    j.path.write_bytes(encode({"event": "begin", "id": "x", "study": "s"})
+                       + encode({"event": "end", "id": "nope", "outcome": "restored"})
+                       + encode({"event": "begin", "id": "y", "study": "s", "trial": True,
+                                 "targets": [], "baseline": {}, "settings": {}, "at": 1}))
+    assert [(b.line, b.reason) for b in j.scan().bad] == [
+        (1, "begin record without a valid 'trial'"),
+        (2, "end of change 'nope' that never began"),
+        (3, "begin record without a valid 'trial'")]
+
+
+def test_write_error_is_a_clear_journal_write_error(tmp_path: Path) -> None:
+    j = Journal("/dev/full")  # every write: ENOSPC
+    with pytest.raises(JournalWriteError, match=r"cannot write \(No space left on device\)"
+                       r".*ecntune recover"):
+        j.begin("s1", 3, BASE.targets(), BASE, TRIAL)
+    assert issubclass(JournalWriteError, RollbackError)  # exit 4

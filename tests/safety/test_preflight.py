@@ -67,8 +67,8 @@ def switch(name: str = "leaf0", **kw) -> SwitchFacts:
     return SwitchFacts(**base)
 
 
-def facts(hosts=None, switches=None, **kw) -> PreflightFacts:
-    return PreflightFacts(backend="test", roce_priority=3,
+def facts(hosts=None, switches=None, backend_="test", **kw) -> PreflightFacts:
+    return PreflightFacts(backend=backend_, roce_priority=3,
                           hosts=hosts if hosts is not None else [host("h0"), host("h1")],
                           switches=switches if switches is not None else [switch()],
                           line_rate_mbps=100_000, **kw)
@@ -232,3 +232,61 @@ def test_sonic_show_pfc_priority_sample_feeds_the_switch_check():
     assert [(r.check, r.target, r.status) for r in res if r.status != "pass"] == [
         ("pfc_priority", "leaf0/Ethernet0", "warn"), ("pfc_priority", "leaf0/Ethernet8", "warn"),
         ("blast_radius", "leaf0", "fail")]
+
+
+def test_blast_radius_from_the_switch_configuration_not_the_inventory():
+    ok = switch(canary_ports=["Ethernet0", "Ethernet4"], written="ECNTUNE_CANARY",
+                reach=["Ethernet0", "Ethernet4"])
+    assert by_check(run_checks(facts(switches=[ok]), PreflightSpec()), "blast_radius")[0] \
+        .status == "pass"
+    # the profile is also bound to an uplink: refused even though the inventory lists no
+    # other ports, and an acknowledgement does not help
+    wide = ok.model_copy(update={"reach": ["Ethernet0", "Ethernet4", "Ethernet8"]})
+    for spec in (PreflightSpec(), PreflightSpec(acknowledge_shared_switches=["leaf0"])):
+        bad = failures(run_checks(facts(switches=[wide]), spec))
+        assert [(r.check, r.target) for r in bad] == [("blast_radius", "leaf0")]
+        assert "['Ethernet8'] outside the canary" in bad[0].evidence
+
+
+def test_xoff_unknown_on_an_ssh_switch_fails():
+    known = switch(xoff_bytes=160000, xoff_source="mmuconfig -l: pg_lossless_100000_300m_profile")
+    res = by_check(run_checks(facts(switches=[known], backend_="ssh"), PreflightSpec()), "xoff")
+    assert [(r.status, r.evidence) for r in res] == [
+        ("pass", "PFC XOFF 160000 B (mmuconfig -l: pg_lossless_100000_300m_profile)")]
+    res = run_checks(facts(switches=[switch()], backend_="ssh"), PreflightSpec())
+    assert [(r.check, r.status) for r in failures(res)] == [("xoff", "fail")]
+    assert not by_check(run_checks(facts(), PreflightSpec()), "xoff")  # simulated: not asked
+
+
+def test_counter_groups_not_polled_warn():
+    res = run_checks(facts(switches=[switch(counter_poll_s={"pfc": 1.0, "queue": 10.0},
+                                            counters_off=["WRED_ECN_QUEUE_STAT"])]),
+                     PreflightSpec())
+    (c,) = by_check(res, "counters")
+    assert c.status == "warn" and "--enable-counters" in c.evidence
+
+
+@pytest.mark.parametrize("algo,status", [("ECN(0)", "pass"), ("QCN(1)", "fail")])
+def test_nic_congestion_control_algorithm(algo, status):
+    # mstconfig sample: ROCE_CC_ALGORITHM_P1 ECN(0); the mstflint DB: ECN=0x0, QCN=0x1
+    res = run_checks(facts(hosts=[host("h0", cc_algorithm=algo), host("h1")]), PreflightSpec())
+    assert by_check(res, "cc_algorithm")[0].status == status
+    res = run_checks(facts(hosts=[host("h0", cc_params=False), host("h1")]), PreflightSpec())
+    assert [(r.check, r.target) for r in failures(res)] == [("cc_algorithm", "h0")]
+
+
+def test_roce_mtu_must_follow_the_netdev_mtu():
+    from safety.preflight import roce_mtu_for
+
+    assert (roce_mtu_for(9000), roce_mtu_for(1500), roce_mtu_for(4200)) == (4096, 1024, 4096)
+    assert roce_mtu_for(4183) == 2048  # 4183 - 88 < 4096
+    res = run_checks(facts(hosts=[host("h0", roce_mtu=4096), host("h1", roce_mtu=1024)]),
+                     PreflightSpec())
+    assert [(r.check, r.target) for r in failures(res)] == [("roce_mtu", "h1")]
+
+
+def test_cnp_must_leave_by_a_strict_priority_queue():
+    sw = switch(cnp_queue={"Ethernet0": "STRICT (DSCP 48 -> TC 6 -> queue 6)",
+                           "Ethernet4": "DWRR (DSCP 48 -> TC 0 -> queue 0)"})
+    bad = failures(run_checks(facts(switches=[sw]), PreflightSpec()))
+    assert [(r.check, r.target) for r in bad] == [("cnp_queue", "leaf0/Ethernet4")]

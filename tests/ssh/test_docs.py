@@ -22,8 +22,9 @@ def test_the_command_list_in_the_docs_is_what_the_code_runs() -> None:
     # Every kind of command is in the list: writes of both mlx5 layouts and both switches,
     # the measurement and the stop command; and which run under sudo follows the inventory.
     joined = "\n".join(p.command for p in plans)
-    for needle in ("> roce_rp/rpg_time_reset", "> rp_time_reset", "ecnconfig -p AZURE_LOSSLESS",
-                   "nv config apply -y", "all_reduce_perf", "ib_write_lat", "kill -TERM"):
+    for needle in ("> roce_rp/rpg_time_reset", "> rp_time_reset", "ecnconfig -p ECNTUNE_CANARY",
+                   "nv config apply -y", "all_reduce_perf", "ib_write_lat", "kill -TERM",
+                   "ib_write_bw", "--tclass=106", " -N 8", "--latency_gap=50"):
         assert needle in joined
     sudo = {p.target: p.sudo for p in plans if not p.target.startswith("(")}
     assert sudo == {"gpu01": True, "gpu02": True, "leaf01": True, "leaf02": False}

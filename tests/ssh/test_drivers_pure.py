@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from objectives.parsers import parse_nvue
 from tests.ssh.conftest import sample
 from tuner.drivers import Mlx5DebugfsDriver, Mlx5SysfsDriver, NvueDriver, SonicDriver
 from tuner.drivers._mlx5 import HW_COUNTERS_MARK
 from tuner.drivers.sonic import _mark
+from tuner.emulated.tools.nv import human_bytes
 from tuner.errors import ApplyError
 from tuner.inventory import parse_inventory
 from tuner.settings import NIC_KNOBS, DcqcnSettings, EcnSettings
+
+FIXTURES = Path(__file__).with_name("fixtures")
 
 
 @pytest.fixture
@@ -84,49 +90,185 @@ def test_sonic_counters_from_the_real_show_outputs(inv: Any) -> None:
     assert "queue10_tx_pkts" not in e0  # multicast queues are not the lossless queue
 
 
-def test_sonic_reads_the_green_fields_and_refuses_unknown_profiles(inv: Any) -> None:
+QUEUE_MARK = "==ecntune:queue-table=="
+# CONFIG_DB QUEUE binding as in sonic-utilities tests/mock_tables/config_db.json
+# (shared/reference/sonic/wred-profile-config-db-schema.txt), one key per port.
+BOUND = {f"Ethernet{i}|3": {"scheduler": "[SCHEDULER|scheduler.1]",
+                            "wred_profile": "AZURE_LOSSLESS"} for i in (0, 4, 8)}
+
+
+def _sonic_read(queues: dict[str, Any], extra: str = "") -> str:
+    """``read_command`` output: ecnconfig -l (the reference sample), mark, the QUEUE table."""
+    return (sample("sonic/ecnconfig-l-show-ecn-single-profile.txt") + extra
+            + f"{QUEUE_MARK}\n{json.dumps(queues, indent=4)}\n")
+
+
+def _canary_profile(kmin: int, kmax: int, pmax: int) -> str:
+    return ("Profile: ECNTUNE_CANARY\n-----------------------  -------\n"
+            f"green_min_threshold      {kmin}\ngreen_max_threshold      {kmax}\n"
+            f"green_drop_probability   {pmax}\necn                      ecn_all\n"
+            "-----------------------  -------\n\n")
+
+
+def test_sonic_reads_the_profile_the_canary_queues_use(inv: Any) -> None:
     drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
-    text = sample("sonic/ecnconfig-l-show-ecn-single-profile.txt")
-    assert drv.parse(text) == EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152,
-                                                  pmax_percent=5, enabled=True)
+    factory = EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5, enabled=True)
+    assert drv.parse(_sonic_read(BOUND)) == factory
+    # older releases store the binding as a reference: [WRED_PROFILE|AZURE_LOSSLESS]
+    old = {k: {**v, "wred_profile": "[WRED_PROFILE|AZURE_LOSSLESS]"} for k, v in BOUND.items()}
+    assert drv.parse(_sonic_read(old)) == factory
+    canary = {**BOUND, **{f"Ethernet{i}|3": {"wred_profile": "ECNTUNE_CANARY"} for i in (0, 4)}}
+    assert drv.parse(_sonic_read(canary, _canary_profile(100000, 400000, 10))) == EcnSettings(
+        kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
+    assert drv.original_settings() == factory  # what a restore rebinds
+    with pytest.raises(ApplyError, match="expected all 'AZURE_LOSSLESS' or all"):
+        drv.parse(_sonic_read({**BOUND, "Ethernet0|3": {"wred_profile": "ECNTUNE_CANARY"}},
+                              _canary_profile(100000, 400000, 10)))  # a half-done bind
+    with pytest.raises(ApplyError, match="together with other ports"):
+        drv.parse(_sonic_read({"Ethernet0,Ethernet4|3-4": {"wred_profile": "AZURE_LOSSLESS"}}))
     with pytest.raises(ApplyError, match="'AZURE_LOSSLESS' does not exist"):
-        drv.parse(text.replace("AZURE_LOSSLESS", "OTHER"))
+        drv.parse(_sonic_read(BOUND).replace("AZURE_LOSSLESS", "OTHER"))
+    with pytest.raises(ApplyError, match="did not run"):
+        drv.parse(sample("sonic/ecnconfig-l-show-ecn-single-profile.txt"))
 
 
-def test_sonic_writes_one_ecnconfig_call_per_threshold_in_safe_order(inv: Any) -> None:
+def test_sonic_clones_binds_then_moves_thresholds_and_rebinds_the_original(inv: Any) -> None:
     drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
-    cur = EcnSettings(kmin_bytes=1048576, kmax_bytes=2097152, pmax_percent=5)
+    cur = drv.parse(_sonic_read(BOUND))
     low = EcnSettings(kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
+    steps = drv.write_steps(cur, low)
+    db = "sonic-db-cli CONFIG_DB"
+    # clone every field of AZURE_LOSSLESS unless the canary queues already use the clone
+    assert steps[0].startswith(f"{{ [ \"$({db} HGET 'QUEUE|Ethernet0|3' wred_profile)\" = "
+                               f"ECNTUNE_CANARY ] || {db} HSET 'WRED_PROFILE|ECNTUNE_CANARY' ")
+    assert "yellow_max_threshold 2097152" in steps[0] and "ecn ecn_all" in steps[0]
+    # bound to the canary ports' lossless queue only (Ethernet8 is not in the inventory)
+    assert steps[1:3] == [f"{db} HSET 'QUEUE|Ethernet0|3' wred_profile ECNTUNE_CANARY",
+                          f"{db} HSET 'QUEUE|Ethernet4|3' wred_profile ECNTUNE_CANARY"]
     # Lowering: -gmin first (one ecnconfig call with both would write gmax first); -gdrop
     # rides on the last call, which ecnconfig writes after the threshold.
-    assert drv.write_steps(cur, low) == ["ecnconfig -p AZURE_LOSSLESS -gmin 100000",
-                                         "ecnconfig -p AZURE_LOSSLESS -gmax 400000 -gdrop 10"]
-    assert drv.write_steps(low, cur) == ["ecnconfig -p AZURE_LOSSLESS -gmax 2097152",
-                                         "ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gdrop 5"]
-    assert drv.write_steps(cur, cur.model_copy(update={"pmax_percent": 7})) == [
-        "ecnconfig -p AZURE_LOSSLESS -gdrop 7"]
-    assert drv.write_steps(cur, cur) == []
-    # The whole write is one remote command: state before, the writes, state after.
-    assert drv.write_command(cur, low).split(" && ") == [
-        "ecnconfig -l", "echo ==ecntune:before-write==",
-        "ecnconfig -p AZURE_LOSSLESS -gmin 100000",
-        "ecnconfig -p AZURE_LOSSLESS -gmax 400000 -gdrop 10",
-        "echo ==ecntune:after-write==", "ecnconfig -l"]
+    assert steps[3:] == ["ecnconfig -p ECNTUNE_CANARY -gmin 100000",
+                         "ecnconfig -p ECNTUNE_CANARY -gmax 400000 -gdrop 10"]
+    mid = EcnSettings(kmin_bytes=200000, kmax_bytes=800000, pmax_percent=10)
+    assert drv.write_steps(low, mid)[3:] == ["ecnconfig -p ECNTUNE_CANARY -gmax 800000",
+                                             "ecnconfig -p ECNTUNE_CANARY -gmin 200000"]
+    # Back to the original's values: rebind the original, drop the clone, nothing else.
+    assert drv.write_steps(low, cur) == [
+        f"{db} HSET 'QUEUE|Ethernet0|3' wred_profile AZURE_LOSSLESS",
+        f"{db} HSET 'QUEUE|Ethernet4|3' wred_profile AZURE_LOSSLESS",
+        f"{db} DEL 'WRED_PROFILE|ECNTUNE_CANARY'"]
+    assert "AZURE_LOSSLESS -g" not in drv.write_command(cur, low)  # never the shared profile
+    assert drv.write_command(cur, low).startswith(drv.read_command() + " && echo ")
     with pytest.raises(ApplyError, match="on/off is not done by this driver"):
         drv.write_steps(cur, cur.model_copy(update={"enabled": False}))
 
 
-def test_nvue_write_stages_then_applies_then_reads_back(inv: Any) -> None:
+def test_sonic_blast_radius_comes_from_the_switch_queue_table(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    assert drv.reach(BOUND) == [("Ethernet0", 3), ("Ethernet4", 3)]
+    uplink = {**BOUND, "Ethernet8|3": {"wred_profile": "ECNTUNE_CANARY"}}
+    assert ("Ethernet8", 3) in drv.reach(uplink)
+    shared = inv.switches[0].model_copy(update={"canary_profile": "AZURE_LOSSLESS"})
+    assert ("Ethernet8", 3) in SonicDriver(None, shared).reach(BOUND)  # type: ignore[arg-type]
+
+
+def test_sonic_poll_intervals_and_xoff_from_the_real_formats() -> None:
+    from tuner.drivers.sonic import parse_counterpoll, parse_mmu_xoff
+
+    poll = parse_counterpoll(fixture("sonic-counterpoll-show.txt"))
+    assert poll["QUEUE_STAT"] == (10.0, True) and poll["PORT_STAT"] == (1.0, True)
+    assert poll["WRED_ECN_QUEUE_STAT"] == (10.0, True)
+    assert poll["QUEUE_WATERMARK_STAT"] == (60.0, True)  # "default (60000)"
+    off = fixture("sonic-counterpoll-show.txt").replace(
+        "WRED_ECN_QUEUE_STAT   10000               enable",
+        "WRED_ECN_QUEUE_STAT   10000               disable")
+    assert parse_counterpoll(off)["WRED_ECN_QUEUE_STAT"] == (10.0, False)
+    assert parse_mmu_xoff(fixture("sonic-mmuconfig-l.txt")) == {
+        "pg_lossless_100000_300m_profile": 160000}  # pools' xoff is not a profile's
+
+
+def test_sonic_cnp_queue_scheduler_follows_the_qos_maps(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    db = {"PORT_QOS_MAP": {p: {"dscp_to_tc_map": "[DSCP_TO_TC_MAP|AZURE]",
+                               "tc_to_queue_map": "AZURE"} for p in ("Ethernet0", "Ethernet4")},
+          "DSCP_TO_TC_MAP": {"AZURE": {"48": "6", "26": "3"}},
+          "TC_TO_QUEUE_MAP": {"AZURE": {"6": "6"}},
+          "QUEUE": {"Ethernet0|6": {"scheduler": "[SCHEDULER|scheduler.0]"},
+                    "Ethernet4|6": {"scheduler": "scheduler.1"}},
+          "SCHEDULER": {"scheduler.0": {"type": "STRICT"}, "scheduler.1": {"type": "DWRR"}}}
+    got = drv.cnp_schedulers(db, 48)
+    assert got["Ethernet0"].startswith("STRICT") and got["Ethernet4"].startswith("DWRR")
+
+
+def fixture(name: str) -> str:
+    text = (FIXTURES / name).read_text()
+    return text.split("\n", 1)[1] if text.startswith("# source:") else text
+
+
+def _nv_tree(ports: dict[str, str], profiles: dict[str, dict[str, Any]]) -> str:
+    """``nv config show -o json``: header, then the applied ``set`` tree."""
+    tree = {"interface": {p: {"qos": {"congestion-control": {"profile": prof}}}
+                          for p, prof in ports.items()},
+            "qos": {"congestion-control": {name: {"traffic-class": {"3": row}}
+                                           for name, row in profiles.items()}}}
+    return json.dumps([{"header": {"rev-id": 1.0}}, {"set": tree}])
+
+
+def _nv_read(tree: str, status: str | None = None) -> str:
+    status = status or fixture("nvue-show-interface-qos-roce-status.txt")
+    return f"{tree}\n==ecntune:port:swp1==\n{status}==ecntune:port:swp2==\n{status}"
+
+
+def test_nvue_reads_exact_values_and_checks_the_display_within_its_precision(inv: Any) -> None:
     drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
-    cur = EcnSettings(kmin_bytes=150000, kmax_bytes=1500000, pmax_percent=100)
+    # the status sample shows min 153.00 KB, max 1.43 MB: 156672 and 1500000 print that way
+    row = {"min-threshold": 156672, "max-threshold": 1500000, "probability": 100}
+    tree = _nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"}, {"ECNTUNE_CANARY": row})
+    assert drv.parse(_nv_read(tree)) == EcnSettings(kmin_bytes=156672, kmax_bytes=1500000,
+                                                    pmax_percent=100)
+    # default-global absent from the applied config: the documented defaults
+    assert drv.original_settings() == EcnSettings(kmin_bytes=150000, kmax_bytes=1500000,
+                                                  pmax_percent=100)
+    bad = _nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
+                   {"ECNTUNE_CANARY": {**row, "min-threshold": 160000}})
+    with pytest.raises(ApplyError, match="swp1 runs min-threshold 153.00 KB"):
+        drv.parse(_nv_read(bad))  # 160000 B would print 156.25 KB
+    with pytest.raises(ApplyError, match="expected all default-global or all ECNTUNE_CANARY"):
+        drv.parse(_nv_read(_nv_tree({"swp1": "ECNTUNE_CANARY"}, {"ECNTUNE_CANARY": row})))
+
+
+def test_nvue_human_units_compare_within_display_precision() -> None:
+    from objectives.parsers._nvue import within_display
+
+    # nvue-roce-show-qos-roce sample: 150000 B and 1500000 B print as 146.48 KB and 1.43 MB
+    shown = parse_nvue(fixture("nvue-show-qos-roce.txt")).values
+    assert within_display(150000, shown["congestion-control.min-threshold"].value or "")
+    assert within_display(1500000, shown["congestion-control.max-threshold"].value or "")
+    assert not within_display(151000, "146.48 KB") and not within_display(40001, "40000 B")
+    assert human_bytes(150000) == "146.48 KB" and human_bytes(1500000) == "1.43 MB"
+
+
+def test_nvue_writes_its_own_profile_and_unbinds_to_restore(inv: Any) -> None:
+    drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    status = fixture("nvue-show-interface-qos-roce-status.txt").replace("153.00 KB", "146.48 KB")
+    cur = drv.parse(_nv_read(_nv_tree({}, {}), status))
     new = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
-    pre = "nv set qos congestion-control default-global traffic-class 3"
+    pre = "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3"
+    bind = "qos congestion-control profile ECNTUNE_CANARY"
     assert drv.write_steps(cur, new) == [
-        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", "nv config apply -y >&2"]
-    assert drv.write_steps(new, new.model_copy(update={"enabled": False}))[-2:] == [
-        f"{pre} ecn disable", "nv config apply -y >&2"]
-    assert drv.write_steps(new, new) == []
+        f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", f"{pre} probability 100",
+        f"{pre} ecn enable", f"nv set interface swp1 {bind}", f"nv set interface swp2 {bind}",
+        "nv config apply -y >&2"]
+    assert "default-global" not in drv.write_command(cur, new)
+    assert drv.write_steps(new, cur) == [
+        "nv unset interface swp1 qos congestion-control",
+        "nv unset interface swp2 qos congestion-control",
+        "nv unset qos congestion-control ECNTUNE_CANARY", "nv config apply -y >&2"]
     assert drv.counters_command().count("nv show interface") == 2
+    assert drv.reach(json.loads(_nv_tree({"swp9": "ECNTUNE_CANARY"}, {}))[1]["set"]) == [
+        "swp1", "swp2", "swp9"]
+    glob = inv.switches[1].model_copy(update={"canary_profile": "default-global"})
+    assert NvueDriver(None, glob).reach({})[0].startswith("every port")  # type: ignore[arg-type]
 
 
 def test_mlx5_counters_from_real_ethtool_and_hw_counters_output(inv: Any) -> None:
@@ -151,20 +293,6 @@ def _nvue_block(relpath: str, command: str) -> str:
             break
         body.append(ln)
     return "\n".join(body) + "\n"
-
-
-def test_nvue_reads_one_traffic_class_from_the_documented_output(inv: Any) -> None:
-    sw = inv.switches[1].model_copy(update={"lossless_queue": 4})
-    drv = NvueDriver(None, sw)  # type: ignore[arg-type]
-    text = _nvue_block("cumulus-nvue/nvue-ecn-pfc-pfcwd-set-and-show-cl512-doc.txt",
-                       "nv show qos congestion-control default-global traffic-class 4")
-    assert drv.parse(text) == EcnSettings(kmin_bytes=40000, kmax_bytes=200000,
-                                                  pmax_percent=100, enabled=True)
-    profile = _nvue_block("cumulus-nvue/nvue-ecn-pfc-pfcwd-set-and-show-cl512-doc.txt",
-                          "nv show qos congestion-control default-global")
-    assert drv.parse(profile).kmax_bytes == 200000
-    with pytest.raises(ApplyError, match="shows no"):
-        NvueDriver(None, inv.switches[1]).parse(profile)  # type: ignore[arg-type]
 
 
 def test_nvue_counters_per_port_from_the_documented_output(inv: Any) -> None:

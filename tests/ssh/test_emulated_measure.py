@@ -1,5 +1,9 @@
-"""Measurements over SSH on the emulated cluster: results, failures with their reason, absent
-counters, and the live monitor stopping remote processes."""
+"""Measurements over SSH on the emulated cluster: results, the probe under load, failures with
+their reason, absent counters, and the live monitor stopping remote processes.
+
+The stand-ins behave like the tools in time: ``mpirun`` starts up before traffic flows and
+prints a row per cycle; ``ib_write_lat`` samples the fabric as it is at each moment, so a probe
+that runs outside the collectives measures an idle fabric, fast."""
 
 from __future__ import annotations
 
@@ -20,7 +24,14 @@ pytestmark = pytest.mark.ssh
 
 SMALL = Workload(parts=[{"kind": "collective", "op": "all_reduce", "size_bytes": 1 << 20,
                          "iterations": 2},
-                        {"kind": "probe", "size_bytes": 64}], time_limit_s=60)
+                        {"kind": "probe", "size_bytes": 64, "pairs": 1}], time_limit_s=90)
+MIX = Workload(parts=[{"kind": "collective", "op": "all_reduce", "size_bytes": 1 << 20,
+                       "iterations": 2},
+                      {"kind": "collective", "op": "alltoall", "size_bytes": 1 << 18,
+                       "iterations": 2},
+                      {"kind": "background", "pattern": "incast", "load": 0.3, "fan_in": 2},
+                      {"kind": "probe", "size_bytes": 64, "pairs": 2, "interval_us": 20}],
+               time_limit_s=90)
 COLL_ONLY = Workload(parts=SMALL.collectives, time_limit_s=60)
 
 
@@ -39,6 +50,38 @@ def test_measure_returns_busbw_latency_and_counter_deltas(cluster: SshCluster) -
     assert 0 < m.latency.p50_us <= m.latency.p99_us <= m.latency.max_us
     assert "all_reduce_perf" in m.raw["nccl"] and "t_typical" in m.raw["perftest"]
     assert m.counters.total("tx_prio3_packets") > 0  # the collective's traffic, per NIC
+    assert len(coll.iteration_times_us) == 8  # -N 8: one row per cycle, averaged
+    assert m.extra["probe_overlap"] >= 0.9
+
+
+@pytest.mark.slow
+def test_the_probe_runs_under_the_concurrent_collectives_and_background(
+        cluster: SshCluster, emulated_cluster: EmulatedCluster) -> None:
+    """The twin's experiment: both parts at once, incast flows, two probe pairs, all loaded."""
+    m = cluster.measure(MIX)
+    assert [c.name for c in m.collectives] == ["all_reduce", "alltoall"]
+    assert m.extra["probe_overlap"] >= 0.9
+    assert m.latency is not None and m.latency.count == 2 * 5000  # every pair's samples
+    assert "perftest1" in m.raw
+    rx = {h: m.counters.ports[f"{h}/mlx5_0"]["rx_prio3_packets"] for h in ("host0", "host3")}
+    assert rx["host0"] > 1.2 * rx["host3"], rx  # host0 is the incast's receiver (ib_write_bw)
+    idle = Workload(parts=[{"kind": "probe", "size_bytes": 64, "pairs": 2,
+                            "interval_us": 20}], time_limit_s=60)
+    quiet = cluster.measure(idle)  # the same probe on an idle fabric
+    assert quiet.latency is not None and "probe_overlap" not in quiet.extra
+    assert m.latency.mean_us > quiet.latency.mean_us  # the load is in the samples
+
+
+@pytest.mark.slow
+def test_a_probe_that_misses_the_collectives_fails_the_measurement(
+        cluster: SshCluster, emulated_cluster: EmulatedCluster) -> None:
+    """A probe whose start is delayed past the collectives samples an idle fabric and ends
+    fast; the measurement fails (the loop makes that trial failed:measurement)."""
+    emulated_cluster.inject("host0", hang={"ib_write_lat": 8})
+    emulated_cluster.inject("host1", hang={"ib_write_lat": 8})
+    with pytest.raises(MeasurementError, match=r"overlapped the collectives for \d+% .*"
+                                               "not latency under load"):
+        cluster.measure(SMALL)
 
 
 @pytest.mark.parametrize(

@@ -51,3 +51,39 @@ def test_emulated_ssh_experiment_tunes_and_restores(emulated_cluster: EmulatedCl
     # Real traffic ran through the emulated NICs and switches (rocesim behind the stand-ins).
     assert delta.total("tx_prio3_packets") > 0
     assert delta.total("rx_prio3_packets") > 0
+
+
+@pytest.mark.slow
+def test_a_trial_whose_probe_misses_the_collectives_is_failed_measurement(
+        emulated_cluster: EmulatedCluster, tmp_path: Path) -> None:
+    """After the baseline, the probe hosts start their probes late (a slow QP set-up): the
+    trial's probe samples an idle fabric, so the trial is failed:measurement, never scored."""
+    import time
+
+    import optuna
+
+    emu = emulated_cluster
+    env = {**os.environ, "ECNTUNE_EMU_ROOT": str(emu.root)}
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "run", str(EXPERIMENT), "--trials", "1",
+         "--results", str(results), "--no-mlflow", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 200
+        while not list(results.glob("*/trial-0000.json")):  # the baseline was measured
+            assert proc.poll() is None and time.monotonic() < deadline, "no baseline"
+            time.sleep(0.1)
+        for host in ("host0", "host1"):
+            emu.inject(host, hang={"ib_write_lat": 12})
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    url = f"sqlite:///{results / 'optuna.db'}"
+    [summary] = optuna.get_all_study_summaries(storage=url)
+    trials = optuna.load_study(study_name=summary.study_name, storage=url).trials
+    verdicts = [t.user_attrs.get("verdict") for t in trials]
+    assert verdicts[:2] == ["baseline", "failed:measurement"], out[-2000:]
+    assert trials[1].value is None
+    assert "not latency under load" in str(trials[1].user_attrs), trials[1].user_attrs
+    assert "canary: baseline restored" in out

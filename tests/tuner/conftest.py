@@ -33,13 +33,16 @@ search:
     kmax_ratio: {{low: {ratio_low}, high: {ratio_high}, log: true}}
     pmax_percent: {{low: {pmax_low}, high: {pmax_high}, log: true}}
     rpg_ai_rate: {{low: {ai_low}, high: {ai_high}, log: true}}
+  warm_starts: {warm}
 safety:
   max_pause_fraction: {max_pause_fraction}
   xoff_margin_percent: {xoff_margin}
   min_busbw_ratio: 0.0
+  max_tenant_loss_percent: {tenant_loss}
   poll_interval_s: 0.00025
-objective: {{mode: {mode}}}
-budget: {{trials: {trials}, wall_time_s: 300, confirm_repeats: 1}}
+objective: {{mode: {mode}, pfc_budget_us_per_s: {pfc_budget}}}
+budget: {{trials: {trials}, wall_time_s: 300, repeats: {repeats}, baseline_every: 0,
+         confirm_top_k: {top_k}, confirm_repeats: {confirm}}}
 sampler: {{name: random, seed: {seed}}}
 results_dir: {results}
 """
@@ -67,13 +70,17 @@ def tiny(results: Path) -> Callable[..., tuple[Experiment, str]]:
     def make(trials: int = 3, max_pause_fraction: float = 1.0, xoff_margin: float = 20.0,
              seed: int = 0, buffer_bytes: int = 12 * 2**20, kmin: tuple[int, int] = (5000, 10**6),
              ratio: tuple[float, float] = (1.5, 10.0), pmax: tuple[int, int] = (1, 100),
-             ai: tuple[int, int] = (1, 200), mode: str = "scalar"
+             ai: tuple[int, int] = (1, 200), mode: str = "scalar", repeats: int = 1,
+             warm: bool = False, confirm: int = 1, top_k: int = 1,
+             pfc_budget: float = 1000.0, tenant_loss: float = 100.0
              ) -> tuple[Experiment, str]:
         text = TINY_YAML.format(trials=trials, max_pause_fraction=max_pause_fraction,
                                 xoff_margin=xoff_margin, seed=seed, results=results,
                                 buffer_bytes=buffer_bytes, kmin_low=kmin[0], kmin_high=kmin[1],
                                 ratio_low=ratio[0], ratio_high=ratio[1], pmax_low=pmax[0],
-                                pmax_high=pmax[1], ai_low=ai[0], ai_high=ai[1], mode=mode)
+                                pmax_high=pmax[1], ai_low=ai[0], ai_high=ai[1], mode=mode,
+                                repeats=repeats, warm=str(warm).lower(), confirm=confirm,
+                                top_k=top_k, pfc_budget=pfc_budget, tenant_loss=tenant_loss)
         return parse_experiment(text, "tiny.yaml"), text
 
     return make

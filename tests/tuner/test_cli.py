@@ -44,20 +44,40 @@ def test_run_show_export_in_process(tiny: Tiny, tmp_path: Path) -> None:
     path = _write(tmp_path, text)
     r = CliRunner().invoke(main, ["run", str(path), "--study", "cli1", "--quiet"])
     assert r.exit_code == 0, r.output
-    assert "baseline (trial 0) vs best" in r.output
-    assert ("recommended settings" in r.output
-            or "no trial beat the baseline: keep the current settings" in r.output)
+    from tuner import optuna_io
+    from tuner import study as studies
+
+    win = studies.winner(optuna_io.load_study("cli1", exp.storage_url))
+    assert "baseline (trial 0) vs" in r.output
+    verdict = (f"winner: trial {win.number}" if win is not None
+               else "nothing beat the baseline")  # what the study stored, printed
+    assert verdict in r.output
     assert "canary: baseline restored" in r.output
     res = str(exp.results_path)
     r = CliRunner().invoke(main, ["show", "cli1", "--results", res])
     assert r.exit_code == 0, r.output
-    assert "baseline (trial 0) score" in r.output
+    assert "baseline (trial 0): paired score 0" in r.output and verdict in r.output
     r = CliRunner().invoke(main, ["export", "cli1", "--results", res, "--format", "sonic",
                                   "--trial", "0", "--all-knobs"])
     assert r.exit_code == 0, r.output
     assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gmax 2097152 -gdrop 5" in r.output
     r = CliRunner().invoke(main, ["export", "cli1", "--results", res, "--trial", "99"])
     assert r.exit_code == 2
+
+
+def test_export_without_a_confirmed_winner_exits_3(tiny: Tiny, tmp_path: Path) -> None:
+    # Every proposal equals the baseline: nothing can be confirmed.
+    exp, text = tiny(trials=1, kmin=(1048576, 1048576.4), ratio=(2.0, 2.0000001),
+                     pmax=(5, 5.4), ai=(5, 5.4), buffer_bytes=32 * 2**20, xoff_margin=0.0)
+    path = _write(tmp_path, text)
+    r = CliRunner().invoke(main, ["run", str(path), "--study", "nw", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "nothing beat the baseline" in r.output
+    res = str(exp.results_path)
+    r = CliRunner().invoke(main, ["export", "nw", "--results", res])
+    assert r.exit_code == 3 and "no confirmed winner" in r.output
+    r = CliRunner().invoke(main, ["export", "nw", "--results", res, "--unconfirmed"])
+    assert r.exit_code == 0 and "# study nw, trial 1" in r.output
 
 
 def test_run_refuses_while_the_journal_is_dirty(tiny: Tiny, tmp_path: Path) -> None:
@@ -85,7 +105,7 @@ def test_export_render_golden() -> None:
             "rpg_ai_rate": 50, "min_time_between_cnps": 4}
     text = render(best, base, ["leaf0"], ["host0/mlx5_0", "host0/mlx5_1"])
     assert text == "\n".join([
-        "# mlx5 DCQCN (MLNX_OFED sysfs, runtime: not persistent across reboot; as root)",
+        "# mlx5 DCQCN (runtime: not persistent across reboot; as root)",
         "# on host0",
         "IF=$(ls /sys/class/infiniband/mlx5_0/device/net/ | head -n1)",
         "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
@@ -94,12 +114,13 @@ def test_export_render_golden() -> None:
         "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
         "echo 4 > /sys/class/net/$IF/ecn/roce_np/min_time_between_cnps",
         "",
-        "# SONiC WRED/ECN on the lossless queues (profile AZURE_LOSSLESS must exist)",
-        "# on leaf0",
-        "sudo ecnconfig -p AZURE_LOSSLESS -gmin 40000 -gmax 120000 -gdrop 20",
+        "# SONiC WRED/ECN on the lossless queue (ecnconfig)",
+        "# on leaf0: WRED profile AZURE_LOSSLESS (every port bound to it)",
+        "sudo ecnconfig -p AZURE_LOSSLESS -gmin 40000",  # lowering: min first, one per call
+        "sudo ecnconfig -p AZURE_LOSSLESS -gmax 120000 -gdrop 20",
         "",
         "# Cumulus Linux NVUE ECN on the RoCE traffic class",
-        "# on leaf0",
+        "# on leaf0: congestion-control default-global, traffic-class 3",
         "nv set qos congestion-control default-global traffic-class 3 min-threshold 40000",
         "nv set qos congestion-control default-global traffic-class 3 max-threshold 120000",
         "nv set qos congestion-control default-global traffic-class 3 probability 20",

@@ -11,7 +11,7 @@ def test_redact_blanks_secret_values_only() -> None:
             "    key_passphrase: 's3cret'\n    api_token: abc\n    kmin_bytes: 1000\n")
     out = redact(text)
     assert "hunter2" not in out and "s3cret" not in out and "abc" not in out
-    assert "    password: '<redacted>'" in out
+    assert "    password: <redacted>" in out
     assert "user: ops" in out and "kmin_bytes: 1000" in out
 
 
@@ -33,3 +33,112 @@ def test_trial_metrics_names_and_sums() -> None:
     assert got["cnp_sent"] == 7
     assert got["ecn_marked_pkts"] == 20
     assert got["lossless_drops"] == 0
+
+
+# -- secrets: the parsed YAML is walked, URLs lose their passwords ----------------------------
+
+HOSTILE_YAML = """\
+name: s
+description: "store at postgresql://ops:PW_DESC@db/x, fine"
+storage: 'postgresql+psycopg2://ops:PW_STORAGE@db:5432/optuna?sslmode=require'
+tracking: {uri: "https://ml:PW_TRACKING@mlflow.example/", experiment: e}
+fabric:
+  inventory:
+    hosts:
+      - {name: h0, "password": PW_FLOW}
+      - name: h1
+        'key_passphrase': PW_QUOTED
+        private_key: |
+          PW_BLOCK
+    launcher: {nccl_env: {NCCL_IB_HCA: mlx5_0}}
+    api_token:
+      - PW_LIST
+    url: http://127.0.0.1:5000/?token=PW_QUERY&x=1
+"""
+
+
+def test_redact_walks_the_parsed_yaml_and_urls() -> None:
+    import yaml
+
+    out = redact(HOSTILE_YAML)
+    for n in ("DESC", "STORAGE", "TRACKING", "FLOW", "QUOTED", "BLOCK", "LIST", "QUERY"):
+        assert f"PW_{n}" not in out, n
+    data = yaml.safe_load(out)
+    assert data["storage"] == ("postgresql+psycopg2://ops:<redacted>@db:5432/optuna"
+                               "?sslmode=require")
+    assert data["tracking"]["uri"] == "https://ml:<redacted>@mlflow.example/"
+    assert data["fabric"]["inventory"]["hosts"][1]["private_key"] == "<redacted>"
+    assert data["fabric"]["inventory"]["url"].endswith("?token=<redacted>&x=1")
+    assert data["fabric"]["inventory"]["launcher"] == {"nccl_env": {"NCCL_IB_HCA": "mlx5_0"}}
+    clean = "name: s  # a comment stays\nstorage: sqlite:///r/optuna.db\n"
+    assert redact(clean) == clean  # nothing to blank: the text is kept as written
+    assert "PW" not in redact("a: [unclosed\npassword: PW_BAD\n")  # unparsable: not passed on
+
+
+def test_move_url_credentials_to_the_drivers_environment() -> None:
+    import pytest
+
+    from tuner.errors import ConfigError
+    from tuner.tracking import move_url_credentials
+
+    urls, env = move_url_credentials({
+        "storage": "postgresql://ops:p%40ss@db:5432/optuna",
+        "tracking.uri": "https://ml:PW2@mlflow.example:443/x"})
+    assert urls == {"storage": "postgresql://ops@db:5432/optuna",
+                    "tracking.uri": "https://mlflow.example:443/x"}
+    assert env == {"PGPASSWORD": "p@ss", "MLFLOW_TRACKING_PASSWORD": "PW2",
+                   "MLFLOW_TRACKING_USERNAME": "ml"}
+    urls, env = move_url_credentials({"storage": "sqlite://u:PW@//tmp/o.db", "x": None})
+    assert urls == {"storage": "sqlite:////tmp/o.db", "x": None} and env == {}
+    with pytest.raises(ConfigError, match="storage: a password in a mysql URL"):
+        move_url_credentials({"storage": "mysql://u:PW@db/o"})
+    with pytest.raises(ConfigError, match="tracking.uri: a second, different password"):
+        move_url_credentials({"storage": "postgresql://u:A@db/o",
+                              "tracking.uri": "postgresql://u:B@db/m"})
+
+
+# -- the circuit breaker: one failure, then silence until the back-fill probe -----------------
+
+def test_breaker_stops_calling_a_dead_server_after_the_first_failure(monkeypatch) -> None:
+    import socket
+    import threading
+    import time
+
+    from tuner.tracking import Tracker, TrialRecord
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    hits: list[float] = []
+
+    def accept() -> None:  # a "server" that hangs up on every request
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            hits.append(time.monotonic())
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        tr = Tracker(f"http://127.0.0.1:{srv.getsockname()[1]}", "e", "/tmp/unused")
+        tr.parent_run_id = "abc"  # the parent run was created before the server died
+        assert tr.log_trial(TrialRecord(number=1, state="COMPLETE", verdict="ok")) is None
+        first = len(hits)
+        assert first >= 1 and tr.broken and len(tr.failures) == 1
+        t0 = time.monotonic()
+        for n in range(2, 30):
+            assert tr.log_trial(TrialRecord(number=n, state="COMPLETE", verdict="ok")) is None
+        tr.log_dir("/tmp", "report")
+        tr.end_study({"x": 1.0}, {})
+        assert len(hits) == first  # not one more connection
+        assert time.monotonic() - t0 < 0.1
+        try:  # the back-fill probe is always tried
+            tr.nested_runs()
+        except Exception:  # noqa: BLE001 - still down
+            pass
+        assert len(hits) > first
+    finally:
+        srv.close()

@@ -4,7 +4,8 @@ Exit codes:
   0  success
   1  unexpected internal error (a bug: please report it with the traceback)
   2  bad input: experiment/inventory file, arguments, unparsable tool output
-  3  the study stopped on an apply, measurement or safety failure (canary restored)
+  3  the study stopped on an apply, measurement or safety failure (canary restored);
+     `export` without a confirmed winner
   4  the canary could NOT be restored: targets may be dirty, run ``ecntune recover``
   130 interrupted (Ctrl-C / SIGTERM), canary restored
 

@@ -11,11 +11,11 @@ from rich.table import Table
 from tuner.settings import KNOBS
 
 if TYPE_CHECKING:
-    from tuner.loop import StudyResult, TrialOutcome
+    from tuner.study import Confirmation, StudyResult, TrialOutcome
 
 # Metrics of the final table: (metric key, label, higher is better).
 SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
-    ("score", "score", True),
+    ("score", "paired score (log2, 0 = baseline)", True),
     ("busbw_norm", "busbw / line rate", True),
     ("p99_us", "probe p99 latency (µs)", False),
     ("p999_us", "probe p99.9 latency (µs)", False),
@@ -34,15 +34,6 @@ def _fmt(v: float | None, digits: int = 4) -> str:
     return f"{v:.{digits}g}"
 
 
-def _spread(xs: list[float]) -> str:
-    """``mean ± sample standard deviation`` of a few scores."""
-    mean = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return f"{mean:.4f}"
-    sd = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
-    return f"{mean:.4f} ± {sd:.4f}"
-
-
 class LiveProgress:
     """Progress bar: trial n/N, best score so far, last verdict."""
 
@@ -55,6 +46,8 @@ class LiveProgress:
             TextColumn("last [magenta]{task.fields[last]}"), TimeElapsedColumn(),
             console=console, transient=False, disable=not enabled)
         self.task: Any = None
+        self.step: Any = None
+        self.report: Any = None
 
     def __enter__(self) -> LiveProgress:
         self.progress.__enter__()
@@ -79,9 +72,31 @@ class LiveProgress:
             if out.score is not None:
                 last += f" {out.score:.4f}"
             self.progress.update(self.task, completed=data["used"], best=best_txt, last=last)
+        elif kind == "noise":
+            noise = ", ".join(f"{k} {v:.3g}" for k, v in data["noise"].items())
+            how = "chosen from the baseline's noise" if data["auto"] else "as configured"
+            self.console.print(f"paired replicates per trial: {data['repeats']} ({how}; "
+                               f"noise: {noise or 'none measured'})", highlight=False)
+        elif kind == "drift":
+            self.console.print(f"baseline re-measured after trial {data['after_trial']}: "
+                               f"paired score {data['score']:+.3f} (0 = no drift)",
+                               highlight=False)
         elif kind == "confirm":
-            self.console.print(f"confirming: best trial {data['trial']} and the baseline, "
-                               f"{data['repeats']} fresh measurements each", highlight=False)
+            cands = ", ".join(f"#{n}" for n in data["candidates"]) or "none"
+            self.console.print(f"confirming candidates {cands} against the baseline: "
+                               f"{data['repeats']} paired repeats on fresh placements, "
+                               "interleaved", highlight=False)
+            if data["candidates"]:
+                self.step = self.progress.add_task("confirm", total=data["repeats"]
+                                                   * len(data["candidates"]), best="-",
+                                                   last="-")
+        elif kind == "confirm_step" and self.step is not None:
+            self.progress.update(self.step, completed=data["done"])
+        elif kind == "report":
+            if self.report is None:
+                self.report = self.progress.add_task("report", total=data["total"], best="-",
+                                                     last="plots")
+            self.progress.update(self.report, completed=data["done"])
         elif kind == "stale":
             self.console.print(f"closed trials left running by a killed process: "
                                f"{data['trials']}")
@@ -90,8 +105,11 @@ class LiveProgress:
 
 
 def summary_table(res: StudyResult) -> Table:
-    base, best = res.baseline, res.best
-    t = Table(title=f"baseline (trial 0) vs best (trial {best.number if best else '-'})")
+    base = res.baseline
+    best = res.winner or res.best
+    which = "winner" if res.winner is not None else "best candidate, unconfirmed"
+    t = Table(title=f"baseline (trial 0) vs {which} (trial {best.number if best else '-'}), "
+                    f"means over {res.repeats} paired replicates")
     t.add_column("metric")
     t.add_column("baseline", justify="right")
     t.add_column("best", justify="right")
@@ -142,32 +160,38 @@ def trials_table(trials: list[TrialOutcome], title: str, limit: int | None = Non
     return t
 
 
-def print_result(console: Console, res: StudyResult) -> None:
+def confirmation_lines(conf: Confirmation | None) -> list[str]:
+    """The paired verdict, as ``run`` and ``show`` print it."""
+    if conf is None:
+        return ["[yellow]not confirmed[/]: the study stopped before its confirmation; no "
+                "winner (resume it to finish)"]
+    out = []
+    for c in conf.candidates:
+        mark = "[green]confirmed[/]" if c.confirmed else f"[yellow]not confirmed[/] " \
+            f"({c.problem or 'interval includes 0'})"
+        out.append(f"  trial {c.trial}: {c.improvement_percent:+.1f} % "
+                   f"[{c.ci95_low:+.1f}, {c.ci95_high:+.1f}] over {len(c.diffs)} paired "
+                   f"repeats: {mark}")
+    if conf.winner is not None:
+        best = conf.best
+        assert best is not None
+        out.insert(0, f"winner: trial {conf.winner}, {best.improvement_percent:+.1f} % "
+                      f"[{best.ci95_low:+.1f}, {best.ci95_high:+.1f}] busbw-equivalent over "
+                      "the baseline (paired, 95 % bootstrap interval)")
+    else:
+        out.insert(0, "nothing beat the baseline (no candidate's 95 % interval lies above 0 "
+                      "with every repeat safe): keep the current settings")
+    return out
+
+
+def print_result(console: Console, res: StudyResult, results_dir: str | None = None) -> None:
     console.print(f"study [bold]{res.study}[/]", highlight=False)
     console.print(summary_table(res))
-    if res.best is not None and res.baseline is not None:
-        imp = res.improvement_percent
-        if res.best.is_baseline or imp is None or imp <= 0:
-            console.print("no trial beat the baseline: keep the current settings",
-                          highlight=False)
-        else:
-            console.print(f"best trial {res.best.number} beats the baseline: score "
-                          f"{res.baseline.score:.4f} -> {res.best.score:.4f} ({imp:+.1f} %)",
-                          highlight=False)
-            conf = res.confirmation
-            if conf is not None and conf.get("trial") == res.best.number:
-                if "improvement_percent" in conf and not conf.get("problem"):
-                    console.print(
-                        f"confirmed over {conf['repeats']} fresh measurements each: baseline "
-                        f"{_spread(conf['baseline_scores'])} -> best "
-                        f"{_spread(conf['best_scores'])} "
-                        f"({conf['improvement_percent']:+.1f} %)", highlight=False)
-                else:
-                    console.print(f"[yellow]NOT confirmed[/]: re-measuring trial "
-                                  f"{res.best.number} gave {conf.get('problem') or 'no score'}",
-                                  highlight=False)
-            console.print(settings_table(res.baseline.values, res.best.values,
-                                         "recommended settings (* = changed)"))
+    for line in confirmation_lines(res.confirmation):
+        console.print(line, highlight=False)
+    if res.winner is not None and res.baseline is not None:
+        console.print(settings_table(res.baseline.values, res.winner.values,
+                                     "recommended settings (* = changed)"))
     if res.mode == "multi" and res.pareto:
         console.print(trials_table(res.pareto, "Pareto front (busbw ↑, p99 ↓)"))
     counts: dict[str, int] = {}
@@ -175,15 +199,22 @@ def print_result(console: Console, res: StudyResult) -> None:
         counts[o.verdict.split(":")[0]] = counts.get(o.verdict.split(":")[0], 0) + 1
     console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
                   highlight=False)
+    share = res.rolled_back_share
+    if share is not None:
+        console.print(f"rolled back after the {res.startup_trials} start-up proposals: "
+                      f"{share:.0%}; paired replicates per trial: {res.repeats}; canary time "
+                      f"saved by early stopping: {res.pruned_saved_s:.3g} s", highlight=False)
     where = ("baseline restored" if res.final == "baseline"
-             else f"best trial {res.final.split(':')[1]} kept (promoted)")
+             else f"confirmed winner, trial {res.final.split(':')[1]}, kept")
     console.print(f"canary: {where}")
     for msg in res.tracking_failures[:3]:
         console.print(f"[yellow]warning:[/] {msg}")
     console.print(f"Optuna storage: {res.storage}", highlight=False, soft_wrap=True)
     console.print(f"MLflow store:   {res.tracking_uri or 'off (--no-mlflow)'}",
                   highlight=False, soft_wrap=True)
-    console.print(f"next: ecntune export {res.study}", highlight=False, soft_wrap=True)
+    where_opt = f" --results {results_dir}" if results_dir else ""
+    console.print(f"next: ecntune export {res.study}{where_opt}", highlight=False,
+                  soft_wrap=True)
     if res.tracking_uri:
         console.print(f"      mlflow ui --backend-store-uri {res.tracking_uri}",
                       highlight=False, soft_wrap=True)

@@ -1,24 +1,47 @@
 """``ecntune export [STUDY]``: the winning settings as the commands an operator would run.
 
-Formats (syntax from shared/reference/INDEX.md section 3):
+The commands are the drivers' own (``tuner.drivers``): the same min < max-safe order, the same
+paths and names. With an SSH study the inventory (from the study's experiment) decides each
+target: a switch gets its own platform's commands for its ``wred_profile`` (SONiC) or
+``default-global`` (NVUE) and its ``lossless_queue``; a host gets the files of its ``nic_layout``
+(OFED sysfs or upstream debugfs). Without an inventory (a simulated study) ``--format`` picks
+the platforms and the defaults are used (``AZURE_LOSSLESS``, traffic class 3, OFED sysfs).
 
-* ``mlx5``: MLNX_OFED sysfs writes, ``echo N > /sys/class/net/<if>/ecn/roce_rp/<knob>``
-  (``roce_np/`` for ``min_time_between_cnps``), per canary host; runtime only, as root;
-* ``sonic``: ``sudo ecnconfig -p AZURE_LOSSLESS -gmin <bytes> -gmax <bytes> -gdrop <0-100>``
-  (the profile must exist; ecnconfig validates the merged values, min < max);
-* ``cumulus``: ``nv set qos congestion-control default-global traffic-class 3
-  min-threshold|max-threshold|probability ...`` then ``nv config apply``.
+Formats, one name each (the inventory's names): ``mlx5`` (DCQCN files of the host's layout,
+runtime only, as root), ``sonic`` (``sudo ecnconfig -p <profile> -gmin|-gmax <bytes>``, one
+threshold per call in the safe order, ``-gdrop`` on the last), ``nvue`` (``nv set qos
+congestion-control default-global traffic-class <tc> ...`` then ``nv config apply``). These
+write the production profile, so they reach every port that uses it: the study measured the
+same values on the canary ports only (``canary_profile``).
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from tuner.cli import handle_errors
-from tuner.settings import NIC_KNOBS, SWITCH_KNOBS
+from tuner.settings import NIC_KNOBS, SWITCH_KNOBS, EcnSettings
+
+if TYPE_CHECKING:
+    from tuner.inventory import HostEntry, Inventory
 
 NP_KNOBS = ("min_time_between_cnps",)  # ecn/roce_np/; every other NIC knob is in roce_rp/
-FORMATS = ("mlx5", "sonic", "cumulus")
+FORMATS = ("mlx5", "sonic", "nvue")
+
+
+@dataclass(frozen=True)
+class SwitchTarget:
+    """A switch as export sees it: ``platform`` None when no inventory says (sim study)."""
+
+    name: str
+    platform: str | None = None
+    profile: str = "AZURE_LOSSLESS"
+    queue: int = 3
 
 
 def _hosts(nics: list[str]) -> dict[str, list[str]]:
@@ -30,13 +53,38 @@ def _hosts(nics: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def mlx5_commands(values: dict[str, int], nics: list[str], knobs: list[str]) -> list[str]:
-    """Shell lines writing ``knobs`` (NIC ones) through the MLNX_OFED sysfs tree, per host."""
-    chosen = [k for k in knobs if k in NIC_KNOBS]
-    lines = ["# mlx5 DCQCN (MLNX_OFED sysfs, runtime: not persistent across reboot; as root)"]
+def _mlx5_host(entry: HostEntry, values: dict[str, int], chosen: list[str]) -> list[str]:
+    """The driver's files for the host's layout (both, behind the driver's detection, when the
+    inventory says ``auto``)."""
+    from tuner.drivers import NIC_LAYOUTS, detect_command
+
+    layouts = list(NIC_LAYOUTS) if entry.nic_layout == "auto" else [entry.nic_layout]
+    out = [f"# on {entry.name} ({entry.rdma_device}, {entry.nic_layout} layout)"]
+    if len(layouts) > 1:
+        out.append(f"LAYOUT=$({detect_command(entry)})")
+    for layout in layouts:
+        drv = NIC_LAYOUTS[layout](None, entry)  # type: ignore[arg-type]
+        lines = [f"printf '%s\\n' {int(values[k])} > "
+                 f"{shlex.quote(drv.folder() + '/' + drv.names[k])}" for k in chosen]
+        if len(layouts) > 1:
+            out += [f'if [ "$LAYOUT" = {layout} ]; then', *("  " + ln for ln in lines), "fi"]
+        else:
+            out += lines
+    return out
+
+
+def mlx5_commands(values: dict[str, int], nics: list[str], knobs: list[str],
+                  hosts: list[HostEntry] | None = None) -> list[str]:
+    """Shell lines writing ``knobs`` (NIC ones), per host, in the files of its layout."""
+    chosen = [k for k in NIC_KNOBS if k in knobs]
+    lines = ["# mlx5 DCQCN (runtime: not persistent across reboot; as root)"]
     if not chosen:
         return [*lines, "# no NIC knob differs from the baseline"]
-    for host, devs in _hosts(nics).items():
+    if hosts:
+        for entry in hosts:
+            lines += _mlx5_host(entry, values, chosen)
+        return lines
+    for host, devs in _hosts(nics).items():  # no inventory: MLNX_OFED sysfs
         lines.append(f"# on {host}")
         for dev in devs:
             lines.append(f"IF=$(ls /sys/class/infiniband/{dev}/device/net/ | head -n1)")
@@ -46,77 +94,130 @@ def mlx5_commands(values: dict[str, int], nics: list[str], knobs: list[str]) -> 
     return lines
 
 
-def sonic_commands(values: dict[str, int], switches: list[str]) -> list[str]:
-    lines = ["# SONiC WRED/ECN on the lossless queues (profile AZURE_LOSSLESS must exist)"]
-    for sw in switches:
-        lines.append(f"# on {sw}")
-        lines.append(f"sudo ecnconfig -p AZURE_LOSSLESS -gmin {values['kmin_bytes']} "
-                     f"-gmax {values['kmax_bytes']} -gdrop {values['pmax_percent']}")
-    return lines
+def _ecn(values: dict[str, int]) -> EcnSettings:
+    return EcnSettings(kmin_bytes=int(values["kmin_bytes"]), kmax_bytes=int(values["kmax_bytes"]),
+                       pmax_percent=int(values["pmax_percent"]))
 
 
-def cumulus_commands(values: dict[str, int], switches: list[str], tc: int = 3) -> list[str]:
-    base = f"nv set qos congestion-control default-global traffic-class {tc}"
-    lines = ["# Cumulus Linux NVUE ECN on the RoCE traffic class"]
-    for sw in switches:
-        lines += [f"# on {sw}", f"{base} min-threshold {values['kmin_bytes']}",
-                  f"{base} max-threshold {values['kmax_bytes']}",
-                  f"{base} probability {values['pmax_percent']}", f"{base} ecn enable",
-                  "nv config apply"]
-    return lines
+def sonic_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget,
+                   all_knobs: bool = False) -> list[str]:
+    """The SONiC driver's ``ecnconfig`` calls from the baseline to the winner (``all_knobs``:
+    the fields equal to the baseline are rewritten last, which keeps every step valid)."""
+    from tuner.drivers.sonic import FLAGS, ecnconfig_calls
+
+    target = _ecn(values)
+    start = _ecn(baseline) if baseline else target
+    calls = ecnconfig_calls(sw.profile, start, target)
+    same = [k for k in ("kmin_bytes", "kmax_bytes", "pmax_percent")
+            if getattr(start, k) == getattr(target, k)]
+    if all_knobs and same:
+        calls.append(f"ecnconfig -p {shlex.quote(sw.profile)} " + " ".join(
+            f"{FLAGS[k]} {getattr(target, k)}" for k in same))
+    return [f"# on {sw.name}: WRED profile {sw.profile} (every port bound to it)",
+            *(f"sudo {c}" for c in calls)] if calls else [f"# on {sw.name}: ECN unchanged"]
 
 
-def render(values: dict[str, int], baseline: dict[str, int], switches: list[str],
-           nics: list[str], formats: tuple[str, ...] = FORMATS, only_changed: bool = True
-           ) -> str:
-    """The export text (pure; ``show``-independent so tests can pin it)."""
+def nvue_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget
+                  ) -> list[str]:
+    """The NVUE driver's staged ``nv set`` lines (default-global), then ``nv config apply``."""
+    from tuner.drivers.nvue import nv_set_steps
+
+    target = _ecn(values)
+    start = _ecn(baseline) if baseline else target
+    return [f"# on {sw.name}: congestion-control default-global, traffic-class {sw.queue}",
+            *nv_set_steps("default-global", sw.queue, start, target), "nv config apply"]
+
+
+def render(values: dict[str, int], baseline: dict[str, int], switches: list[Any],
+           nics: list[str], formats: tuple[str, ...] = FORMATS, only_changed: bool = True,
+           hosts: list[HostEntry] | None = None) -> str:
+    """The export text (pure). ``switches``: names or ``SwitchTarget``s; a switch whose
+    platform is known gets only that platform's commands."""
     knobs = [k for k in values if not only_changed or values[k] != baseline.get(k)]
+    targets = [s if isinstance(s, SwitchTarget) else SwitchTarget(s) for s in switches]
     out: list[str] = []
     if "mlx5" in formats:
-        out += mlx5_commands(values, nics, knobs)
+        out += mlx5_commands(values, nics, knobs, hosts)
     ecn_changed = any(k in SWITCH_KNOBS for k in knobs)
-    if "sonic" in formats:
-        out += [""] + (sonic_commands(values, switches) if ecn_changed or not only_changed
-                       else ["# SONiC: ECN thresholds unchanged"])
-    if "cumulus" in formats:
-        out += [""] + (cumulus_commands(values, switches) if ecn_changed or not only_changed
-                       else ["# Cumulus: ECN thresholds unchanged"])
+    for fmt, title in (("sonic", "SONiC WRED/ECN on the lossless queue (ecnconfig)"),
+                       ("nvue", "Cumulus Linux NVUE ECN on the RoCE traffic class")):
+        mine = [t for t in targets if t.platform in (None, fmt)]
+        if fmt not in formats or not mine:
+            continue
+        out += ["", f"# {title}"]
+        if not ecn_changed:
+            out.append("# ECN thresholds unchanged")
+            continue
+        for sw in mine:
+            out += (sonic_commands(values, baseline, sw, not only_changed) if fmt == "sonic"
+                    else nvue_commands(values, baseline, sw))
     return "\n".join(out).strip("\n") + "\n"
+
+
+def inventory_of(experiment_yaml: str | None) -> Inventory | None:
+    """The SSH inventory of the study's experiment, if it has one and it can be read now."""
+    import yaml
+
+    from tuner.errors import ConfigError
+    from tuner.inventory import load_inventory, parse_inventory
+
+    try:
+        fabric = (yaml.safe_load(experiment_yaml or "") or {}).get("fabric") or {}
+    except yaml.YAMLError:
+        return None
+    if fabric.get("backend") != "ssh":
+        return None
+    try:
+        if fabric.get("inventory_file"):
+            path = os.path.expandvars(os.path.expanduser(str(fabric["inventory_file"])))
+            return None if "$" in path else load_inventory(path)
+        return parse_inventory(fabric.get("inventory"), "fabric.inventory")
+    except ConfigError:
+        return None
 
 
 @click.command("export")
 @click.argument("study", metavar="[STUDY|RESULTS_DIR]", required=False)
 @click.option("--trial", "trial_no", type=int, help="Trial to export (default: the best).")
 @click.option("--format", "fmt", type=click.Choice(["all", *FORMATS]), default="all",
-              show_default=True)
+              show_default=True,
+              help="mlx5 (host DCQCN files), sonic (ecnconfig), nvue (nv set); with an SSH "
+                   "inventory each target gets its own platform's lines only.")
 @click.option("--all-knobs", is_flag=True,
               help="Write every knob, not only those that differ from the baseline.")
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
+@click.option("--unconfirmed", is_flag=True,
+              help="Without a confirmed winner, print the best candidate anyway.")
 @handle_errors
 def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
-            storage: str | None, results: str | None) -> None:
-    """Print STUDY's winning settings (default: newest study, best trial) as device commands.
+            storage: str | None, results: str | None, unconfirmed: bool) -> None:
+    """Print STUDY's confirmed winner (default: newest study) as device commands; exit 3
+    when nothing was confirmed (``--unconfirmed`` prints the best candidate anyway).
 
     Nothing is executed: review the lines, then run them on the hosts and switches named in
     the comments (the canary first).
     """
     from tuner import optuna_io
+    from tuner import study as studies
     from tuner.cli.resume import locate
-    from tuner.errors import ConfigError
-    from tuner.loop import outcome_of, recommended
+    from tuner.errors import ConfigError, NoWinner
 
     url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
     if not names:
         raise ConfigError(f"no studies in {url}")
     st = optuna_io.load_study(study or names[-1], url)
-    outcomes = {o.number: o for o in map(outcome_of, optuna_io.trials(st))}
-    base = next((o for o in outcomes.values() if o.is_baseline and o.state == "COMPLETE"), None)
+    outcomes = {o.number: o for o in studies.outcomes(st)}
+    base = studies.baseline(st)
     if trial_no is None:
-        chosen, _ = recommended(st)
+        chosen = studies.winner(st)
+        if chosen is None and unconfirmed:
+            chosen = studies.best_unconfirmed(st)
         if chosen is None:
-            raise ConfigError(f"study {st.study_name} has no completed trial to export")
+            raise NoWinner(f"study {st.study_name} has no confirmed winner: nothing beat the "
+                           "baseline on paired repeats (see `ecntune show`). Keep the current "
+                           "settings, or pass --unconfirmed to print the best candidate anyway")
     else:
         if trial_no not in outcomes:
             raise ConfigError(f"--trial: value {trial_no} -- study has trials "
@@ -127,7 +228,16 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
                               f"({chosen.verdict}); only completed trials are safe to export")
     canary = st.user_attrs.get("canary", {})
     formats = FORMATS if fmt == "all" else (fmt,)
+    inv = inventory_of(st.user_attrs.get("experiment_yaml"))
+    switches: list[Any] = list(canary.get("switches", []))
+    hosts = None
+    if inv is not None:
+        switches = [SwitchTarget(s.name, s.platform, s.wred_profile, s.lossless_queue)
+                    for s in inv.switches]
+        hosts = list(inv.hosts)
     click.echo(f"# study {st.study_name}, trial {chosen.number} ({chosen.verdict}, score "
-               f"{chosen.score if chosen.score is not None else float('nan'):.4f})")
-    click.echo(render(chosen.values, base.values if base else {}, canary.get("switches", []),
-                      canary.get("nics", []), formats, only_changed=not all_knobs), nl=False)
+               f"{chosen.score if chosen.score is not None else float('nan'):.4f})"
+               + ("" if inv is not None else "; no SSH inventory: default names"))
+    click.echo(render(chosen.values, base.values if base else {}, switches,
+                      canary.get("nics", []), formats, only_changed=not all_knobs,
+                      hosts=hosts), nl=False)

@@ -31,18 +31,28 @@ def studies_table(rows: list[StudyRow]) -> Table:
 
     t = Table(title=f"{len(rows)} studies (newest first)")
     for col in ("study", "experiment", "cluster", "started (UTC)", "status", "trials",
-                "ok", "rolled back", "rejected", "baseline", "best", "gain"):
+                "ok", "rolled back", "rejected", "best score", "confirmed gain [95 % CI]"):
         t.add_column(col, justify="left" if col in ("study", "experiment", "cluster",
                                                      "started (UTC)", "status") else "right")
     for r in rows:
         m = r.metrics
         n = sum(int(m.get(k, 0)) for k in ("trials_ok", "trials_rolled_back",
-                                           "trials_rejected", "trials_failed"))
+                                           "trials_rejected", "trials_infeasible",
+                                           "trials_pruned", "trials_failed"))
         t.add_row(r.study, r.experiment, r.cluster or "-", r.started, r.status, str(n),
                   _fmt(m.get("trials_ok")), _fmt(m.get("trials_rolled_back")),
-                  _fmt(m.get("trials_rejected")), _fmt(m.get("baseline_score")),
-                  _fmt(m.get("best_score")), _fmt(m.get("improvement_percent"), pct=True))
+                  _fmt(m.get("trials_rejected")), _fmt(m.get("best_score")), _gain(m))
     return t
+
+
+def _gain(m: dict[str, float]) -> str:
+    """The confirmed paired gain with its interval, or why there is none."""
+    if "confirmed" not in m:
+        return "-"
+    if not m["confirmed"]:
+        return "none confirmed"
+    return (f"{m['confirmed_improvement_percent']:+.1f} % [{m['confirmed_ci95_low']:+.1f}, "
+            f"{m['confirmed_ci95_high']:+.1f}]")
 
 
 def trials_table(rows: list[TrialRow]) -> Table:
@@ -78,8 +88,8 @@ def compare_tables(c: Comparison) -> list[Table]:
     s.add_row("cluster", c.a.cluster or "-", c.b.cluster or "-", "")
     for k in STUDY_METRICS:
         va, vb = c.a.metrics.get(k), c.b.metrics.get(k)
-        pct = k == "improvement_percent"
-        delta = change(va, vb, True)[0] if k in ("baseline_score", "best_score") else ""
+        pct = k.startswith("confirmed_")
+        delta = change(va, vb, True)[0] if k == "best_score" else ""
         s.add_row(k, _fmt(va, pct), _fmt(vb, pct), delta)
     verdicts = sorted(set(c.verdicts_a) | set(c.verdicts_b))
     for v in verdicts:

@@ -36,6 +36,10 @@ KINDS: dict[str, str] = {
 }
 
 
+# Kinds whose pasted logs are often cut off: lenient unless --strict.
+LENIENT = {"nccl"}
+
+
 def _parser(kind: str, text: str) -> Callable[..., Any]:
     from objectives import parsers
 
@@ -50,17 +54,31 @@ def _parser(kind: str, text: str) -> Callable[..., Any]:
 @click.option(
     "--allow-truncated",
     is_flag=True,
-    help="Accept a cut-off last line / missing footer (for excerpts, not for live runs).",
+    help="Accept a cut-off last line / missing footer (for excerpts, not for live runs; "
+    "the default for nccl).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="nccl: refuse a log cut off before its footer (what a trial measurement requires).",
 )
 @handle_errors
-def command(kind: str, source: Any, allow_truncated: bool) -> None:
-    """Parse tool output in SOURCE (a file, or - for stdin) and print it as JSON."""
+def command(kind: str, source: Any, allow_truncated: bool, strict: bool) -> None:
+    """Parse tool output in SOURCE (a file, or - for stdin) and print it as JSON.
+
+    Pasted nccl-tests logs may be cut off: the complete rows are parsed and the JSON says
+    "truncated": true (--strict refuses them instead).
+    """
+    if strict and allow_truncated:
+        raise click.UsageError("--strict and --allow-truncated contradict each other")
     text = source.read()
     fn = _parser(kind, text)
     kwargs = {}
     if "allow_truncated" in inspect.signature(fn).parameters:
-        kwargs["allow_truncated"] = allow_truncated
+        kwargs["allow_truncated"] = allow_truncated or (kind in LENIENT and not strict)
     elif allow_truncated:
         raise click.UsageError(f"{kind} has no --allow-truncated mode")
+    elif strict:
+        raise click.UsageError(f"{kind} has no --strict mode (it is always strict)")
     result = fn(text, **kwargs)
     sys.stdout.write(result.model_dump_json(indent=2) + "\n")

@@ -36,9 +36,10 @@ def spec_of(exp: Experiment) -> PreflightSpec:
 def check(exp: Experiment, cluster: Cluster) -> list[CheckResult]:
     from safety.preflight import run_checks
     from tuner.preflight_facts import collect
+    from tuner.ssh.plan import workload_checks
 
     spec = spec_of(exp)
-    return run_checks(collect(exp, cluster, spec), spec)
+    return run_checks(collect(exp, cluster, spec), spec) + workload_checks(exp, cluster)
 
 
 def render(console: Console, results: list[CheckResult], title: str) -> None:
@@ -105,21 +106,25 @@ def gate(exp: Experiment, cluster: Cluster, console: Console | None = None,
 @click.command("preflight")
 @click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON lines.")
+@click.option("--enable-counters", is_flag=True,
+              help="SSH: turn on SONiC's WRED/ECN queue counters (`counterpoll wredqueue "
+                   "enable`) where they are off; the only change pre-flight makes.")
 @handle_errors
-def command(experiment: Path, as_json: bool) -> None:
+def command(experiment: Path, as_json: bool, enable_counters: bool) -> None:
     """Check the canary of EXPERIMENT before tuning: MTU, PFC priority, DSCP trust, DCQCN
-    enable, links, error counters, versions, blast radius, shared RoCE priority.
+    enable and algorithm, RoCE MTU, links, error counters, versions, blast radius (from the
+    switches' own configuration), PFC XOFF, counter polling, CNP queue, shared RoCE priority.
 
-    Reads only; changes nothing. Exit 0 when no check fails (warnings allowed), 3 when one
-    does; `ecntune run` refuses to start in that case.
+    Reads only; changes nothing (but --enable-counters). Exit 0 when no check fails
+    (warnings allowed), 3 when one does; `ecntune run` refuses to start in that case.
     """
     from rich.console import Console
 
     from safety.preflight import failures, summary, worst
+    from tuner.cluster import build_cluster
     from tuner.errors import ConfigError, SafetyAbort
     from tuner.experiment import load_experiment
     from tuner.input_checks import check_inputs, with_source
-    from tuner.loop import build_cluster
 
     source = str(experiment)
     exp = load_experiment(experiment)
@@ -130,6 +135,12 @@ def command(experiment: Path, as_json: bool) -> None:
         raise with_source(exc, source) from None
     with cluster:
         inputs(exp, cluster, source)
+        inner = getattr(cluster, "inner", cluster)
+        if enable_counters and hasattr(inner, "switch_facts"):
+            from tuner.preflight_facts import enable_counters as turn_on
+
+            for name in turn_on(inner):
+                click.echo(f"{name}: counterpoll wredqueue enable", err=True)
         results = check(exp, cluster)
         unreachable(exp, cluster, results, source)
     if as_json:

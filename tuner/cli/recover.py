@@ -1,10 +1,14 @@
 """``ecntune recover``: bring the canary back to its baseline after a crash.
 
-Reads the change journal (``<results>/journal.jsonl``); every change without a closing outcome
-(the tuner died between ``begin`` and ``restored``) has its baseline re-applied, read back and
-compared (``safety.rollback.restore``), then the entry is closed as ``restored:recover``. The
-cluster is built from EXPERIMENT, or from the experiment stored with the study in the Optuna
-storage when EXPERIMENT is not given.
+Reads the change journal (``<results>/journal.jsonl``; with no argument every
+``results/*/journal.jsonl``). Every change without a closing outcome (the tuner died between
+``begin`` and ``restored``) has its baseline re-applied, read back and compared
+(``safety.rollback.restore``), then the entry is closed as ``restored:recover``. A record that
+cannot be read (torn by a full disk, a size limit, power loss) means a change is *possibly*
+open: the last baseline the journal recorded is restored the same way and the line is
+acknowledged. The cluster is built from EXPERIMENT, or from the experiment stored with the
+study in the Optuna storage when EXPERIMENT is not given. The results folder is locked
+(``safety.lock``) so a recover never runs underneath a live tuner.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ if TYPE_CHECKING:
 
 
 def _experiment(experiment: Path | None, results: str | None,
-                entry: JournalEntry) -> Experiment:
+                entry: JournalEntry, slice_name: str | None = None) -> Experiment:
     from tuner.experiment import load_experiment, parse_experiment
-    from tuner.loop import load_for_resume
+    from tuner.study import load_for_resume
 
     if experiment is not None:
         exp = load_experiment(experiment)
@@ -33,30 +37,57 @@ def _experiment(experiment: Path | None, results: str | None,
         storage = f"sqlite:///{Path(results or 'results') / 'optuna.db'}"
         name, text = load_for_resume(storage, entry.study)
         exp = parse_experiment(text, f"<experiment stored with study {name}>")
+    if slice_name is not None:  # the slice's canary (tuner/slices.py)
+        from tuner.slices import for_slice
+
+        exp = for_slice(exp, slice_name)
     if results is not None:
         exp = exp.model_copy(update={"results_dir": results})
     return exp
 
 
 def recover(journal_path: Path, experiment: Path | None, results: str | None,
-            echo: Callable[[str], None] = click.echo) -> int:
+            echo: Callable[[str], None] = click.echo, discard_unreadable: bool = False,
+            slice_name: str | None = None) -> int:
     """Restore every open change; returns how many were closed (raises on failure)."""
     from safety.journal import Journal
     from safety.rollback import restore
+    from tuner.cluster import build_cluster
     from tuner.errors import RollbackError
-    from tuner.loop import build_cluster
 
     journal = Journal(journal_path)
-    open_entries = [e for e in journal.entries() if not e.closed]
-    if not open_entries:
+    scan = journal.scan()
+    open_entries = [e for e in scan.entries if not e.closed]
+    for b in scan.bad:
+        echo(f"journal {journal_path} line {b.line}: {b.reason}: a change is possibly open")
+    if not open_entries and not scan.bad:
         echo(f"journal {journal_path}: no open change; the canary is on a known state")
         return 0
-    first = open_entries[0]
-    exp = _experiment(experiment, results, first)
+    if scan.bad and not open_entries and discard_unreadable:
+        for b in scan.bad:
+            journal.acknowledge(b.line)
+        echo(f"journal {journal_path}: {len(scan.bad)} unreadable line(s) acknowledged "
+             "without a restore (--discard-unreadable)")
+        return 0
+    todo = list(open_entries)
+    if scan.bad and not open_entries:
+        if not scan.entries:
+            raise RollbackError(
+                f"journal {journal_path}: no readable change records a baseline to restore. "
+                "Check the canary by hand, then run `ecntune recover --results "
+                f"{journal_path.parent} --discard-unreadable`")
+        todo = [scan.entries[-1]]  # the last baseline the journal recorded
+        echo(f"restoring the last recorded baseline (study {todo[0].study}, trial "
+             f"{todo[0].trial})")
+    exp = _experiment(experiment, results, todo[0], slice_name)
     with build_cluster(exp) as cluster:
         desc = cluster.describe()
         mine = set(desc.canary_switches) | set(desc.canary_nics)
-        for entry in open_entries:
+        take_over = getattr(cluster, "take_over_locks", None)
+        if take_over is not None:  # remote target locks a dead tuner left behind
+            for line in take_over():
+                echo(line)
+        for entry in todo:
             outside = sorted(set(entry.targets) - mine)
             if outside:
                 raise RollbackError(
@@ -67,7 +98,8 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
             dirty = before.diff(entry.baseline)
             targets = sorted({k.split(".", 1)[0] for k in dirty})
             report = restore(cluster, entry.baseline)
-            journal.end(entry.id, "restored:recover")
+            if not entry.closed:
+                journal.end(entry.id, "restored:recover")
             echo(f"study {entry.study} trial {entry.trial}: "
                  + (f"{len(targets)} target(s) were off the baseline ({', '.join(targets)}); "
                     if targets else "no target was off the baseline; ")
@@ -75,26 +107,67 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
                  f"({report.attempts} attempt(s))")
             for key, (have, want) in list(dirty.items())[:20]:
                 echo(f"  {key}: {have} -> {want}")
-    return len(open_entries)
+        for b in scan.bad:
+            journal.acknowledge(b.line)
+    return len(todo) + len(scan.bad)
+
+
+def find_journals(root: Path = Path("results")) -> list[Path]:
+    """``results/*/journal.jsonl`` (and a legacy ``results/journal.jsonl``), sorted."""
+    found = sorted(root.glob("*/journal.jsonl"))
+    if (root / "journal.jsonl").is_file():
+        found.insert(0, root / "journal.jsonl")
+    return found
 
 
 @click.command("recover")
 @click.argument("experiment", required=False,
                 type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--results", help="results_dir holding journal.jsonl (default: the experiment's "
-                                "results_dir, else ./results).")
+                                "results_dir, else every results/*/journal.jsonl).")
+@click.option("--discard-unreadable", is_flag=True,
+              help="Acknowledge unreadable journal lines without restoring (only when the "
+                   "journal records no baseline and the canary was checked by hand).")
+@click.option("--slice", "slice_name",
+              help="A slice of a shared study (canary.slices; docs/scale-out.md): its journal "
+                   "<results_dir>/slices/<slice>/ and its canary. Needs EXPERIMENT.")
 @handle_errors
-def command(experiment: Path | None, results: str | None) -> None:
+def command(experiment: Path | None, results: str | None, discard_unreadable: bool,
+            slice_name: str | None) -> None:
     """Restore the canary's baseline if the journal shows a change that was never closed.
 
     Run it after the tuner was killed (SIGKILL, power loss, lost session). Every target of the
     open change gets the journal's baseline snapshot, is read back and compared; exit 0 when the
-    canary is verified on its baseline, 4 when it could not be restored.
+    canary is verified on its baseline, 4 when it could not be restored. An unreadable journal
+    record counts as an open change. With no argument every results/*/journal.jsonl is checked.
     """
+    from safety.lock import hold
+    from tuner.errors import ConfigError
     from tuner.experiment import load_experiment
 
     folder = results
+    if slice_name is not None:
+        if experiment is None:
+            raise ConfigError(f"--slice {slice_name}: pass the experiment file that declares "
+                              "the slices")
+        from tuner.slices import for_slice
+
+        folder = folder or for_slice(load_experiment(experiment), slice_name).results_dir
     if folder is None and experiment is not None:
         folder = load_experiment(experiment).results_dir
-    path = Path(folder or "results") / "journal.jsonl"
-    recover(path, experiment, results if results is not None else folder)
+    if folder is not None:
+        journals = [Path(folder) / "journal.jsonl"]
+    else:
+        journals = find_journals()
+        if not journals:
+            raise ConfigError(f"no journal found: looked for results/*/journal.jsonl under "
+                              f"{Path.cwd()}; pass --results DIR or the experiment file")
+        click.echo("found " + ", ".join(str(j) for j in journals))
+    for path in journals:
+        if not path.is_file():
+            click.echo(f"journal {path} does not exist: no change was ever recorded there")
+            continue
+        with hold(path.parent, "recover"):  # never underneath a live tuner
+            recover(path, experiment, str(path.parent) if folder is None else
+                    (results if results is not None else folder),
+                    discard_unreadable=discard_unreadable, slice_name=slice_name)

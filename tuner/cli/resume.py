@@ -62,7 +62,7 @@ def command(study: str | None, storage: str | None, results: str | None,
     study is used unless --experiment is given.
     """
     from tuner.cli.run import execute
-    from tuner.loop import load_for_resume
+    from tuner.study import load_for_resume
 
     url, study = locate(study, storage, results)
     if results is None and url.startswith("sqlite:///"):
@@ -70,6 +70,8 @@ def command(study: str | None, storage: str | None, results: str | None,
     name, text = load_for_resume(url, study)
     source = f"<experiment stored with study {name}>"
     if experiment is not None:
-        text, source = experiment.read_text(encoding="utf-8"), str(experiment)
+        from tuner.input_checks import read_text_file
+
+        text, source = read_text_file(experiment, "experiment file"), str(experiment)
     execute(text, source, study=name, resume=True, trials=trials, keep_best=keep_best,
             results=results, no_mlflow=no_mlflow, quiet=quiet)

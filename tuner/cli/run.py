@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,9 +15,11 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     """Shared by ``run`` and ``resume``: build everything, run, print the result."""
     from rich.console import Console
 
-    from tuner.cli._render import LiveProgress, print_result
+    from safety.lock import hold
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster, default_study_name
+    from tuner.input_checks import check_inputs
+    from tuner.loop import default_study_name
+    from tuner.tracking import redact
 
     exp = parse_experiment(exp_text, source)
     update: dict[str, object] = {}
@@ -30,11 +33,40 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         exp = exp.model_copy(update=update)
     name = study or default_study_name(exp)
     console = Console(stderr=False)
-    from tuner.cli.preflight import gate
-    from tuner.errors import ConfigError
-    from tuner.input_checks import check_inputs, with_source
-
     check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
+    exp = _without_credentials(exp, source)
+    with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary
+        # only the redacted text is stored (Optuna user attrs, MLflow artifact)
+        _run_locked(exp, redact(exp_text), source, name, console, keep_best, resume, quiet)
+
+
+def _without_credentials(exp: Any, source: str) -> Any:
+    """URL passwords move into the drivers' environment variables: no stored or printed URL
+    holds them (``tuner.tracking.move_url_credentials``)."""
+    import os
+
+    from tuner.errors import ConfigError
+    from tuner.tracking import move_url_credentials
+
+    try:
+        urls, env = move_url_credentials({"storage": exp.storage,
+                                          "tracking.uri": exp.tracking.uri})
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    os.environ.update(env)
+    return exp.model_copy(update={"storage": urls["storage"], "tracking": exp.tracking.model_copy(
+        update={"uri": urls["tracking.uri"]})})
+
+
+def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
+                keep_best: bool, resume: bool, quiet: bool) -> None:
+    from tuner.cli._render import LiveProgress, print_result
+    from tuner.cli.preflight import gate
+    from tuner.cluster import build_cluster
+    from tuner.errors import ConfigError
+    from tuner.input_checks import with_source
+    from tuner.loop import StudyRunner
+
     try:
         cluster = build_cluster(exp)
     except ConfigError as exc:
@@ -48,7 +80,8 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         runner = StudyRunner(exp, exp_text, cluster, study_name=name, keep_best=keep_best,
                              on_event=progress)
         res = runner.run(resume=resume)
-    print_result(console, res)
+    custom = exp.results_dir if exp.results_dir != f"results/{exp.name}" else None
+    print_result(console, res, custom)  # the `next:` hint names a custom results folder
 
 
 @click.command("run")
@@ -71,11 +104,8 @@ def command(experiment: Path, study: str | None, trials: int | None, keep_best: 
     and the canary is restored after it. Ctrl-C or SIGTERM restores the baseline and exits 130;
     `ecntune resume` continues the study. Exit codes: see `ecntune --help`.
     """
-    from tuner.errors import ConfigError
+    from tuner.input_checks import read_text_file
 
-    try:
-        text = experiment.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{experiment}: cannot read experiment file: {exc.strerror}") from None
+    text = read_text_file(experiment, "experiment file")
     execute(text, str(experiment), study=study, resume=False, trials=trials,
             keep_best=keep_best, results=results, no_mlflow=no_mlflow, quiet=quiet)

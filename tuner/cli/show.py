@@ -20,10 +20,10 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     from rich.table import Table
 
     from tuner import optuna_io
-    from tuner.cli._render import settings_table, trials_table
+    from tuner import study as studies
+    from tuner.cli._render import confirmation_lines, settings_table, trials_table
     from tuner.cli.resume import locate
     from tuner.errors import ConfigError
-    from tuner.loop import outcome_of, recommended
 
     url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
@@ -31,23 +31,27 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
         raise ConfigError(f"no studies in {url}")
     name = study or names[-1]
     st = optuna_io.load_study(name, url)
-    console = Console()
-    trials = [outcome_of(t) for t in optuna_io.trials(st)]
-    base = next((o for o in trials if o.is_baseline and o.state == "COMPLETE"), None)
-    best, front = recommended(st)
+    console = Console(width=max(Console().width, 160))  # never cut values at 80 columns
+    trials = studies.outcomes(st)
+    base = studies.baseline(st)
+    win = studies.winner(st)
     ranked = sorted((o for o in trials if o.score is not None and o.state == "COMPLETE"),
                     key=lambda o: -(o.score or 0.0))
     console.print(f"study {name} ({st.user_attrs.get('mode', 'scalar')}), {len(trials)} "
                   f"trials, storage {url}")
     if base is not None:
-        console.print(f"baseline (trial {base.number}) score {base.score:.4f}")
+        console.print(f"baseline (trial {base.number}): paired score 0 by construction, "
+                      f"{studies.read(st)['repeats']} paired replicates per trial")
     console.print(trials_table(ranked, f"best {min(top, len(ranked))} completed trials", top))
     if len(st.directions) > 1:
-        console.print(trials_table(front, "Pareto front (busbw ↑, p99 ↓, PFC budget as "
-                                          "constraint)"))
-    if best is not None and base is not None:
-        console.print(settings_table(base.values, best.values,
-                                     f"recommended: trial {best.number} (* = changed)"))
+        console.print(trials_table(studies.pareto(st), "Pareto front of the feasible trials "
+                                                       "(busbw ↑, p99 ↓)"))
+    for line in confirmation_lines(studies.confirmation(st)):
+        console.print(line, highlight=False)
+    if win is not None and base is not None:
+        console.print(settings_table(base.values, win.values,
+                                     f"recommended: trial {win.number}, confirmed "
+                                     "(* = changed)"))
     counts: dict[str, int] = {}
     example: dict[str, tuple[int, str]] = {}
     for t in optuna_io.trials(st):

@@ -70,18 +70,16 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     shared budget is spent; 3 when the slice is held by another worker or the lease was lost
     (slice restored); other codes as `ecntune --help`.
     """
+    from safety.lock import hold
     from tuner import optuna_io
-    from tuner.errors import ConfigError
     from tuner.experiment import parse_experiment
-    from tuner.input_checks import check_inputs
+    from tuner.input_checks import check_inputs, read_text_file
     from tuner.lease import LeaseKeeper, SliceLeases
     from tuner.slices import for_slice
-    from tuner.worker import LeaseLost
+    from tuner.tracking import redact
+    from tuner.worker import LeaseLost, warm_up
 
-    try:
-        text = experiment.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{experiment}: cannot read experiment file: {exc.strerror}") from None
+    text = read_text_file(experiment, "experiment file")
     source = str(experiment)
     exp = parse_experiment(text, source)
     update: dict[str, object] = {}
@@ -96,6 +94,7 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     name = study or exp.name
     mine = for_slice(exp, slice_name)
     optuna_io.ensure_storage_dir(mine.storage_url)
+    warm_up(mine)
     leases = SliceLeases(mine.storage_url, name, ttl_s=lease_ttl)
     try:
         lease = leases.acquire(slice_name)
@@ -112,8 +111,8 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
             click.echo(f"[{slice_name}] lease taken over from {lease.taken_from}, which "
                        "stopped renewing it")
         try:
-            with LeaseKeeper(leases, lease) as keeper:  # renewing from now on
-                res, worker = _run(mine, text, source, name, slice_name, keeper)
+            with LeaseKeeper(leases, lease) as keeper, hold(mine.results_path, "worker"):
+                res, worker = _run(mine, redact(text), source, name, slice_name, keeper)
         except LeaseLost as exc:
             raise WorkerStopped(str(exc)) from None
         finally:
@@ -131,9 +130,9 @@ def _run(exp: Any, text: str, source: str, study: str, slice_name: str, keeper: 
     from rich.console import Console
 
     from tuner.cli.preflight import gate
+    from tuner.cluster import build_cluster
     from tuner.errors import ConfigError
     from tuner.input_checks import with_source
-    from tuner.loop import build_cluster
     from tuner.worker import SliceWorker
 
     try:

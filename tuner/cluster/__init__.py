@@ -4,5 +4,6 @@
 from __future__ import annotations
 
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
+from tuner.cluster.build import build_cluster
 
-__all__ = ["Cluster", "ClusterDescription", "Monitor"]
+__all__ = ["Cluster", "ClusterDescription", "Monitor", "build_cluster"]

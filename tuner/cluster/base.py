@@ -74,8 +74,13 @@ class Cluster(ABC):
         """Cumulative counters of every canary NIC port and switch port."""
 
     @abstractmethod
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
-        """Run the workload on the canary and return what it measured."""
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
+        """Run the workload on the canary and return what it measured.
+
+        ``replicate`` names a paired replicate: every trial measured with the same replicate
+        runs on the same placement (ranks, probe pairs, in the simulator also the seed), so two
+        settings are compared like with like (common random numbers)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default holds none."""

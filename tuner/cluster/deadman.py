@@ -7,9 +7,13 @@ timer every ``timeout_s / 3``; putting the canary back (``apply`` of the pre-cha
 disarms them. If the tuner is killed or loses its network, renewals stop and every target heals
 itself within ``timeout_s`` -- no ``ecntune recover`` needed, nothing installed on the target.
 
-If arming fails anywhere, nothing is applied. ``close`` after a verified state (a completed
-restore, or a kept winner) disarms the timers -- the "confirm"; after a failed restore it leaves
-them armed, so the targets still heal.
+If arming fails anywhere, nothing is applied. A target that is locked by another tuner's change,
+or whose runtime directory is not a private 0700 directory, refuses the arm: the study stops
+(``DeadmanRefused``, exit 3) with nothing applied. A renewal that finds the timer gone (the
+target rebooted, or its files were removed) means the change is unprotected: the measurement is
+stopped at its next monitor poll and the trial fails, so the loop restores at once.
+``close`` after a verified state (a completed restore, or a kept winner) disarms the timers --
+the "confirm"; after a failed restore it leaves them armed, so the targets still heal.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from safety.deadman import DEFAULT_DIR, DeadmanTimer, parse_reply
+from safety.deadman import DeadmanTimer, parse_reply
 from tuner.cluster.base import Cluster
-from tuner.errors import ApplyError, MeasurementError, RollbackError
+from tuner.errors import ApplyError, MeasurementError, RollbackError, TunerError
 
 if TYPE_CHECKING:
     from objectives.measurement import Counters, Measurement
@@ -31,6 +35,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class DeadmanRefused(TunerError):
+    """A target refused the dead-man arm (locked by another tuner, unsafe runtime directory);
+    nothing was applied and the study stops (exit 3)."""
+
+
 def _parts(s: Settings) -> dict[str, Any]:
     return {**s.switches, **s.nics}
 
@@ -38,7 +47,7 @@ def _parts(s: Settings) -> dict[str, Any]:
 class DeadmanCluster(Cluster):
     """``inner`` (an SSH cluster) with dead-man timers around every change."""
 
-    def __init__(self, inner: Any, timeout_s: float, *, directory: str = DEFAULT_DIR,
+    def __init__(self, inner: Any, timeout_s: float, *, directory: str | None = None,
                  renew_every_s: float | None = None) -> None:
         self.inner = inner
         self.timeout_s = float(timeout_s)
@@ -48,6 +57,7 @@ class DeadmanCluster(Cluster):
         self.restore_to: Settings | None = None
         self.baseline: Settings | None = None  # set by snapshot()
         self.fired: list[str] = []  # targets whose timer fired while we were alive
+        self.lost: list[str] = []  # targets whose timer vanished (reboot, files removed)
         self.verified = True  # the canary is on a state the tuner verified
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,14 +85,21 @@ class DeadmanCluster(Cluster):
         res = self._fan(lambda k: parse_reply(
             self._run(k, timers[k].arm_command([restore[k]], self.timeout_s))), keys)
         ok = {k: timers[k] for k, o in res.items() if o.error is None and o.value[0] == "armed"}
-        bad = {k: o.error or o.value for k, o in res.items() if k not in ok}
+        bad = {k: o.error or " ".join(o.value) for k, o in res.items() if k not in ok}
         with self._lock:
             self.armed.update(ok)
         if bad:
             self.disarm()
-            raise ApplyError("cannot arm the dead-man timer on "
-                             + "; ".join(f"{k}: {v}" for k, v in sorted(bad.items()))
-                             + "; nothing was applied")
+            refused = any(o.error is None and o.value[0] in ("locked", "unsafe")
+                          for k, o in res.items() if k in bad)
+            text = ("cannot arm the dead-man timer on "
+                    + "; ".join(f"{k}: {v}" for k, v in sorted(bad.items()))
+                    + "; nothing was applied")
+            if refused:
+                raise DeadmanRefused(text + " (a `locked` target is held by another tuner's "
+                                     "change; `ecntune recover` takes over the lock of one "
+                                     "that is gone)")
+            raise ApplyError(text)
         self.restore_to = before
         self._start_renewing()
         return keys
@@ -110,9 +127,11 @@ class DeadmanCluster(Cluster):
             if o.error is not None:
                 log.warning("%s: dead-man renew failed: %s", k, o.error)
             elif o.value[0] != "renewed":
-                log.warning("%s: dead-man timer %s: %s", k, timers[k].token, o.value[0])
+                log.warning("%s: dead-man timer %s: %s", k, timers[k].token, " ".join(o.value))
                 if o.value[0] in ("fired", "firing"):
                     self.fired.append(k)
+                elif o.value[0] in ("missing", "unsafe"):
+                    self.lost.append(k)  # protection is gone: the trial must stop now
 
     def disarm(self) -> None:
         """Disarm every timer (those that already fired are noted in ``fired``)."""
@@ -147,6 +166,9 @@ class DeadmanCluster(Cluster):
                 self.verified = True
             return
         before = self.inner.read_back()
+        if before != settings and self.baseline is not None and before != self.baseline:
+            log.warning("the canary is not on the study's baseline (%s): applying without a "
+                        "dead-man timer", ", ".join(sorted(before.diff(self.baseline))[:5]))
         if before == settings or before != self.baseline:
             # Only a move away from the study's baseline snapshot is armed: a timer restores
             # "what the target holds now", which must be the known-good state -- never the
@@ -190,14 +212,18 @@ class DeadmanCluster(Cluster):
     def counters(self) -> Counters:
         return self.inner.counters()
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
         """Measure; if a timer fired meanwhile (the tuner was cut off for longer than the
         timeout), the targets went back to the baseline mid-trial and the numbers do not
-        belong to the trial's settings: fail the measurement instead of scoring it."""
-        seen = len(self.fired)
-        result = self.inner.measure(workload, monitor)
+        belong to the trial's settings: fail the measurement instead of scoring it. If a timer
+        vanished (``lost``), the change is unprotected: stop at the next monitor poll."""
+        seen, gone = len(self.fired), len(self.lost)
+        guard = _LossGuard(self, monitor, gone)
+        result = self.inner.measure(workload, guard, replicate=replicate)
         if self.armed:
             self.renew()
+        guard.check()
         if len(self.fired) > seen:
             raise MeasurementError(
                 f"dead-man timer fired on {sorted(set(self.fired[seen:]))} during the trial "
@@ -205,6 +231,58 @@ class DeadmanCluster(Cluster):
                 "trial's settings")
         return result
 
+    def take_over_locks(self, wait_s: float | None = None) -> list[str]:
+        """``recover``: release target locks left by a tuner that is gone. A lock whose timer
+        is still armed (a live tuner elsewhere, or a dead one's timer about to fire) is waited
+        for up to ``wait_s`` (default: the timeout plus 5 s), then refused."""
+        import time
+
+        keys = sorted(self.inner.drivers())
+        deadline = time.monotonic() + (self.timeout_s + 5 if wait_s is None else wait_s)
+        lines: list[str] = []
+        while True:
+            res = self._fan(lambda k: parse_reply(self._run(
+                k, DeadmanTimer.new(k, self.directory).takeover_command())), keys)
+            busy = []
+            for k in keys:
+                o = res[k]
+                if o.error is not None:
+                    raise RollbackError(f"{k}: cannot check its lock: {o.error}")
+                word, rest = o.value
+                if word == "busy":
+                    busy.append(f"{k} (change {rest})")
+                elif word == "taken":
+                    lines.append(f"{k}: took over the lock of a tuner that is gone ({rest})")
+                elif word == "unsafe":
+                    raise RollbackError(f"{k}: dead-man runtime directory refused: {rest}")
+            if not busy:
+                return lines
+            if time.monotonic() > deadline:
+                raise RollbackError(
+                    "target(s) locked by a change whose dead-man timer is still armed: "
+                    + ", ".join(busy) + ". Another tuner is running on them; stop it first")
+            time.sleep(1.0)
+
     def __getattr__(self, name: str) -> Any:  # inventory, pool, drivers of the SSH backend
         return getattr(self.inner, name)
 
+
+
+class _LossGuard:
+    """The live monitor, plus: a vanished dead-man timer stops the measurement at its poll."""
+
+    def __init__(self, owner: DeadmanCluster, inner: Monitor | None, gone: int) -> None:
+        self.owner, self.inner, self.gone = owner, inner, gone
+        self.interval_s = inner.interval_s if inner is not None else 0.5
+
+    def check(self) -> None:
+        lost = self.owner.lost[self.gone:]
+        if lost:
+            raise MeasurementError(
+                f"dead-man timer gone on {sorted(set(lost))} during the trial (target rebooted "
+                "or its timer files were removed): the change is unprotected; restoring now")
+
+    def poll(self, counters: Counters, elapsed_s: float) -> None:
+        self.check()
+        if self.inner is not None:
+            self.inner.poll(counters, elapsed_s)

@@ -17,7 +17,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from objectives.measurement import CollectiveResult, Counters, LatencyResult, Measurement
+from objectives.counters import merge_row
+from objectives.measurement import (
+    CollectiveResult,
+    Counters,
+    LatencyResult,
+    Measurement,
+    TenantResult,
+)
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
 from tuner.errors import ApplyError, ConfigError, MeasurementError, SafetyAbort
 from tuner.settings import NIC_KNOBS, DcqcnSettings, EcnSettings, Settings
@@ -25,9 +32,6 @@ from tuner.settings import NIC_KNOBS, DcqcnSettings, EcnSettings, Settings
 if TYPE_CHECKING:
     from tuner.experiment import FabricSpec
     from tuner.workload import Workload
-
-LEVEL_SUFFIXES = ("_watermark_bytes", "_storm_detected")
-
 
 def timeseries_json(res: Any, points: int = 400) -> str:
     """The busiest port's queue/pause/rate time series of a run, at most ``points`` samples
@@ -163,7 +167,7 @@ class SimCluster(Cluster):
         nics = list(self._nics)
         colls = [Collective(op=c.op, size_bytes=c.size_bytes, ranks=nics,
                             iterations=c.iterations, channels=c.channels,
-                            qps_per_connection=c.qps_per_connection)
+                            qps_per_connection=c.qps_per_connection, algo=c.algo)
                  for c in workload.collectives]
         bg = [Background(pattern=b.pattern, load=b.load, fan_in=min(b.fan_in, len(nics) - 1),
                          nics=nics, priority=b.priority, lossless=b.lossless)
@@ -179,23 +183,24 @@ class SimCluster(Cluster):
         """Lifetime totals plus the running simulation's counters (canary ports only)."""
         out = {p: dict(r) for p, r in self._totals.items()}
         for port, row in sim_counters.items():
-            if not self._canary_port(port):
-                continue
-            dst = out.setdefault(port, {})
-            for name, value in row.items():
-                if name.endswith(LEVEL_SUFFIXES):
-                    dst[name] = int(value)
-                else:
-                    dst[name] = dst.get(name, 0) + int(value)
+            if self._canary_port(port):
+                merge_row(out.setdefault(port, {}), row)
         return out
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+    def replicate_seed(self, replicate: int) -> int:
+        """The simulation seed of paired replicate ``replicate``: it fixes the probe pairs, the
+        QPs' UDP source ports (so the ECMP paths) and the background placement, the same for
+        every trial of a study, so trials differ only by their settings."""
+        return self.spec.seed * 1_000_003 + replicate
+
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
         from rocesim import Simulation
 
-        self._seq += 1
         before = self.counters()
         sim = Simulation(self._fabric, self._sim_workload(workload),
-                         seed=self.spec.seed + self._seq, max_time_us=self.spec.max_time_us)
+                         seed=self.replicate_seed(replicate),
+                         max_time_us=self.spec.max_time_us)
         t0 = time.monotonic()
         sim_t0 = self._clock_s
         sim_us = 0.0
@@ -222,7 +227,28 @@ class SimCluster(Cluster):
         res = sim.result()
         sim_s = float(res.sim_time_us) / 1e6
         self._finish(dict(res.counters), float(res.sim_time_us))
-        return self._measurement(workload, res, before, sim_s, time.monotonic() - t0)
+        m = self._measurement(workload, res, before, sim_s, time.monotonic() - t0)
+        return m.model_copy(update={"replicate": replicate})
+
+    def _tenants(self, workload: Workload, res: Any, sim_s: float) -> list[TenantResult]:
+        """Goodput of each declared background part (rocesim appends background flows after
+        the collectives' in part order: ``fan_in`` senders for an incast, one per NIC for a
+        permutation)."""
+        flows = res.flows or {}
+        if "kind" not in flows or sim_s <= 0:
+            return []
+        delivered = [float(b) for b, k in zip(flows["delivered_bytes"], flows["kind"],
+                                              strict=True) if int(k) == 1]
+        out, i = [], 0
+        n_nics = len(self._nics)
+        for j, b in enumerate(workload.background):
+            n = min(b.fan_in, n_nics - 1) if b.pattern == "incast" else n_nics
+            got = sum(delivered[i:i + n])
+            i += n
+            out.append(TenantResult(name=f"background{j}", priority=b.priority,
+                                    goodput_gbps=got * 8 / sim_s / 1e9,
+                                    offered_gbps=b.load * self.spec.topology.nic_gbps * n))
+        return out
 
     def _finish(self, sim_counters: dict[str, dict[str, int]], sim_us: float) -> None:
         self._totals = self._merge(sim_counters)
@@ -251,12 +277,13 @@ class SimCluster(Cluster):
             latency = LatencyResult(count=len(samples), p50_us=float(res.p50_us),
                                     p99_us=float(res.p99_us), p999_us=float(res.p999_us),
                                     max_us=max(samples), mean_us=sum(samples) / len(samples))
+        tenants = self._tenants(workload, res, sim_s)
         summary = {"sim_time_us": float(res.sim_time_us), "steps": int(res.steps),
                    "storms": [str(s) for s in (res.storms or [])],
                    "uplink_bytes": {str(k): int(v) for k, v in dict(res.uplink_bytes).items()}
                    if isinstance(res.uplink_bytes, dict) else str(res.uplink_bytes)}
         return Measurement(
-            collectives=colls, latency=latency, counters_before=before,
+            collectives=colls, latency=latency, tenants=tenants, counters_before=before,
             counters_after=self.counters(), duration_s=sim_s,
             raw={"rocesim": json.dumps(summary, sort_keys=True),
                  "rocesim_timeseries": timeseries_json(res)}, notes=notes,

@@ -75,6 +75,7 @@ class SshCluster(Cluster):
                          workers=inventory.ssh.fanout_workers)
         self._drivers: dict[str, Driver[Any]] | None = None
         self._conn_of: dict[str, str] = {}
+        self._switch_facts: dict[str, Outcome[Any]] | None = None
 
     @classmethod
     def from_fabric(cls, fabric: Any, *, name: str = "ssh") -> SshCluster:
@@ -127,21 +128,69 @@ class SshCluster(Cluster):
         return {by_conn[c]: o for c, o in res.items()}
 
     # -- Cluster ------------------------------------------------------------------------
+    def switch_facts(self, refresh: bool = False) -> dict[str, Outcome[Any]]:
+        """Per switch, read once: the PFC XOFF point, counter poll intervals and the
+        configuration the blast radius is computed from (``driver.facts()``)."""
+        if self._switch_facts is None or refresh:
+            # the switches' own drivers only: a host that cannot be reached must not stop this
+            sws = {s.name: s for s in self.inventory.switches}
+            self._switch_facts = self.pool.fan_out(
+                lambda c: switch_driver(c, sws[c.name]).facts(), list(sws)) if sws else {}
+        return self._switch_facts
+
+    def xoff_bytes(self) -> tuple[int | None, list[str]]:
+        """The lowest XOFF over the canary switches (switch and inventory values, the lower
+        wins) and the switches where neither gives one."""
+        values: list[int] = []
+        missing: list[str] = []
+        for sw in self.inventory.switches:
+            o = self.switch_facts()[sw.name]
+            found = [v for v in ((o.value or {}).get("xoff_bytes") if o.error is None else None,
+                                 sw.xoff_bytes or None) if v]
+            if found:
+                values.append(min(found))
+            else:
+                missing.append(sw.name)
+        return (min(values) if values else None), missing
+
+    def counter_poll_s(self) -> dict[str, float]:
+        """Seconds between two updates of each switch counter group (SONiC ``counterpoll``;
+        the slowest switch counts): ``{"pfc": 1.0, "queue": 10.0, "wred": 10.0}``."""
+        from tuner.drivers.sonic import POLL_GROUPS
+
+        out: dict[str, float] = {}
+        for sw in self.inventory.switches:
+            o = self.switch_facts()[sw.name]
+            poll = (o.value or {}).get("counterpoll") or {} if o.error is None else {}
+            for section, group in POLL_GROUPS.items():
+                if group in poll and poll[group][1]:  # a group that is off never moves
+                    out[section] = max(out.get(section, 0.0), poll[group][0])
+        return out
+
     def describe(self) -> ClusterDescription:
         inv = self.inventory
+        facts = {
+            "hosts": ",".join(f"{h.name}={h.address}" for h in inv.hosts),
+            "switches": ",".join(f"{s.name}={s.platform}" for s in inv.switches),
+            "lossless_queue": ",".join(sorted({str(s.lossless_queue) for s in inv.switches})),
+            "roce_priority": ",".join(sorted({str(h.roce_priority) for h in inv.hosts})),
+            "launcher": inv.launcher.host,
+        }
+        if inv.switches:
+            xoff, missing = self.xoff_bytes()
+            if xoff is not None:
+                facts["xoff_bytes"] = str(xoff)  # the loop's Kmax < XOFF rule reads this
+            if missing:
+                facts["xoff_unknown"] = ",".join(missing)
+            poll = self.counter_poll_s()
+            if poll:
+                facts["counter_poll_s"] = ",".join(f"{k}={v:g}" for k, v in sorted(poll.items()))
         return ClusterDescription(
             name=self.name, backend="ssh",
             canary_switches=[s.name for s in inv.switches],
             canary_nics=[h.nic for h in inv.hosts],
             nic_gbps=max((h.nic_gbps for h in inv.hosts), default=0.0),
-            facts={
-                "hosts": ",".join(f"{h.name}={h.address}" for h in inv.hosts),
-                "switches": ",".join(f"{s.name}={s.platform}" for s in inv.switches),
-                "lossless_queue": ",".join(sorted({str(s.lossless_queue)
-                                                   for s in inv.switches})),
-                "roce_priority": ",".join(sorted({str(h.roce_priority) for h in inv.hosts})),
-                "launcher": inv.launcher.host,
-            })
+            facts=facts)
 
     def snapshot(self) -> Settings:
         return self._read_all("snapshot")
@@ -215,13 +264,36 @@ class SshCluster(Cluster):
             ports.update(o.value or {})
         return Counters(ports=ports, taken_at_s=time.monotonic())
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
+        # The hosts, ranks and probe pair are fixed by the inventory: every replicate runs on
+        # the same placement; the index is recorded so repeats pair up.
         try:
-            return run_measurement(self, workload, monitor)
+            m = self.settled(run_measurement(self, workload, monitor))
+            return m.model_copy(update={"replicate": replicate})
         except TunerError:
             raise
         except Exception as exc:  # a bug or an unexpected remote answer: keep the reason
             raise MeasurementError(f"measurement failed: {type(exc).__name__}: {exc}") from exc
+
+    def settled(self, m: Measurement) -> Measurement:
+        """Take the final counters one switch poll interval after the traffic ended.
+
+        A switch publishes its counters every poll interval (SONiC ``counterpoll``: port stats
+        1 s, queue and WRED/ECN stats 10 s by default), so a read right after the traffic can
+        miss up to one interval of drops or marks: never judge such a value as "no change".
+        """
+        wait = max(self.counter_poll_s().values(), default=0.0) if self.inventory.switches \
+            else 0.0
+        if wait <= 0 or not m.counters_after.ports:
+            return m
+        left = wait - (time.monotonic() - m.counters_after.taken_at_s)
+        if left > 0:
+            time.sleep(left)
+        return m.model_copy(update={
+            "counters_after": self.counters(),
+            "notes": [*m.notes, f"final counters read {wait:g} s after the traffic (switch "
+                                "counter poll interval)"]})
 
     def __enter__(self) -> SshCluster:
         return self

@@ -59,7 +59,7 @@ class StateFileCluster(Cluster):
         self.inner = inner
         self.path = Path(path)
         left = read_state(self.path)
-        dirty = journal is None or Journal(journal).dirty() is not None
+        dirty = journal is None or Journal(journal).possibly_open()
         if left is not None and dirty:
             self.inner.apply(left)  # the devices still hold what the last process wrote
 
@@ -81,8 +81,9 @@ class StateFileCluster(Cluster):
     def counters(self) -> Counters:
         return self.inner.counters()
 
-    def measure(self, workload: Workload, monitor: Monitor | None = None) -> Measurement:
-        return self.inner.measure(workload, monitor)
+    def measure(self, workload: Workload, monitor: Monitor | None = None, *,
+                replicate: int = 0) -> Measurement:
+        return self.inner.measure(workload, monitor, replicate=replicate)
 
     def close(self) -> None:
         self.inner.close()

@@ -1,19 +1,28 @@
-"""Cumulus Linux NVUE: ECN on the lossless traffic class of the ``default-global`` profile.
+"""Cumulus Linux NVUE: ECN on a per-interface congestion-control profile of the canary ports.
 
-Commands (shared/reference/cumulus-nvue/, INDEX.md section 3.3):
-``nv set qos congestion-control default-global traffic-class <tc> min-threshold|max-threshold
-<bytes>``, ``... probability <0-100>``, ``... ecn enable|disable``, then ``nv config apply -y``;
-read back with ``nv show qos congestion-control default-global traffic-class <tc>``; counters
-from ``nv show interface <swp> counters qos`` (Cumulus Linux >= 5.5). Writes are staged and
-applied at once, but are still issued in the min < max-safe order of ``_ecn.ecn_write_order``.
+``default-global`` applies to every port without a profile of its own, so the driver never
+writes it: it writes its own profile (``canary_profile``, default ``ECNTUNE_CANARY``) and binds it
+to the canary ports only (``nv set interface <swp> qos congestion-control profile <name>``,
+Cumulus Linux >= 5.4); writing default-global's values back unbinds the ports and removes the
+profile. Exact values come from the applied configuration (``nv config show -o json``), never
+from the rounded displays; the per-port operational view (``nv show interface <swp> qos roce
+status``, human units such as ``146.48 KB``) is checked against them within its display
+precision, so a rounding never reads as a failed write.
+
+Commands (shared/reference/cumulus-nvue/, INDEX.md section 3.3): ``nv set qos congestion-control
+<profile> traffic-class <tc> min-threshold|max-threshold <bytes>``, ``... probability <0-100>``,
+``... ecn enable|disable``, ``nv set|unset interface <swp> qos congestion-control [profile
+<name>]``, ``nv unset qos congestion-control <profile>``, then ``nv config apply -y``; ``nv show
+qos pfc default-global`` for the PFC XOFF threshold; counters from ``nv show interface <swp>
+counters qos`` (Cumulus Linux >= 5.5).
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from tuner.drivers._ecn import ecn_write_order
 from tuner.drivers.base import Driver, Runner
 from tuner.errors import ApplyError
 from tuner.settings import EcnSettings
@@ -24,10 +33,69 @@ if TYPE_CHECKING:
 
 NV_NAMES = {"kmin_bytes": "min-threshold", "kmax_bytes": "max-threshold",
             "pmax_percent": "probability"}
+GLOBAL = "default-global"
+# Values a traffic class holds when the applied config does not set them (CL 5.12 QoS docs).
+DEFAULTS = {"ecn": "enable", "min-threshold": 150000, "max-threshold": 1500000,
+            "probability": 100}
+CONFIG = "nv config show -o json"
+PORT_MARK = "==ecntune:port:{}=="
+
+
+def nv_set_steps(profile: str, tc: int, current: EcnSettings, settings: EcnSettings
+                 ) -> list[str]:
+    """Every field of ``profile``'s traffic class ``tc`` as staged ``nv set`` lines, thresholds
+    in the min < max-safe order (``nv config apply`` then applies them at once)."""
+    prefix = f"nv set qos congestion-control {q('wred_profile', profile)} traffic-class {int(tc)}"
+    order = (["kmax_bytes", "kmin_bytes"] if settings.kmax_bytes >= current.kmax_bytes
+             else ["kmin_bytes", "kmax_bytes"]) + ["pmax_percent"]
+    steps = [f"{prefix} {NV_NAMES[k]} {q('value', getattr(settings, k))}" for k in order]
+    return [*steps, f"{prefix} ecn {'enable' if settings.enabled else 'disable'}"]
 
 
 def _mark(port: str) -> str:
-    return f"==ecntune:port:{port}=="
+    return PORT_MARK.format(port)
+
+
+def applied_tree(text: str) -> dict[str, Any]:
+    """The ``set`` tree of ``nv config show -o json`` (a list: header, then set)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApplyError(f"`{CONFIG}` printed no JSON: {exc}") from None
+    items = doc if isinstance(doc, list) else [doc]
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("set"), dict):
+            return dict(item["set"])
+    raise ApplyError(f"`{CONFIG}` has no 'set' section")
+
+
+def port_profiles(tree: dict[str, Any]) -> dict[str, str]:
+    """Interfaces with a congestion-control profile of their own: {port: profile}."""
+    out = {}
+    for port, body in (tree.get("interface") or {}).items():
+        cc = ((body or {}).get("qos") or {}).get("congestion-control") or {}
+        if isinstance(cc, dict) and cc.get("profile"):
+            out[str(port)] = str(cc["profile"])
+    return out
+
+
+def tc_values(tree: dict[str, Any], profile: str, tc: int) -> dict[str, Any] | None:
+    """A profile's traffic class with defaults filled in (None: the profile does not exist)."""
+    profiles = ((tree.get("qos") or {}).get("congestion-control") or {})
+    if profile not in profiles and profile != GLOBAL:
+        return None
+    row = (((profiles.get(profile) or {}).get("traffic-class") or {}).get(str(tc))) or {}
+    return {**DEFAULTS, **row}
+
+
+def settings_of(target: str, row: dict[str, Any]) -> EcnSettings:
+    try:
+        return EcnSettings(kmin_bytes=int(row["min-threshold"]),
+                           kmax_bytes=int(row["max-threshold"]),
+                           pmax_percent=int(row["probability"]),
+                           enabled=str(row["ecn"]).lower() in ("enable", "enabled", "on", "true"))
+    except (ValueError, TypeError) as exc:
+        raise ApplyError(f"{target}: invalid ECN values in the applied config: {exc}") from None
 
 
 class NvueDriver(Driver[EcnSettings]):
@@ -36,30 +104,59 @@ class NvueDriver(Driver[EcnSettings]):
     def __init__(self, runner: Runner, switch: SwitchEntry) -> None:
         super().__init__(runner, switch.name)
         self.switch = switch
+        self.tree: dict[str, Any] | None = None  # applied config of the last read
 
     @property
-    def _prefix(self) -> str:
-        return ("qos congestion-control default-global traffic-class "
-                f"{q('value', int(self.switch.lossless_queue))}")
+    def canary(self) -> str:
+        return self.switch.canary_profile
+
+    @property
+    def tc(self) -> int:
+        return int(self.switch.lossless_queue)
 
     # -- commands (pure) ---------------------------------------------------------------
     def read_command(self) -> str:
-        return f"nv show {self._prefix}"
+        ports = " && ".join(f"echo {shlex.quote(_mark(p))} && nv show interface "
+                            f"{q('switch_port', p)} qos roce status"
+                            for p in self.switch.canary_ports)
+        return f"{CONFIG} && {ports}"
 
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
-        """Staged ``nv set`` in the min < max-safe order, then one ``nv config apply``."""
-        steps = [f"nv set {self._prefix} {NV_NAMES[name]} {q('value', value)}"
-                 for name, value in ecn_write_order(current, settings)]
-        if settings.enabled != current.enabled:
-            steps.append(f"nv set {self._prefix} ecn "
-                         f"{'enable' if settings.enabled else 'disable'}")
+        """Staged ``nv set``/``unset``, then one ``nv config apply`` (atomic on the switch).
+
+        Back to default-global's values: unbind the canary ports, remove the profile. Otherwise
+        set every field of the canary profile (thresholds in the min < max-safe order), bind the
+        canary ports to it, apply."""
+        canary = q("wred_profile", self.canary)
+        ports = [q("switch_port", p) for p in self.switch.canary_ports]
+        if settings == self.original_settings():
+            steps = [f"nv unset interface {p} qos congestion-control" for p in ports]
+            steps.append(f"nv unset qos congestion-control {canary}")
+        else:
+            steps = nv_set_steps(self.canary, self.tc, current, settings)
+            steps += [f"nv set interface {p} qos congestion-control profile {canary}"
+                      for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
-        return [*steps, "nv config apply -y >&2"] if steps else []
+        return [*steps, "nv config apply -y >&2"]
+
+    def original_settings(self) -> EcnSettings | None:
+        """default-global's values for the RoCE traffic class, as last read."""
+        if self.tree is None:
+            return None
+        row = tc_values(self.tree, GLOBAL, self.tc)
+        return None if row is None else settings_of(self.target, row)
 
     def counters_command(self) -> str:
         ports = [*self.switch.canary_ports, *self.switch.other_ports]
         return " && ".join(f"echo {shlex.quote(_mark(p))} && nv show interface "
                            f"{q('switch_port', p)} counters qos" for p in ports)
+
+    def facts_command(self) -> str:
+        """Applied config (blast radius), PFC XOFF, one canary port's RoCE status (CNP queue)."""
+        port = self.switch.canary_ports[0]
+        return (f"{CONFIG} && echo {shlex.quote(_mark('pfc'))} && nv show qos pfc default-global"
+                f" && echo {shlex.quote(_mark(port))} && nv show interface "
+                f"{q('switch_port', port)} qos roce status")
 
     def commands(self) -> list[str]:
         lower = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
@@ -68,57 +165,90 @@ class NvueDriver(Driver[EcnSettings]):
 
     # -- parsing (pure) ----------------------------------------------------------------
     def parse(self, text: str) -> EcnSettings:
-        """Read-back of one traffic class (key/value view, text or ``-o json``)."""
+        """Exact values from the applied config of the profile the canary ports use; each
+        port's operational view must agree within its display precision."""
+        head, _, rest = text.partition(f"{_mark(self.switch.canary_ports[0])}\n")
+        tree = applied_tree(head)
+        self.tree = tree
+        bound = port_profiles(tree)
+        used = {p: bound.get(p, GLOBAL) for p in self.switch.canary_ports}
+        names = set(used.values())
+        if names not in ({GLOBAL}, {self.canary}):
+            raise ApplyError(f"{self.target}: canary ports use congestion-control profiles "
+                             f"{used}; expected all {GLOBAL} or all {self.canary}")
+        row = tc_values(tree, names.pop(), self.tc)
+        if row is None:
+            raise ApplyError(f"{self.target}: profile {self.canary} is bound but not defined")
+        settings = settings_of(self.target, row)
+        self._check_operational(f"{_mark(self.switch.canary_ports[0])}\n{rest}", settings)
+        return settings
+
+    def _check_operational(self, text: str, want: EcnSettings) -> None:
+        from objectives.parsers import parse_nvue
+        from objectives.parsers._nvue import within_display
+
+        for port, chunk in _chunks(text).items():
+            show = parse_nvue(chunk)
+            for key, value in (("max-threshold", want.kmax_bytes),
+                               ("min-threshold", want.kmin_bytes)):
+                shown = show.values.get(f"congestion-control.{key}")
+                if shown is not None and shown.value and not within_display(value, shown.value):
+                    raise ApplyError(f"{self.target}: {port} runs {key} {shown.value}, the "
+                                     f"applied config says {value} B")
+
+    def reach(self, tree: dict[str, Any]) -> list[str]:
+        """Every port a write reaches: the canary ports, any other port already bound to the
+        canary profile and, for default-global, every port of the switch."""
+        if self.canary == GLOBAL:
+            return ["every port without its own congestion-control profile"]
+        bound = port_profiles(tree)
+        return sorted({*self.switch.canary_ports,
+                       *(p for p, prof in bound.items() if prof == self.canary)})
+
+    def facts_from(self, text: str) -> dict[str, Any]:
         from objectives.parsers import parse_nvue
 
-        show = parse_nvue(text)
-        tc = self.switch.lossless_queue
-        prof = show.ecn_profiles().get(tc)  # whole-profile views
-        if prof is None:
-            prof = {"ecn": _enabled(show.values.get("ecn")),
-                    "min_threshold_bytes": _int(show.values.get("min-threshold")),
-                    "max_threshold_bytes": _int(show.values.get("max-threshold")),
-                    "probability": _int(show.values.get("probability"))}
-        missing = sorted(k for k, v in prof.items() if v is None)
-        if missing:
-            raise ApplyError(f"{self.target}: `{self.read_command()}` shows no {missing}")
-        try:
-            return EcnSettings(kmin_bytes=int(prof["min_threshold_bytes"]),  # type: ignore[arg-type]
-                               kmax_bytes=int(prof["max_threshold_bytes"]),  # type: ignore[arg-type]
-                               pmax_percent=int(prof["probability"]),  # type: ignore[arg-type]
-                               enabled=bool(prof["ecn"]))
-        except ValueError as exc:
-            raise ApplyError(f"{self.target}: invalid ECN values on traffic-class {tc}: "
-                             f"{exc}") from None
+        head, _, rest = text.partition(f"{_mark('pfc')}\n")
+        pfc, _, status = rest.partition(f"{_mark(self.switch.canary_ports[0])}\n")
+        tree = applied_tree(head)
+        xoff = None
+        if pfc.strip():
+            v = parse_nvue(pfc).values.get("xoff-threshold")
+            xoff = v.as_int() if v is not None else None
+        cnp: dict[str, str] = {}
+        if status.strip():
+            rows = parse_nvue(status).tables.get("RoCE SP->TC mapping and ETS configurations", [])
+            for row in rows:
+                if next(iter(row.values()), "") == "cnp":
+                    cnp[self.switch.canary_ports[0]] = (
+                        f"{row.get('scheduler-weight', '?')} (CNP switch-prio "
+                        f"{row.get('switch-prio', '?')} -> TC {row.get('traffic-class', '?')})")
+        return {"tree": tree, "xoff_bytes": xoff, "cnp": cnp,
+                "xoff_source": "nv show qos pfc default-global" if xoff else None}
+
+    def facts(self) -> dict[str, Any]:
+        return self.facts_from(self.runner.run(self.facts_command(), check=False).stdout)
 
     def counters_from(self, text: str) -> dict[str, dict[str, int]]:
         """One ``nv show interface <swp> counters qos`` per port, between markers."""
         from objectives.parsers import parse_nvue
 
-        chunks: dict[str, list[str]] = {}
-        port: str | None = None
-        for line in text.splitlines():
-            stripped = line.strip()
-            if stripped.startswith("==ecntune:port:") and stripped.endswith("=="):
-                port = stripped[len("==ecntune:port:"):-2]
-                chunks[port] = []
-            elif port is not None:
-                chunks[port].append(line)
-        out: dict[str, dict[str, int]] = {}
-        for port, lines in chunks.items():
-            out[f"{self.target}/{port}"] = parse_nvue("\n".join(lines) + "\n").to_counters()
-        return out
+        return {f"{self.target}/{port}": parse_nvue(chunk).to_counters()
+                for port, chunk in _chunks(text).items()}
 
     # -- Driver ------------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
         return self.counters_from(self.runner.run(self.counters_command()).stdout)
 
 
-def _int(v: Any) -> int | None:
-    return None if v is None else v.as_int()
-
-
-def _enabled(v: Any) -> bool | None:
-    if v is None or v.value is None:
-        return None
-    return str(v.value).lower() in ("enable", "enabled", "on", "true", "yes")
+def _chunks(text: str) -> dict[str, str]:
+    chunks: dict[str, list[str]] = {}
+    port: str | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("==ecntune:port:") and stripped.endswith("=="):
+            port = stripped[len("==ecntune:port:"):-2]
+            chunks[port] = []
+        elif port is not None:
+            chunks[port].append(line)
+    return {p: "\n".join(lines) + "\n" for p, lines in chunks.items()}

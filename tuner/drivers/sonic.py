@@ -1,8 +1,20 @@
-"""SONiC: ECN on the lossless queue's WRED profile with ``ecnconfig``; counters from ``show``.
+"""SONiC: ECN on a dedicated canary WRED profile bound only to the canary ports' lossless queue.
 
-Commands (sonic-utilities ``scripts/ecnconfig``; shared/reference/INDEX.md section 3.2):
-``ecnconfig -l`` to read, ``ecnconfig -p <profile> -gmax|-gmin|-gdrop <n>`` to write (one field per
-call, ordered by ``_ecn.ecn_write_order``), ``show pfc counters``, ``show queue counters``,
+SONiC's ``qos_config.j2`` binds one WRED profile (``AZURE_LOSSLESS``) to the lossless queues of
+every active port, so writing that profile changes uplinks and non-canary hosts too. The driver
+therefore tunes its own profile (``canary_profile``, default ``ECNTUNE_CANARY``): the first
+write clones the original profile (``wred_profile``) field for field, binds it to
+``QUEUE|<canary port>|<lossless queue>`` only, then moves the thresholds; writing the original
+profile's values back rebinds the original and deletes the clone. Nothing else is written.
+
+Commands (sonic-utilities ``scripts/ecnconfig``, ``sonic-cfggen``, ``sonic-db-cli``;
+shared/reference/INDEX.md section 3.2, sonic/wred-profile-config-db-schema.txt):
+``ecnconfig -l`` and ``sonic-cfggen -d --var-json QUEUE`` to read; ``sonic-db-cli CONFIG_DB
+HSET 'WRED_PROFILE|<canary>' <field> <value> ...`` to clone, ``HSET 'QUEUE|<port>|<q>'
+wred_profile <name>`` to bind, ``DEL 'WRED_PROFILE|<canary>'`` to drop the clone;
+``ecnconfig -p <canary> -gmax|-gmin|-gdrop <n>`` to write (one threshold per call, ordered by
+``_ecn.ecn_write_order``); ``mmuconfig -l`` for the PFC XOFF of the lossless buffer profile;
+``counterpoll show`` for counter poll intervals; ``show pfc counters``, ``show queue counters``,
 ``show queue wredcounters`` and ``show pfcwd stats`` for counters. ``EcnSettings`` maps onto the
 green fields: ``kmin_bytes`` = green_min_threshold, ``kmax_bytes`` = green_max_threshold,
 ``pmax_percent`` = green_drop_probability; ``enabled`` = the profile's ``ecn`` mode marks green.
@@ -10,6 +22,8 @@ green fields: ``kmin_bytes`` = green_min_threshold, ``kmax_bytes`` = green_max_t
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +43,101 @@ GREEN_MODES = {"ecn_green", "ecn_green_yellow", "ecn_green_red", "ecn_all"}
 SECTIONS = ("pfc", "queue", "wred", "pfcwd")
 SHOW = {"pfc": "show pfc counters", "queue": "show queue counters",
         "wred": "show queue wredcounters", "pfcwd": "show pfcwd stats"}
+QUEUE_MARK = "==ecntune:queue-table=="
+READ_QUEUES = "sonic-cfggen -d --var-json QUEUE"
+DB = "sonic-db-cli CONFIG_DB"
+# counterpoll groups (`counterpoll show` types) behind the counters the monitors read: PFC
+# frames are port stats, drops queue stats, ECN marks the WRED/ECN queue group (off by default)
+POLL_GROUPS = {"pfc": "PORT_STAT", "queue": "QUEUE_STAT", "wred": "WRED_ECN_QUEUE_STAT"}
+
+
+def ecnconfig_calls(profile: str, current: EcnSettings, settings: EcnSettings) -> list[str]:
+    """``ecnconfig -p <profile>`` calls taking ``current`` to ``settings``, never min > max.
+
+    One call writes its fields one CONFIG_DB write at a time in a fixed order (gmax, gmin, ...,
+    gdrop last; scripts/ecnconfig L372-388), so each threshold gets its own call in the order of
+    ``ecn_write_order`` (a single call would write gmax before gmin, wrong when lowering) and
+    ``-gdrop`` rides on the last call, where ecnconfig writes it after the threshold anyway.
+    """
+    calls: list[list[str]] = []
+    for name, value in ecn_write_order(current, settings):
+        flag = f"{FLAGS[name]} {q('value', value)}"
+        if name == "pmax_percent" and calls:
+            calls[-1].append(flag)
+        else:
+            calls.append([flag])
+    return [f"ecnconfig -p {q('wred_profile', profile)} " + " ".join(c) for c in calls]
 
 
 def _mark(section: str) -> str:
     return f"==ecntune:{section}=="
+
+
+def _queue_ids(spec: str) -> list[int]:
+    """``3`` / ``3-4`` / ``3,4`` (CONFIG_DB QUEUE key suffix) -> queue indices."""
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ApplyError(f"QUEUE key suffix {spec!r} is not a queue index or range")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def profile_name(ref: str) -> str:
+    """``AZURE_LOSSLESS`` or the older reference form ``[WRED_PROFILE|AZURE_LOSSLESS]``."""
+    m = re.fullmatch(r"\[WRED_PROFILE\|([^\]]+)\]", ref.strip())
+    return m.group(1) if m else ref.strip()
+
+
+def queue_bindings(table: dict[str, Any]) -> dict[tuple[str, int], tuple[str, str]]:
+    """``sonic-cfggen -d --var-json QUEUE`` -> {(port, queue): (profile, CONFIG_DB key)}.
+
+    Keys are ``<port>|<queue>``; older configurations list several ports and a range in one
+    key (``Ethernet0,Ethernet4|3-4``), which binds them all at once."""
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    for key, fields in table.items():
+        ports, sep, queues = key.rpartition("|")
+        if not sep or not isinstance(fields, dict) or "wred_profile" not in fields:
+            continue
+        for port in ports.split(","):
+            for queue in _queue_ids(queues):
+                out[(port, queue)] = (profile_name(str(fields["wred_profile"])), key)
+    return out
+
+
+def parse_queue_table(text: str) -> dict[str, Any]:
+    try:
+        table = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ApplyError(f"`{READ_QUEUES}` printed no JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise ApplyError(f"`{READ_QUEUES}` printed {type(table).__name__}, not an object")
+    return table
+
+
+def parse_counterpoll(text: str) -> dict[str, tuple[float, bool]]:
+    """``counterpoll show`` -> {type: (interval s, enabled)}; ``default (60000)`` counts."""
+    out: dict[str, tuple[float, bool]] = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"\s*([A-Z][A-Z0-9_]+)\s+(?:default\s*\()?(\d+)\)?\s+(enable|disable)\s*",
+                         line)
+        if m:
+            out[m.group(1)] = (int(m.group(2)) / 1000.0, m.group(3) == "enable")
+    return out
+
+
+def parse_mmu_xoff(text: str) -> dict[str, int]:
+    """``mmuconfig -l``: ``{profile: xoff bytes}`` of every buffer profile with an ``xoff``."""
+    out: dict[str, int] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith(("Profile:", "Pool:")):
+            current = s.split(":", 1)[1].strip() if s.startswith("Profile:") else None
+        elif current and (m := re.fullmatch(r"xoff\s+(\d+)", s)):
+            out[current] = int(m.group(1))
+    return out
 
 
 class SonicDriver(Driver[EcnSettings]):
@@ -41,32 +146,66 @@ class SonicDriver(Driver[EcnSettings]):
     def __init__(self, runner: Runner, switch: SwitchEntry) -> None:
         super().__init__(runner, switch.name)
         self.switch = switch
+        self.profiles: dict[str, dict[str, Any]] | None = None  # from the last read
+        self.queue_table: dict[str, Any] | None = None
+
+    @property
+    def canary(self) -> str:
+        return self.switch.canary_profile
+
+    @property
+    def original(self) -> str:
+        return self.switch.wred_profile
 
     # -- commands (pure) ---------------------------------------------------------------
     def read_command(self) -> str:
-        return "ecnconfig -l"
+        return f"ecnconfig -l && echo {shlex.quote(QUEUE_MARK)} && {READ_QUEUES}"
+
+    def _queue_key(self, port: str) -> str:
+        return f"QUEUE|{port}|{int(self.switch.lossless_queue)}"
+
+    def _bind(self, profile: str) -> list[str]:
+        return [f"{DB} HSET {q('db_key', self._queue_key(p))} wred_profile "
+                f"{q('wred_profile', profile)}" for p in self.switch.canary_ports]
+
+    def _clone_fields(self, current: EcnSettings) -> dict[str, str]:
+        """Every field of the original profile (as last read), so the clone marks yellow and
+        red traffic like the original does."""
+        prof = (self.profiles or {}).get(self.original)
+        if prof is None:  # never read (only the command catalog does this): a stock profile
+            prof = {"ecn": "ecn_all"}  # as qos_config.j2 makes it, every colour alike
+            for colour in ("green", "yellow", "red"):
+                prof |= {f"wred_{colour}_enable": "true",
+                         f"{colour}_min_threshold": current.kmin_bytes,
+                         f"{colour}_max_threshold": current.kmax_bytes,
+                         f"{colour}_drop_probability": current.pmax_percent}
+        return {str(k): str(v) for k, v in prof.items()}
 
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
-        """``ecnconfig`` calls in the min < max-safe order of ``ecn_write_order``.
-
-        One call writes its fields one CONFIG_DB write at a time in a fixed order (gmax, gmin,
-        ..., gdrop last; scripts/ecnconfig L372-388), so the thresholds get one call each (a
-        single call would write gmax before gmin, wrong when lowering) and ``-gdrop`` rides
-        on the last call, where ecnconfig writes it after the threshold anyway.
+        """Back to the original values: rebind the original, drop the clone. Otherwise clone
+        the original unless the canary ports already use the clone (then it holds ``current``),
+        bind it, and move the thresholds with ``ecnconfig_calls`` (min < max at every step).
         """
         if settings.enabled != current.enabled:
             raise WriteError(f"{self.target}: switching ECN marking on/off is not done by this "
                              "driver (`ecnconfig -q` changes every port); set the profile's "
                              "ecn mode by hand", None)
-        profile = q("wred_profile", self.switch.wred_profile)
-        calls: list[list[str]] = []
-        for name, value in ecn_write_order(current, settings):
-            flag = f"{FLAGS[name]} {q('value', value)}"
-            if name == "pmax_percent" and calls:
-                calls[-1].append(flag)
-            else:
-                calls.append([flag])
-        return [f"ecnconfig -p {profile} " + " ".join(call) for call in calls]
+        canary = q("wred_profile", self.canary)
+        if settings == self.original_settings():
+            return [*self._bind(self.original),
+                    f"{DB} DEL {q('db_key', 'WRED_PROFILE|' + self.canary)}"]
+        first = self._queue_key(self.switch.canary_ports[0])
+        pairs = " ".join(f"{q('db_field', k)} {q('db_value', v)}"
+                         for k, v in self._clone_fields(current).items())
+        steps = [f'{{ [ "$({DB} HGET {q("db_key", first)} wred_profile)" = {canary} ] || '
+                 f"{DB} HSET {q('db_key', 'WRED_PROFILE|' + self.canary)} {pairs}; }}",
+                 *self._bind(self.canary)]
+        return steps + ecnconfig_calls(self.canary, current, settings)
+
+    def original_settings(self) -> EcnSettings | None:
+        """The original profile's values as last read (``None`` before any read)."""
+        prof = (self.profiles or {}).get(self.original)
+        return None if prof is None else _settings(self.target, self.original, prof)
 
     def counters_command(self) -> str:
         """The counter commands as one line (``counters`` runs them as parallel channels)."""
@@ -82,25 +221,92 @@ class SonicDriver(Driver[EcnSettings]):
 
     # -- parsing (pure) ----------------------------------------------------------------
     def parse(self, text: str) -> EcnSettings:
+        """The values of the profile the canary ports' lossless queue uses (the clone or the
+        original); anything else bound there, or a mix, is refused."""
         from objectives.parsers import parse_ecnconfig
 
-        profiles: dict[str, dict[str, Any]] = parse_ecnconfig(text).profiles
-        name = self.switch.wred_profile
-        if name not in profiles:
-            raise ApplyError(f"{self.target}: WRED profile {name!r} does not exist on the "
-                             f"switch (has {sorted(profiles)}); refusing to create one")
-        prof = profiles[name]
-        try:
-            return EcnSettings(
-                kmin_bytes=int(prof[FIELDS["kmin_bytes"]]),
-                kmax_bytes=int(prof[FIELDS["kmax_bytes"]]),
-                pmax_percent=int(prof[FIELDS["pmax_percent"]]),
-                enabled=str(prof.get("ecn", "ecn_none")) in GREEN_MODES)
-        except KeyError as exc:
-            raise ApplyError(f"{self.target}: profile {name} lacks {exc.args[0]}") from None
-        except ValueError as exc:
-            raise ApplyError(f"{self.target}: profile {name} holds invalid values: {exc}") \
-                from None
+        ecn, sep, queues = text.partition(f"{QUEUE_MARK}\n")
+        if not sep:
+            raise ApplyError(f"{self.target}: `{READ_QUEUES}` did not run")
+        profiles: dict[str, dict[str, Any]] = parse_ecnconfig(ecn).profiles
+        if self.original not in profiles:
+            raise ApplyError(f"{self.target}: WRED profile {self.original!r} does not exist on "
+                             f"the switch (has {sorted(profiles)}); refusing to create one")
+        table = parse_queue_table(queues)
+        self.profiles, self.queue_table = profiles, table
+        used = self.bound_profiles(table)
+        names = set(used.values())
+        if names == {self.canary} and self.canary in profiles:
+            name = self.canary
+        elif names == {self.original}:
+            name = self.original
+        else:
+            raise ApplyError(f"{self.target}: lossless queue {self.switch.lossless_queue} of the "
+                             f"canary ports uses {used}; expected all {self.original!r} or all "
+                             f"{self.canary!r} (existing: {sorted(profiles)})")
+        return _settings(self.target, name, profiles[name])
+
+    def bound_profiles(self, table: dict[str, Any]) -> dict[str, str | None]:
+        """Profile on each canary port's lossless queue; refuses shared multi-port keys."""
+        binds = queue_bindings(table)
+        queue = int(self.switch.lossless_queue)
+        out: dict[str, str | None] = {}
+        for port in self.switch.canary_ports:
+            name, key = binds.get((port, queue), (None, ""))
+            if name is not None and key != f"{port}|{queue}":
+                raise ApplyError(f"{self.target}: QUEUE|{key} binds {port} queue {queue} together "
+                                 "with other ports; split it into one key per port first")
+            out[port] = name
+        return out
+
+    def reach(self, table: dict[str, Any]) -> list[tuple[str, int]]:
+        """Every (port, queue) a write reaches: the canary ports' lossless queue plus whatever
+        the switch's own QUEUE table already binds to the written (canary) profile."""
+        queue = int(self.switch.lossless_queue)
+        out = {(p, queue) for p in self.switch.canary_ports}
+        out |= {pq for pq, (name, _) in queue_bindings(table).items() if name == self.canary}
+        return sorted(out)
+
+    # -- facts (read-only) -------------------------------------------------------------
+    def facts_command(self) -> str:
+        """Buffer profiles (PFC XOFF), counter poll intervals, all of CONFIG_DB."""
+        return (f"mmuconfig -l; echo {shlex.quote(_mark('poll'))}; counterpoll show; "
+                f"echo {shlex.quote(QUEUE_MARK)}; sonic-cfggen -d --print-data")
+
+    def facts_from(self, text: str) -> dict[str, Any]:
+        mmu, _, rest = text.partition(f"{_mark('poll')}\n")
+        poll, _, config = rest.partition(f"{QUEUE_MARK}\n")
+        db = parse_queue_table(config)
+        xoff = parse_mmu_xoff(mmu)
+        lossless = {k: v for k, v in xoff.items() if "lossless" in k} or xoff
+        lowest = min(lossless, key=lambda k: lossless[k]) if lossless else None
+        return {"xoff_bytes": lossless[lowest] if lowest else None,
+                "xoff_source": f"mmuconfig -l: {lowest}" if lowest else None,
+                "counterpoll": parse_counterpoll(poll),
+                "queue_table": dict(db.get("QUEUE") or {}), "config_db": db}
+
+    def cnp_schedulers(self, db: dict[str, Any], cnp_dscp: int) -> dict[str, str]:
+        """Per canary port, the scheduler type of the queue CNPs (DSCP ``cnp_dscp``) leave by:
+        PORT_QOS_MAP dscp_to_tc_map -> DSCP_TO_TC_MAP -> tc_to_queue_map -> QUEUE scheduler ->
+        SCHEDULER type (``STRICT``, ``DWRR``, ``WRR``; ``?`` where a link is missing)."""
+        out: dict[str, str] = {}
+        for port in self.switch.canary_ports:
+            qmap = (db.get("PORT_QOS_MAP") or {}).get(port) or {}
+            dscp_map = (db.get("DSCP_TO_TC_MAP") or {}).get(_ref(qmap.get("dscp_to_tc_map"))) or {}
+            tc = dscp_map.get(str(cnp_dscp))
+            tcq = (db.get("TC_TO_QUEUE_MAP") or {}).get(_ref(qmap.get("tc_to_queue_map"))) or {}
+            queue = tcq.get(str(tc), tc)
+            sched = ((db.get("QUEUE") or {}).get(f"{port}|{queue}") or {}).get("scheduler")
+            kind = ((db.get("SCHEDULER") or {}).get(_ref(sched)) or {}).get("type")
+            out[port] = f"{kind or '?'} (DSCP {cnp_dscp} -> TC {tc} -> queue {queue})"
+        return out
+
+    def facts(self) -> dict[str, Any]:
+        return self.facts_from(self.runner.run(self.facts_command(), check=False).stdout)
+
+    def enable_counters_command(self) -> str:
+        """Operator-consented: poll the WRED/ECN queue counters (disabled by default)."""
+        return "counterpoll wredqueue enable"
 
     def counters_from(self, text: str) -> dict[str, dict[str, int]]:
         """Merge the four ``show`` tables into ``{"leaf0/Ethernet0": {...}}`` for our ports."""
@@ -135,6 +341,26 @@ class SonicDriver(Driver[EcnSettings]):
             outs = dict(zip(SECTIONS, pool.map(lambda sec: self.runner.run(SHOW[sec]).stdout,
                                                SECTIONS), strict=True))
         return self.counters_from("".join(f"{_mark(sec)}\n{outs[sec]}" for sec in SECTIONS))
+
+
+def _ref(value: Any) -> str:
+    """``[SCHEDULER|scheduler.0]`` (older reference form) or ``scheduler.0`` -> the name."""
+    text = str(value or "")
+    m = re.fullmatch(r"\[[A-Z_]+\|([^\]]+)\]", text)
+    return m.group(1) if m else text
+
+
+def _settings(target: str, name: str, prof: dict[str, Any]) -> EcnSettings:
+    try:
+        return EcnSettings(
+            kmin_bytes=int(prof[FIELDS["kmin_bytes"]]),
+            kmax_bytes=int(prof[FIELDS["kmax_bytes"]]),
+            pmax_percent=int(prof[FIELDS["pmax_percent"]]),
+            enabled=str(prof.get("ecn", "ecn_none")) in GREEN_MODES)
+    except KeyError as exc:
+        raise ApplyError(f"{target}: profile {name} lacks {exc.args[0]}") from None
+    except ValueError as exc:
+        raise ApplyError(f"{target}: profile {name} holds invalid values: {exc}") from None
 
 
 def _split(text: str) -> dict[str, str]:

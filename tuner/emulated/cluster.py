@@ -32,7 +32,10 @@ SSHD = "/usr/sbin/sshd"
 TOOLS = {
     "ethtool": "ethtool", "mlnx_qos": "mlnx_qos", "ip": "ip", "mpirun": "mpirun",
     "all_reduce_perf": "nccl_tests", "alltoall_perf": "nccl_tests",
-    "ib_write_lat": "ib_write_lat", "ecnconfig": "ecnconfig", "show": "show", "nv": "nv",
+    "ib_write_lat": "ib_write_lat", "ib_write_bw": "ib_write_bw", "ecnconfig": "ecnconfig",
+    "show": "show", "nv": "nv", "sonic-db-cli": "sonic_db_cli", "sonic-cfggen": "sonic_cfggen",
+    "mmuconfig": "mmuconfig", "counterpoll": "counterpoll", "mstconfig": "mstconfig",
+    "mlxconfig": "mstconfig", "ibv_devinfo": "ibv_devinfo",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -188,11 +191,13 @@ class EmulatedCluster:
         self._write_states()
         self._write_refused_all()
         self.set_background(self._initial_background)
-        (self.root / "last_probes.json").unlink(missing_ok=True)
         for name in self.host_names:
-            for leftover in ("perftest_server.json", "perftest_result.json"):
-                (self.root / name / leftover).unlink(missing_ok=True)
+            for leftover in (self.root / name).glob("perftest_*.json"):
+                leftover.unlink(missing_ok=True)
+        for leftover in (self.root / "traffic").glob("*.json"):
+            leftover.unlink(missing_ok=True)
         for name, t in self.targets.items():
+            self._clear_run(name)
             if (self.keys_dir / f"{name}_host_ed25519.orig").exists():
                 self.restore_host_key(name)
             elif t.pid is None and self._started:
@@ -242,6 +247,15 @@ class EmulatedCluster:
                 (tdir / f"sys/class/net/{s['netdev']}/mtu").write_text(f"{int(mtu)}\n")
             st.write_json(tdir / "state.json", s)
 
+    def edit_state(self, target: str, change: Any) -> None:
+        """Change a target's device state behind the tuner's back: ``change(state)`` edits the
+        dict in place (e.g. bind a switch profile to an uplink, set ``cc_algorithm``)."""
+        tdir = self._tdir(target)
+        with st.locked(tdir):
+            s = st.load_state(tdir)
+            change(s)
+            st.write_json(tdir / "state.json", s)
+
     def clear_faults(self, target: str) -> None:
         tdir = self._tdir(target)
         with st.locked(tdir):
@@ -279,6 +293,21 @@ class EmulatedCluster:
 
     def start_target(self, target: str) -> None:
         self._start_sshd([target], 10.0)
+
+    def reboot(self, target: str) -> None:
+        """The target restarts: its sshd and every process of it (dead-man timers too) die and
+        its /run (a tmpfs) comes back empty; the device settings stay, as NVUE's auto-saved
+        startup configuration would keep them."""
+        self.stop_target(target)
+        self._clear_run(target)
+        self.start_target(target)
+
+    def _clear_run(self, target: str) -> None:
+        import shutil
+
+        run = self._tdir(target) / "run"
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(mode=0o700)
 
     def kill_sessions(self, target: str) -> int:
         """Drop every open SSH connection (and its commands) of one target; returns how many."""
@@ -375,20 +404,21 @@ class EmulatedCluster:
             mine = host_names[j * self.hosts_per_leaf:(j + 1) * self.hosts_per_leaf]
             ports_fn = swmod.sonic_ports if t.platform == "sonic" else swmod.nvue_ports
             host_ports, up_ports = ports_fn(self.hosts_per_leaf, uplinks)
+            xoff = swmod.twin_xoff(self.topology, f"leaf{j}")
             state: dict[str, Any] = {
                 "kind": "switch", "name": sw, "address": t.address, "platform": t.platform,
                 "lossless_queue": 3,
                 "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine)],
                 "uplink_ports": up_ports, "hosts": dict(zip(mine, host_ports, strict=False)),
-                "xoff_bytes": 1_000_000, "rocesim_name": f"leaf{j}",
+                "xoff_bytes": xoff, "rocesim_name": f"leaf{j}",
             }
             if t.platform == "sonic":
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
-                    host_ports[:len(mine)] + up_ports, 3)
+                    host_ports[:len(mine)] + up_ports, 3, xoff)
             else:
                 state.update(swmod.init_nvue(ecn["kmin_bytes"], ecn["kmax_bytes"],
-                                             ecn["pmax_percent"], 3))
+                                             ecn["pmax_percent"], 3, xoff))
             t.extra = state
             self._init_dir(sw, state)
             for h, port in state["hosts"].items():
@@ -416,6 +446,7 @@ class EmulatedCluster:
         st.write_json(tdir / "counters.json", {})
         st.write_json(tdir / "faults.json", {})
         (tdir / "refused_writes").write_text("")
+        (tdir / "run").mkdir(mode=0o700, exist_ok=True)  # the target's /run (dead-man timers)
 
     def _write_inventory(self) -> None:
         import yaml
@@ -435,8 +466,7 @@ class EmulatedCluster:
             t = self.targets[s]
             sw = {"name": s, "address": t.address, "port": self.port, "user": "root",
                   "key_file": key, "platform": t.platform, "lossless_queue": 3,
-                  "canary_ports": list(t.extra["host_ports"]), "other_ports": [],
-                  "xoff_bytes": t.extra["xoff_bytes"]}
+                  "canary_ports": list(t.extra["host_ports"]), "other_ports": []}
             if t.platform == "sonic":
                 sw["wred_profile"] = "AZURE_LOSSLESS"
             switches.append(sw)
@@ -489,6 +519,7 @@ class EmulatedCluster:
             (st.ENV_ROOT, str(self.root)), (st.ENV_NAME, t.name),
             ("PATH", f"{self.bin_dir}:/usr/bin:/bin"),
             ("BASH_ENV", str(self.root / "bashenv.sh")),
+            ("XDG_RUNTIME_DIR", str(self.root / t.name / "run")),
             # sshd's login bash reads ~/.bashrc; the machine's root .bashrc costs ~200 ms
             # (pyenv init) per command. HOME here keeps sessions independent of it.
             ("HOME", str(self.run_dir))))

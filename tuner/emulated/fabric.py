@@ -3,14 +3,17 @@
 ``run`` reads the settings ACTUALLY applied on every emulated target (the fake /sys trees and
 the switches' applied config), builds ``rocesim.Fabric`` from ``topology.json``, simulates, adds
 the resulting counters to every target's state (so ``ethtool -S``, hw_counters and
-``show pfc counters`` move) and records the latency probes for ``ib_write_lat``.
+``show pfc counters`` move). Running traffic (collectives, ``ib_write_bw`` flows) is announced
+under ``<root>/traffic/`` so that a probe sees load only while load is there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,18 +87,81 @@ def build_fabric(root: Path, settings: dict[str, Any]) -> Any:
 
 
 def background(root: Path, nics: list[str]) -> list[Any]:
+    """rocesim background flows: the topology's "other tenants" plus every running emulated
+    ``ib_write_bw`` client (one flow, its rate limit, its class)."""
     import rocesim
 
     out = []
     for bg in load_topology(root).get("background", []):
         out.append(rocesim.Background(**{**bg, "nics": bg.get("nics") or nics}))
+    for f in active(root, "bw"):
+        if f["src"] in nics and f["dst"] in nics and f["src"] != f["dst"]:
+            out.append(rocesim.Background(pattern="incast", fan_in=1, nics=[f["dst"], f["src"]],
+                                          load=min(1.0, max(1e-3, f["load"])),
+                                          priority=f["priority"]))
     return out
 
 
+TRAFFIC = "traffic"  # <root>/traffic/<kind>-<pid>.json: what runs on the fabric right now
+
+
+@contextlib.contextmanager
+def traffic(root: Path, kind: str, data: dict[str, Any]) -> Iterator[Path]:
+    """Announce running traffic (``mpirun`` collectives, ``ib_write_bw`` flows) until exit."""
+    path = root / TRAFFIC / f"{kind}-{os.getpid()}.json"
+    path.parent.mkdir(exist_ok=True)
+    st.write_json(path, {"pid": os.getpid(), **data})
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def active(root: Path, kind: str, at: float | None = None) -> list[dict[str, Any]]:
+    """Traffic of ``kind`` running at wall time ``at`` (default now) by a live process."""
+    now = time.time() if at is None else at
+    out = []
+    for path in sorted((root / TRAFFIC).glob(f"{kind}-*.json")):
+        d = st.read_json(path)
+        if not d or not alive(int(d.get("pid", 0))):
+            continue
+        if d.get("start", 0.0) <= now <= d.get("end", float("inf")):
+            out.append(d)
+    return out
+
+
+def alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def idle_samples(root: Path, a_nic: str, b_nic: str, size: int) -> list[float]:
+    """Probe latencies with no collective running (the background flows still run)."""
+    import rocesim
+
+    settings = applied_settings(root)
+    fab = build_fabric(root, settings)
+    bg = background(root, fab.nic_names) or [
+        rocesim.Background(pattern="permutation", load=0.01, nics=fab.nic_names)]
+    res = rocesim.simulate(fab, rocesim.Workload(
+        background=bg, probes=rocesim.Probes(pairs=2, nics=[a_nic, b_nic], size_bytes=size)),
+        seed=int(load_topology(root).get("seed", 1)), max_time_us=3000)
+    return [float(x) for x in res.latency_us.tolist()]
+
+
 def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iters: int,
-                   counted_iters: int | None = None, probe_pairs: int = 2) -> list[SizeResult]:
+                   counted_iters: int | None = None, probe_pairs: int = 2
+                   ) -> tuple[list[SizeResult], list[float]]:
     """One simulation per size; counters of every run are added to the targets, scaled to
-    ``counted_iters`` (nccl-tests runs warmup + out-of-place + in-place iterations)."""
+    ``counted_iters`` (nccl-tests runs warmup + out-of-place + in-place iterations). Also
+    returns the latencies of probes between the ranks while the collective ran."""
     counted = iters if counted_iters is None else counted_iters
     import rocesim
 
@@ -103,38 +169,27 @@ def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iter
     fabric = build_fabric(root, settings)
     seed = int(load_topology(root).get("seed", 1))
     results: list[SizeResult] = []
-    marker = root / "mpirun.running"
-    marker.write_text(str(os.getpid()))
     lat: list[float] = []
-    try:
-        for size in sizes:
-            sim_size = min(size, MAX_SIM_BYTES)
-            scale = size / sim_size
-            workload = rocesim.Workload(
-                collectives=[rocesim.Collective(op, sim_size, ranks,  # type: ignore[arg-type]
-                                                iterations=min(iters, MAX_SIM_ITERATIONS))],
-                background=background(root, fabric.nic_names),
-                probes=rocesim.Probes(pairs=probe_pairs, nics=ranks))
-            res = rocesim.simulate(fabric, workload, seed=seed)
-            c = res.collectives[0]
-            t_us = (sum(c.iteration_times_us) / len(c.iteration_times_us)) * scale \
-                if c.iteration_times_us else float("nan")
-            algbw = size / 1e9 / (t_us / 1e6) if t_us == t_us and t_us > 0 else 0.0
-            n = len(ranks)
-            factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
-            results.append(SizeResult(size, t_us, algbw, algbw * factor, c.completed))
-            simulated = max(1, min(iters, MAX_SIM_ITERATIONS))
-            distribute_counters(root, res.counters, counted / simulated * scale)
-            lat.extend(float(x) for x in res.latency_us.tolist())
-    finally:
-        marker.unlink(missing_ok=True)
-    record_probes(root, lat, settings)
-    return results
-
-
-def record_probes(root: Path, samples: list[float], settings: dict[str, Any]) -> None:
-    st.write_json(root / "last_probes.json", {
-        "time": time.time(), "settings": settings, "samples_us": samples[:20000]})
+    for size in sizes:
+        sim_size = min(size, MAX_SIM_BYTES)
+        scale = size / sim_size
+        workload = rocesim.Workload(
+            collectives=[rocesim.Collective(op, sim_size, ranks,  # type: ignore[arg-type]
+                                            iterations=min(iters, MAX_SIM_ITERATIONS))],
+            background=background(root, fabric.nic_names),
+            probes=rocesim.Probes(pairs=probe_pairs, nics=ranks))
+        res = rocesim.simulate(fabric, workload, seed=seed)
+        c = res.collectives[0]
+        t_us = (sum(c.iteration_times_us) / len(c.iteration_times_us)) * scale \
+            if c.iteration_times_us else float("nan")
+        algbw = size / 1e9 / (t_us / 1e6) if t_us == t_us and t_us > 0 else 0.0
+        n = len(ranks)
+        factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+        results.append(SizeResult(size, t_us, algbw, algbw * factor, c.completed))
+        simulated = max(1, min(iters, MAX_SIM_ITERATIONS))
+        distribute_counters(root, res.counters, counted / simulated * scale)
+        lat.extend(float(x) for x in res.latency_us.tolist())
+    return results, lat[:20000]
 
 
 def distribute_counters(root: Path, counters: dict[str, dict[str, int]], scale: float) -> None:

@@ -7,6 +7,7 @@ platform's real format. Standard library only.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 # Field order of the AZURE_LOSSLESS profile in sonic-utilities' mock CONFIG_DB (ecnconfig -l
@@ -22,6 +23,16 @@ QUEUE_COUNTERS = ("pkts", "bytes", "drop_pkts", "drop_bytes", "wred_drop_pkts",
                   "wred_drop_bytes", "ecn_marked_pkts", "ecn_marked_bytes")
 
 
+def twin_xoff(topology: dict[str, Any], leaf: str) -> int:
+    """The PFC XOFF point of the rocesim leaf behind an emulated switch: what its buffer
+    configuration (``mmuconfig -l``, ``nv show qos pfc``) reports."""
+    import rocesim
+
+    kwargs = {k: topology[k] for k in ("kind", "leaves", "spines", "hosts_per_leaf",
+                                       "nics_per_host", "nic_gbps") if k in topology}
+    return int(rocesim.Fabric(rocesim.Topology(**kwargs)).xoff_bytes(leaf))
+
+
 def sonic_ports(n_hosts: int, n_uplinks: int) -> tuple[list[str], list[str]]:
     """Host-facing ``Ethernet0, Ethernet4...`` then uplinks (4 lanes per port, like SONiC)."""
     host = [f"Ethernet{4 * i}" for i in range(n_hosts)]
@@ -35,7 +46,8 @@ def nvue_ports(n_hosts: int, n_uplinks: int) -> tuple[list[str], list[str]]:
     return host, up
 
 
-def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int) -> dict[str, Any]:
+def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
+               xoff: int = 1_000_000) -> dict[str, Any]:
     values = {
         "red_max_threshold": kmax, "wred_green_enable": "true", "ecn": "ecn_all",
         "green_min_threshold": kmin, "red_min_threshold": kmin, "wred_yellow_enable": "true",
@@ -45,45 +57,93 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int) ->
     }
     return {
         "WRED_PROFILE": {"AZURE_LOSSLESS": {f: str(values[f]) for f in WRED_FIELD_ORDER}},
-        "QUEUE": {f"{p}|{queue}": {"scheduler": "[SCHEDULER|scheduler.1]",
-                                   "wred_profile": "AZURE_LOSSLESS"} for p in ports},
-        "PORT_QOS_MAP": {p: {"pfc_enable": str(queue), "scheduler": "port_scheduler"}
+        "QUEUE": {**{f"{p}|{queue}": {"scheduler": "[SCHEDULER|scheduler.1]",
+                                      "wred_profile": "AZURE_LOSSLESS"} for p in ports},
+                  **{f"{p}|6": {"scheduler": "[SCHEDULER|scheduler.0]"} for p in ports}},
+        "PORT_QOS_MAP": {p: {"pfc_enable": str(queue), "scheduler": "port_scheduler",
+                             "dscp_to_tc_map": "AZURE", "tc_to_queue_map": "AZURE"}
                          for p in ports},
+        # RoCE DSCP 26 -> TC 3 (lossless), CNP DSCP 48 -> TC 6 on a strict-priority queue
+        "DSCP_TO_TC_MAP": {"AZURE": {**{str(d): "0" for d in range(64)}, "26": str(queue),
+                                     "48": "6"}},
+        "TC_TO_QUEUE_MAP": {"AZURE": {str(t): str(t) for t in range(8)}},
+        "SCHEDULER": {"scheduler.0": {"type": "STRICT"},
+                      "scheduler.1": {"type": "DWRR", "weight": "50"}},
         "PFC_WD": {p: {"action": "drop", "detection_time": "200", "restoration_time": "200"}
                    for p in ports},
         "DEVICE_NEIGHBOR": {p: {"name": f"peer-{p}", "port": "eth0"} for p in ports},
+        # mmuconfig -l (shared/reference: sonic-utilities tests, buffer triage notes)
+        "BUFFER_POOL": {
+            "ingress_lossless_pool": {"mode": "dynamic", "size": "32732160", "type": "ingress",
+                                      "xoff": "1622016"},
+            "egress_lossless_pool": {"mode": "static", "size": "32599040", "type": "egress"}},
+        "BUFFER_PROFILE": {
+            "pg_lossless_100000_300m_profile": {
+                "dynamic_th": "0", "pool": "ingress_lossless_pool", "size": "4608",
+                "xoff": str(xoff), "xon": "4608", "xon_offset": "4608"},
+            "egress_lossless_profile": {"pool": "egress_lossless_pool", "size": "0",
+                                        "static_th": "32599040"}},
+        # counterpoll: SONiC's defaults but queue stats every 1 s (`counterpoll queue interval
+        # 1000`, keeps emulated trials short); the WRED/ECN queue group is off until enabled
+        "FLEX_COUNTER_TABLE": {
+            "QUEUE": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "1000"},
+            "PORT": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "1000"},
+            "PFCWD": {"FLEX_COUNTER_STATUS": "enable"},
+            "WRED_ECN_QUEUE": {"FLEX_COUNTER_STATUS": "disable", "POLL_INTERVAL": "10000"}},
     }
 
 
-def init_nvue(kmin: int, kmax: int, pmax: int, tc: int) -> dict[str, Any]:
-    """default-global congestion-control: TC0 factory profile plus the RoCE TC configured."""
-    tcs = {
-        "0": {"ecn": "enable", "red": "disable", "min-threshold": 150000,
-              "max-threshold": 1500000, "probability": 100},
-        str(tc): {"ecn": "enable", "red": "disable", "min-threshold": kmin,
-                  "max-threshold": kmax, "probability": pmax},
-    }
-    return {"applied": tcs, "pending": {k: dict(v) for k, v in tcs.items()}}
+NV_DEFAULTS = {"ecn": "enable", "red": "disable", "min-threshold": 150000,
+               "max-threshold": 1500000, "probability": 100}  # CL 5.12 QoS docs
+
+
+def init_nvue(kmin: int, kmax: int, pmax: int, tc: int, xoff: int = 1_000_000) -> dict[str, Any]:
+    """Applied/pending NVUE config trees (``nv config show`` shape): default-global
+    congestion-control with the factory TC0 and the RoCE TC configured, PFC on the RoCE TC."""
+    tcs = {"0": dict(NV_DEFAULTS),
+           str(tc): {"ecn": "enable", "red": "disable", "min-threshold": kmin,
+                     "max-threshold": kmax, "probability": pmax}}
+    config = {"qos": {"congestion-control": {"default-global": {"traffic-class": tcs}},
+                      "pfc": {"default-global": {"switch-priority": {str(tc): {}},
+                                                 "xoff-threshold": xoff, "xon-threshold": 2000,
+                                                 "port-buffer": xoff + 15000,
+                                                 "cable-length": 50}}},
+              "interface": {}}
+    return {"applied": config, "pending": json.loads(json.dumps(config))}
 
 
 def sonic_ecn(state: dict[str, Any]) -> dict[str, Any]:
-    """Green thresholds of the lossless profile, and whether the lossless queue is bound."""
+    """Green thresholds of the profile bound to the first host port's lossless queue."""
     db = state["config_db"]
-    prof = db["WRED_PROFILE"].get(state["wred_profile"], {})
     port0 = state["host_ports"][0]
     bound = db["QUEUE"].get(f"{port0}|{state['lossless_queue']}", {}).get("wred_profile")
+    prof = db["WRED_PROFILE"].get(bound or "", {})
     ecn_mode = prof.get("ecn", "ecn_none")
     return {
         "kmin_bytes": int(prof.get("green_min_threshold", 0)),
         "kmax_bytes": int(prof.get("green_max_threshold", 0)),
         "pmax_percent": int(prof.get("green_drop_probability", 100)),
-        "enabled": bound == state["wred_profile"] and ecn_mode in (
+        "enabled": bool(prof) and ecn_mode in (
             "ecn_all", "ecn_green", "ecn_green_yellow", "ecn_green_red"),
     }
 
 
+def nvue_port_profile(config: dict[str, Any], port: str) -> str:
+    """The congestion-control profile a port uses: its own, else default-global."""
+    qos = config.get("interface", {}).get(port, {}).get("qos", {})
+    return str(qos.get("congestion-control", {}).get("profile", "default-global"))
+
+
+def nvue_tc(config: dict[str, Any], profile: str, tc: int | str) -> dict[str, Any] | None:
+    prof = config["qos"]["congestion-control"].get(profile)
+    row = (prof or {}).get("traffic-class", {}).get(str(tc))
+    return None if row is None else {**NV_DEFAULTS, **row}
+
+
 def nvue_ecn(state: dict[str, Any]) -> dict[str, Any]:
-    tc = state["applied"].get(str(state["lossless_queue"]))
+    config = state["applied"]
+    tc = nvue_tc(config, nvue_port_profile(config, state["host_ports"][0]),
+                 state["lossless_queue"])
     if not tc:
         return {"kmin_bytes": 0, "kmax_bytes": 0, "pmax_percent": 0, "enabled": False}
     return {"kmin_bytes": int(tc["min-threshold"]), "kmax_bytes": int(tc["max-threshold"]),

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from tuner.drivers import NIC_LAYOUTS, SonicDriver, detect_command, switch_driver
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
-from tuner.ssh.measure import collectives_script, perftest_commands
+from tuner.ssh.plan import background_flows, nccl_command, probe_flows
 from tuner.ssh.shell import wrap
-from tuner.workload import CollectivePart, ProbePart
+from tuner.workload import BackgroundPart, CollectivePart, ProbePart
 
 LOW = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
 TUNED = DcqcnSettings(rpg_time_reset=150, rpg_ai_rate=10, min_time_between_cnps=4)
@@ -68,6 +68,8 @@ def catalog(inv: Inventory) -> list[Planned]:
     for s in inv.switches:
         sw = switch_driver(None, s)  # type: ignore[arg-type]
         out += [
+            Planned(s.name, "pre-flight and describe(), read-only: QoS configuration (blast "
+                    "radius, CNP queue), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
             Planned(s.name, "read ECN (snapshot, read-back)", sw.read_command(), s.sudo),
             Planned(s.name, "write ECN, lowering thresholds (example values)",
                     sw.write_command(EcnSettings(), LOW), s.sudo),
@@ -77,23 +79,42 @@ def catalog(inv: Inventory) -> list[Planned]:
         if isinstance(sw, SonicDriver):
             out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
                             s.sudo) for cmd in sw.counters_commands()]
+            out.append(Planned(s.name, "only with `ecntune preflight --enable-counters`: poll "
+                               "the WRED/ECN queue counters", sw.enable_counters_command(),
+                               s.sudo))
         else:
             out.append(Planned(s.name, "counters", sw.counters_command(), s.sudo))
     la = inv.launcher
     launcher = next(h for h in inv.hosts if h.name == la.host)
+    hosts = {h.name: h for h in inv.hosts}
     parts = [CollectivePart(op="all_reduce", size_bytes=4_194_304, iterations=5),
              CollectivePart(op="alltoall", size_bytes=1_048_576, iterations=5)]
-    out.append(Planned(la.host, "nccl-tests (example workload: all_reduce 4 MiB, alltoall "
-                       "1 MiB); started with `echo $$; exec ...` so it can be stopped",
-                       collectives_script(inv, parts), launcher.sudo))
-    s_host, s_cmd, c_host, c_cmd = perftest_commands(inv, ProbePart(size_bytes=64))
-    hosts = {h.name: h for h in inv.hosts}
-    out.append(Planned(s_host, "latency probe server, while the collectives run", s_cmd,
-                       hosts[s_host].sudo))
-    out.append(Planned(c_host, "latency probe client", c_cmd, hosts[c_host].sudo))
+    probe = ProbePart(size_bytes=64, pairs=2, interval_us=50)
+    for flow in background_flows(inv, [BackgroundPart(pattern="incast", load=0.3, fan_in=1)],
+                                 600):
+        out.append(Planned(flow.server, "background flow server (example: incast at 30 % of "
+                           "line rate; runs through the measurement, stopped at its end)",
+                           flow.server_cmd, hosts[flow.server].sudo))
+        out.append(Planned(flow.client, "background flow client", flow.client_cmd,
+                           hosts[flow.client].sudo))
+    for i, part in enumerate(parts):
+        out.append(Planned(la.host, f"nccl-tests part {i}, timed pass (example workload: "
+                           "all_reduce 4 MiB and alltoall 1 MiB, started at once); started "
+                           "with `echo $$; exec ...` so it can be stopped",
+                           nccl_command(inv, part), launcher.sudo))
+    for i, part in enumerate(parts):
+        out.append(Planned(la.host, f"nccl-tests part {i}, measured pass: `-n` sized from the "
+                           f"timed pass (example: 2000), `-N {la.nccl_cycles}` result rows",
+                           nccl_command(inv, part, 2000, la.nccl_cycles), launcher.sudo))
+    for flow in probe_flows(inv, probe):
+        out.append(Planned(flow.server, "latency probe server (example: 2 pairs, one sample "
+                           "every 50 µs), started once every part printed a row",
+                           flow.server_cmd, hosts[flow.server].sudo))
+        out.append(Planned(flow.client, "latency probe client", flow.client_cmd,
+                           hosts[flow.client].sudo))
     out.append(Planned("(any measurement host)", "stop a measurement process on a safety "
-                       "abort (PID printed by `echo $$`)", "kill -TERM <pid> 2>/dev/null || true",
-                       launcher.sudo))
+                       "abort or at the end (PID printed by `echo $$`)",
+                       "kill -TERM <pid> 2>/dev/null || true", launcher.sudo))
     return out
 
 

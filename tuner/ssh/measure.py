@@ -1,106 +1,80 @@
-"""One measurement on the SSH backend: nccl-tests from the launcher, ``ib_write_lat`` between
-two canary hosts while the collectives run, counters before and after, the live monitor
-polled in between.
+"""One measurement on the SSH backend, the same experiment rocesim runs.
 
-Command lines are built by pure functions (``nccl_command``, ``perftest_commands``) from the
-inventory and the workload, so docs and tests can show exactly what runs where.
+1. Background parts start first (``ib_write_bw`` flows between canary hosts) and run until the
+   end, as rocesim's open-ended background flows.
+2. With a probe, a timed pass runs every collective part at once with the workload's
+   iterations; its result rows give each part's time per iteration under this load.
+3. The measured pass runs the parts at once again, sized from the timed pass so that after
+   the first result row (nccl-tests ``-N``: one row per cycle) the collectives still run for
+   several planned probe durations.
+4. The probe pairs (``ib_write_lat``) start once every part has printed a row: traffic flows.
+5. The overlap (share of probe samples taken while every collective ran) is recorded; below
+   ``launcher.min_probe_overlap`` the measurement fails: a probe of an idle fabric is not
+   "latency under load".
+
+Counters are read before and after; the live monitor is fed while anything runs. Command lines
+come from the pure ``tuner.ssh.plan``.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import shlex
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from objectives.measurement import CollectiveResult, Measurement
+from objectives.measurement import CollectiveResult, LatencyResult, Measurement
 from tuner.drivers._mlx5 import expected_counters
 from tuner.errors import MeasurementError, ParseError, SafetyAbort
-from tuner.ssh.shell import check, q
+from tuner.ssh.plan import (
+    BINARIES,
+    Flow,
+    background_flows,
+    cycle_s,
+    hostlist,
+    nccl_command,
+    overlap,
+    probe_flows,
+    sized_iterations,
+    unsupported,
+)
 from tuner.ssh.transport import CommandError, RemoteProcess
 
 if TYPE_CHECKING:
     from objectives.measurement import Counters
     from tuner.cluster.base import Monitor
     from tuner.cluster.ssh import SshCluster
-    from tuner.inventory import HostEntry, Inventory
-    from tuner.workload import CollectivePart, ProbePart, Workload
+    from tuner.inventory import Inventory
+    from tuner.workload import CollectivePart, Workload
 
 log = logging.getLogger(__name__)
 
-BINARIES = {"all_reduce": "all_reduce_perf", "alltoall": "alltoall_perf",
-            "all_gather": "all_gather_perf", "reduce_scatter": "reduce_scatter_perf"}
-RC_MARK = "### ecntune part {i} rc="
-_RC = re.compile(r"^### ecntune part (\d+) rc=(\d+)\s*$", re.M)
 _WARN = re.compile(r"NCCL WARN.*$", re.M)
+_TAG = re.compile(r"^\[\d+,\d+\]<stdout>:")
+_ROW = re.compile(r"^\s*\d+\s+\d+\s+\S")
 
 
-def hostlist(inv: Inventory) -> tuple[int, str]:
-    """``(np, hostlist)`` for the mpirun template: every canary host, gpus_per_host slots."""
-    gpus = inv.launcher.gpus_per_host
-    names = [check("host", h.mpi_host or h.address) for h in inv.hosts]
-    hl = ",".join(f"{n}:{gpus}" if gpus > 1 else n for n in names)
-    return len(names) * gpus, hl
+@dataclass
+class _Part:
+    """One running collective part and when its result rows appeared (local monotonic)."""
+
+    part: CollectivePart
+    proc: RemoteProcess
+    rows: list[float] = field(default_factory=list)
+
+    def update(self, now: float) -> None:
+        seen = sum(1 for ln in self.proc.output_so_far().splitlines()
+                   if _ROW.match(_TAG.sub("", ln)))
+        self.rows += [now] * (seen - len(self.rows))
 
 
-def part_env(part: CollectivePart) -> dict[str, str]:
-    """NCCL variables a workload part asks for; fields left at their default are not sent."""
-    env: dict[str, str] = {}
-    if part.nccl_algo:
-        env["NCCL_ALGO"] = part.nccl_algo
-    if part.nccl_proto:
-        env["NCCL_PROTO"] = part.nccl_proto
-    if "channels" in part.model_fields_set:
-        env["NCCL_MIN_NCHANNELS"] = str(part.channels)
-    if "qps_per_connection" in part.model_fields_set:
-        env["NCCL_IB_QPS_PER_CONNECTION"] = str(part.qps_per_connection)
-    return env
-
-
-def nccl_command(inv: Inventory, part: CollectivePart) -> str:
-    """One nccl-tests run: ``env NCCL_...=... mpirun ... [-x NCCL_...] <dir>/<op>_perf ...``."""
-    la = inv.launcher
-    np_, hl = hostlist(inv)
-    launcher = la.mpirun.format(np=np_, hostlist=hl)
-    env = {k: check("env_value", v) for k, v in {**la.nccl_env, **part_env(part)}.items()}
-    words = launcher.split()
-    exports = ""
-    if words and words[0].rsplit("/", 1)[-1] in ("mpirun", "mpiexec"):
-        exports = "".join(f" -x {check('env_name', k)}" for k in env)
-    prefix = "env " + " ".join(f"{check('env_name', k)}={shlex.quote(v)}"
-                               for k, v in env.items()) + " " if env else ""
-    binary = f"{la.nccl_tests_dir.rstrip('/')}/{BINARIES[part.op]}"
-    args = (f"-b {int(part.size_bytes)} -e {int(part.size_bytes)} -f 2 -g 1 "
-            f"-n {int(part.iterations)} -w {int(la.warmup_iters)} -c 1")
-    return f"{prefix}{launcher}{exports} {q('path', binary)} {args}"
-
-
-def collectives_script(inv: Inventory, parts: list[CollectivePart]) -> str:
-    """Run the parts one after the other, each followed by a marker with its exit status."""
-    lines = []
-    for i, part in enumerate(parts):
-        lines.append(f"{nccl_command(inv, part)} 2>&1; echo \"{RC_MARK.format(i=i)}$?\"")
-    return "; ".join(lines)
-
-
-def perftest_commands(inv: Inventory, probe: ProbePart) -> tuple[str, str, str, str]:
-    """``(server_host, server_cmd, client_host, client_cmd)`` for the latency probe."""
-    la = inv.launcher
-    names = la.latency_hosts or [h.name for h in inv.hosts[:2]]
-    if len(names) < 2:
-        raise MeasurementError("latency probes need two canary hosts")
-    hosts = {h.name: h for h in inv.hosts}
-    server, client = hosts[names[0]], hosts[names[1]]
-    size = int(probe.size_bytes)
-
-    def base(h: HostEntry) -> str:
-        return (f"{q('binary', la.perftest_bin)} -d {q('rdma_device', h.rdma_device)} "
-                f"-i {int(h.rdma_port)} -x {int(h.gid_index)} -T {int(la.roce_tos)} "
-                f"-s {size} -n {int(la.perftest_iterations)} -F")
-
-    address = server.data_address or server.address
-    return server.name, base(server), client.name, f"{base(client)} {q('host', address)}"
+@dataclass
+class _Probe:
+    flow: Flow
+    server: RemoteProcess
+    client: RemoteProcess
+    ended: float | None = None
 
 
 def _stop(*procs: RemoteProcess | None) -> None:
@@ -112,108 +86,238 @@ def _stop(*procs: RemoteProcess | None) -> None:
                 log.warning("could not stop %s: %s", p.command[:60], exc)
 
 
+class _Run:
+    """The processes of one measurement, the monitor feed and the deadline."""
+
+    def __init__(self, cluster: SshCluster, monitor: Monitor | None, limit: float) -> None:
+        self.cluster = cluster
+        self.monitor = monitor
+        self.limit = limit
+        self.t0 = time.monotonic()
+        self.procs: list[RemoteProcess] = []
+        self.interval = max(0.05, float(monitor.interval_s)) if monitor is not None else 0.5
+        self.next_poll = self.t0 + self.interval
+
+    def start(self, host: str, command: str) -> RemoteProcess:
+        proc = self.cluster.pool[host].start(command, timeout_s=self.limit)
+        self.procs.append(proc)
+        return proc
+
+    def tick(self) -> float:
+        """Pump every process once, feed the monitor when due, enforce the time limit."""
+        now = time.monotonic()
+        if now - self.t0 > self.limit + 15:
+            raise MeasurementError(f"measurement exceeded time_limit_s={self.limit:.0f} s")
+        if now >= self.next_poll:
+            if self.monitor is not None:
+                self.monitor.poll(self.cluster.counters(), now - self.t0)
+            self.next_poll = time.monotonic() + self.interval
+        time.sleep(0.02)
+        return time.monotonic()
+
+    def stop_all(self) -> None:
+        _stop(*reversed(self.procs))
+
+
 def run_measurement(cluster: SshCluster, workload: Workload,
                     monitor: Monitor | None) -> Measurement:
-    """Counters, collectives (+ latency probe under load), monitor polls, counters."""
-    from objectives.parsers import parse_perftest
-
+    """Background, timed pass, measured pass with the probe under load, counters."""
     inv = cluster.inventory
-    t0 = time.monotonic()
+    problems = unsupported(inv, workload)
+    if problems:
+        raise MeasurementError("; ".join(problems))
     limit = float(workload.time_limit_s)
+    run = _Run(cluster, monitor, limit)
     notes: list[str] = []
-    if workload.background:
-        notes.append("background parts are not generated by the ssh backend: run the "
-                     "competing traffic outside the tuner")
+    raw: dict[str, str] = {}
+    extra: dict[str, float] = {}
     before = cluster.counters()
     parts = workload.collectives
-    coll: RemoteProcess | None = None
-    server = client = None
-    raw: dict[str, str] = {}
+    probe = workload.probes[0] if workload.probes else None
+    lat: LatencyResult | None = None
     try:
-        if parts:
-            coll = cluster.pool[inv.launcher.host].start(
-                collectives_script(inv, parts), timeout_s=limit)
-        if workload.probes:
-            s_host, s_cmd, c_host, c_cmd = perftest_commands(inv, workload.probes[0])
-            if coll is not None and inv.launcher.probe_delay_s > 0:
-                coll.running(inv.launcher.probe_delay_s)  # pumps output while waiting
-                if not coll.running(0.0):
-                    notes.append("the collectives ended before the latency probe started: "
-                                 "lower launcher.probe_delay_s")
-            server = cluster.pool[s_host].start(s_cmd, timeout_s=limit)
-            _wait_listening(server)
-            client = cluster.pool[c_host].start(c_cmd, timeout_s=limit)
-        first = coll or client
-        if first is not None:
-            _poll(cluster, monitor, first, t0, limit)
-        if coll is not None:
-            res = coll.wait(check=False)
-            raw["nccl"] = res.stdout + res.stderr
+        bg = _start_flows(run, background_flows(inv, workload.background, limit))
+        iters: list[int | None] = [None] * len(parts)
+        cycles = 1
+        if parts and probe is not None:
+            timed = _run_parts(run, inv, parts, iters, 1)
+            raw["nccl_timed"] = "\n".join(t for t, _ in timed)
+            cyc = cycle_s(inv, probe)
+            iters = [sized_iterations(p, r.time_us, cyc)
+                     for p, (_, r) in zip(parts, timed, strict=True)]
+            cycles = inv.launcher.nccl_cycles
+        running = [_Part(p, run.start(inv.launcher.host, nccl_command(inv, p, n, cycles)))
+                   for p, n in zip(parts, iters, strict=True)]
+        probes: list[_Probe] = []
+        if probe is not None:
+            _wait_first_rows(run, running)
+            if not all(p.rows for p in running):  # a part ended without a row: its error wins
+                _wait_all(run, running, [])
+                for p in running:
+                    res = p.proc.wait(check=False)
+                    part_result(res.stdout + res.stderr, res.status, p.part, inv)
+            until = time.monotonic() + inv.launcher.probe_delay_s
+            while time.monotonic() < until:
+                run.tick()
+            probes = [_Probe(*f) for f in _start_flows(run, probe_flows(inv, probe))]
+        _wait_all(run, running, probes)
+        _check_background(bg)
+        results, texts = [], []
+        for p in running:
+            res = p.proc.wait(check=False)
+            texts.append(res.stdout + res.stderr)
             if res.status in (124, 137):
                 raise MeasurementError(f"collectives timed out after {limit:.0f} s "
                                        f"(time_limit_s) on {inv.launcher.host}")
-            if client is not None and client.running():
-                notes.append("latency probe outlived the collectives: its tail mixes loaded "
-                             "and idle samples; lower launcher.perftest_iterations")
-                _poll(cluster, monitor, client, t0, limit)
-        lat = None
-        if client is not None:
-            cres = client.wait(check=False)
-            raw["perftest"] = cres.stdout + cres.stderr
-            if cres.status != 0:
-                _stop(server)
-            elif server is not None:
-                sres = server.wait(check=False)
-                raw["perftest_server"] = sres.stdout + sres.stderr
-            if cres.status != 0:
-                raise MeasurementError(
-                    f"{inv.launcher.perftest_bin} on {client.conn.name} failed "
-                    f"({'timed out' if cres.status in (124, 137) else f'exit {cres.status}'})"
-                    f": {_tail(cres.stderr or cres.stdout)}")
-            lat = parse_perftest(raw["perftest"]).run.latency_result()
+            results.append(part_result(res.stdout + res.stderr, res.status, p.part, inv))
+        raw["nccl"] = "\n".join(texts)
+        if probes:
+            lat = _probe_results(probes, raw, inv)
+            if running:
+                traffic = (max(p.rows[0] for p in running), min(p.rows[-1] for p in running))
+                shares = [overlap((pr.client.started, pr.ended or pr.client.started), traffic)
+                          for pr in probes]
+                extra["probe_overlap"] = min(shares)
+                if min(shares) < inv.launcher.min_probe_overlap:
+                    raise MeasurementError(
+                        f"latency probe overlapped the collectives for {min(shares):.0%} of its "
+                        f"samples (< launcher.min_probe_overlap "
+                        f"{inv.launcher.min_probe_overlap:.0%}): not latency under load")
+        run.stop_all()
     except SafetyAbort:
-        _stop(coll, client, server)
+        run.stop_all()
         raise
     except CommandError as exc:
-        _stop(coll, client, server)
+        run.stop_all()
         raise MeasurementError(f"measurement command failed: {exc}") from exc
     except BaseException:
-        _stop(coll, client, server)
+        run.stop_all()
         raise
-    collectives = collective_results(raw.get("nccl", ""), parts, inv)
     after = cluster.counters()
     notes += absent_counter_notes(after, inv)
-    return Measurement(collectives=collectives, latency=lat, counters_before=before,
-                       counters_after=after, duration_s=time.monotonic() - t0, raw=raw,
-                       notes=notes)
+    return Measurement(collectives=results, latency=lat, counters_before=before,
+                       counters_after=after, duration_s=time.monotonic() - run.t0, raw=raw,
+                       notes=notes, extra=extra)
 
 
-def _wait_listening(server: RemoteProcess, timeout_s: float = 3.0) -> None:
-    """Give the perftest server time to listen (it prints its banner first)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if not server.running(0.05):
-            res = server.wait(check=False)
-            raise MeasurementError(f"perftest server on {server.conn.name} exited early "
-                                   f"(status {res.status}): {_tail(res.stderr or res.stdout)}")
-        out = server.output_so_far()
-        if "Waiting for client" in out or "-" * 20 in out:
+def _start_flows(run: _Run, flows: list[Flow]) -> list[tuple[Flow, RemoteProcess,
+                                                             RemoteProcess]]:
+    """Every server, one wait until they listen, then every client: the pairs start together."""
+    servers = [run.start(f.server, f.server_cmd) for f in flows]
+    _wait_listening(servers)
+    return [(f, s, run.start(f.client, f.client_cmd))
+            for f, s in zip(flows, servers, strict=True)]
+
+
+def _run_parts(run: _Run, inv: Inventory, parts: list[CollectivePart],
+               iters: list[int | None], cycles: int) -> list[tuple[str, CollectiveResult]]:
+    """Run the parts at once and wait: the timed pass."""
+    procs = [run.start(inv.launcher.host, nccl_command(inv, p, n, cycles))
+             for p, n in zip(parts, iters, strict=True)]
+    while any(p.running(0.0) for p in procs):
+        run.tick()
+    out = []
+    for part, proc in zip(parts, procs, strict=True):
+        res = proc.wait(check=False)
+        text = res.stdout + res.stderr
+        if res.status in (124, 137):
+            raise MeasurementError(f"collectives timed out after {run.limit:.0f} s "
+                                   f"(time_limit_s) on {inv.launcher.host}")
+        out.append((text, part_result(text, res.status, part, inv)))
+    return out
+
+
+def _wait_first_rows(run: _Run, running: list[_Part]) -> None:
+    """Until every part has printed a result row (traffic flows) or one has ended. Rows come
+    live: nccl-tests sets stdout line-buffered (``setlinebuf`` in its main) and mpirun
+    forwards rank 0's lines as they come."""
+    while True:
+        now = time.monotonic()
+        for p in running:
+            p.update(now)
+        if all(p.rows for p in running) or not all(p.proc.running(0.0) for p in running):
             return
-    return
+        run.tick()
 
 
-def _poll(cluster: SshCluster, monitor: Monitor | None, proc: RemoteProcess,
-          t0: float, limit: float) -> None:
-    """Wait for ``proc``; meanwhile feed the monitor counters every ``interval_s``."""
-    interval = max(0.05, float(monitor.interval_s)) if monitor is not None else 0.5
-    next_poll = time.monotonic() + interval
-    while proc.running(max(0.0, next_poll - time.monotonic())):
-        if time.monotonic() - t0 > limit + 15:
-            raise MeasurementError(f"measurement exceeded time_limit_s={limit:.0f} s")
-        if time.monotonic() >= next_poll:
-            if monitor is not None:
-                monitor.poll(cluster.counters(), time.monotonic() - t0)
-            next_poll = time.monotonic() + interval
+def _wait_all(run: _Run, running: list[_Part], probes: list[_Probe]) -> None:
+    """Until every collective and every probe client has ended; note when each did."""
+    while True:
+        now = time.monotonic()
+        for p in running:
+            p.update(now)
+        busy = False
+        for pr in probes:
+            if pr.ended is None:
+                if pr.client.running(0.0):
+                    busy = True
+                else:
+                    pr.ended = now
+        busy = any([p.proc.running(0.0) for p in running]) or busy
+        if not busy:
+            for p in running:
+                p.update(time.monotonic())
+            return
+        run.tick()
+
+
+def _check_background(bg: list[tuple[Flow, RemoteProcess, RemoteProcess]]) -> None:
+    """A background flow that stopped early did not load the fabric: say which and why."""
+    for flow, _server, client in bg:
+        if not client.running(0.0):
+            res = client.wait(check=False)
+            raise MeasurementError(
+                f"background flow {flow.client} -> {flow.server} (port {flow.port}) ended "
+                f"before the collectives (exit {res.status}): {_tail(res.stderr or res.stdout)}")
+
+
+def _probe_results(probes: list[_Probe], raw: dict[str, str], inv: Inventory
+                   ) -> LatencyResult:
+    """Every pair's statistics, pooled: counts and means add up, p50 is the pairs' median,
+    the tails are the worst pair's (perftest prints summaries, not samples)."""
+    from objectives.parsers import parse_perftest
+
+    stats = []
+    for k, pr in enumerate(probes):
+        cres = pr.client.wait(check=False)
+        raw[f"perftest{k or ''}"] = cres.stdout + cres.stderr
+        if cres.status != 0:
+            raise MeasurementError(
+                f"{inv.launcher.perftest_bin} on {pr.flow.client} (port {pr.flow.port}) failed "
+                f"({'timed out' if cres.status in (124, 137) else f'exit {cres.status}'}): "
+                f"{_tail(cres.stderr or cres.stdout)}")
+        sres = pr.server.wait(check=False, timeout_s=10)
+        raw[f"perftest_server{k or ''}"] = sres.stdout + sres.stderr
+        try:
+            stats.append(parse_perftest(cres.stdout).run.latency_result())
+        except ParseError as exc:
+            raise MeasurementError(f"{inv.launcher.perftest_bin} on {pr.flow.client}: "
+                                   f"unreadable output: {exc}") from None
+    count = sum(s.count for s in stats)
+    p50s = sorted(s.p50_us for s in stats)
+    return LatencyResult(count=count, p50_us=p50s[len(p50s) // 2],
+                         p99_us=max(s.p99_us for s in stats),
+                         p999_us=max(s.p999_us for s in stats),
+                         max_us=max(s.max_us for s in stats),
+                         mean_us=sum(s.mean_us * s.count for s in stats) / max(1, count))
+
+
+def _wait_listening(servers: list[RemoteProcess], timeout_s: float = 3.0) -> None:
+    """Give perftest servers time to listen: until each printed its banner, at most
+    ``timeout_s`` (perftest does not flush stdout into a pipe, so often the whole wait)."""
+    end = time.monotonic() + timeout_s
+    waiting = list(servers)
+    while waiting and time.monotonic() < end:
+        for server in list(waiting):
+            if not server.running(0.0):
+                res = server.wait(check=False)
+                raise MeasurementError(f"perftest server on {server.conn.name} exited early "
+                                       f"(status {res.status}): "
+                                       f"{_tail(res.stderr or res.stdout)}")
+            out = server.output_so_far()
+            if "Waiting for client" in out or "-" * 20 in out:
+                waiting.remove(server)
+        time.sleep(0.05)
 
 
 def _tail(text: str, n: int = 3) -> str:
@@ -221,54 +325,46 @@ def _tail(text: str, n: int = 3) -> str:
     return " | ".join(lines[-n:]) or "(no output)"
 
 
-def split_parts(text: str, count: int) -> list[tuple[str, int | None]]:
-    """The output and exit status of each part of ``collectives_script``."""
-    out: list[tuple[str, int | None]] = []
-    pos = 0
-    for m in _RC.finditer(text):
-        out.append((text[pos:m.start()], int(m.group(2))))
-        pos = m.end()
-    if len(out) < count:  # killed or cut short: the rest has no status
-        out.append((text[pos:], None))
-    return out[:count] + [("", None)] * (count - len(out))
-
-
-def collective_results(text: str, parts: list[CollectivePart], inv: Inventory
-                       ) -> list[CollectiveResult]:
-    """Parse every part's nccl-tests output; a failed part raises ``MeasurementError``."""
+def part_result(text: str, rc: int | None, part: CollectivePart, inv: Inventory
+                ) -> CollectiveResult:
+    """One part's nccl-tests output as a result (the mean of its rows for the part's size);
+    a failed part raises ``MeasurementError`` with the reason."""
     from objectives.parsers import parse_nccl_tests
 
     np_, _ = hostlist(inv)
     line_rate = max((h.nic_gbps for h in inv.hosts), default=0.0) / 8.0
-    results: list[CollectiveResult] = []
-    for part, (chunk, rc) in zip(parts, split_parts(text, len(parts)), strict=True):
-        what = f"{BINARIES[part.op]} -b {part.size_bytes}"
-        warns = _WARN.findall(chunk)
-        if warns:
-            raise MeasurementError(f"{what}: {warns[0].strip()}")
-        if rc is None:
-            raise MeasurementError(f"{what}: no exit status (killed or cut short): "
-                                   f"{_tail(chunk)}")
-        try:
-            parsed = parse_nccl_tests(chunk)
-        except ParseError as exc:
-            if rc != 0:
-                raise MeasurementError(f"{what} exited {rc}: {_tail(chunk)}") from None
-            raise MeasurementError(f"{what}: unreadable output: {exc}") from None
-        if parsed.nccl_warnings:
-            raise MeasurementError(f"{what}: {parsed.nccl_warnings[0]}")
-        if parsed.failed:  # nccl-tests also exits 1 then: say why
-            raise MeasurementError(f"{what}: data check failed (#wrong = {parsed.wrong_total}"
-                                   f", out of bounds = {parsed.out_of_bounds}; exit {rc})")
+    what = f"{BINARIES[part.op]} -b {part.size_bytes}"
+    warns = _WARN.findall(text)
+    if warns:
+        raise MeasurementError(f"{what}: {warns[0].strip()}")
+    if rc is None:
+        raise MeasurementError(f"{what}: no exit status (killed or cut short): {_tail(text)}")
+    refused = re.search(r"^.*invalid option.*$", text, re.M)
+    if refused:  # nccl-tests prints its usage and may still exit 0
+        raise MeasurementError(f"{what}: nccl-tests refused an option: {refused.group(0).strip()}"
+                               " (the measured pass needs a build with -N/--run_cycles)")
+    try:
+        parsed = parse_nccl_tests(text)
+    except ParseError as exc:
         if rc != 0:
-            raise MeasurementError(f"{what} exited {rc}: {_tail(chunk)}")
-        rows = parsed.collective_results(part.op, parsed.nranks or np_,
-                                         line_rate_gbytes_per_s=line_rate)
-        row = next((r for r in rows if r.size_bytes == part.size_bytes), None)
-        if row is None:
-            raise MeasurementError(f"{what}: no result row for {part.size_bytes} bytes")
-        results.append(row.model_copy(update={"weight": part.weight}))
-    return results
+            raise MeasurementError(f"{what} exited {rc}: {_tail(text)}") from None
+        raise MeasurementError(f"{what}: unreadable output: {exc}") from None
+    if parsed.failed:  # nccl-tests also exits 1 then: say why
+        raise MeasurementError(f"{what}: data check failed (#wrong = {parsed.wrong_total}"
+                               f", out of bounds = {parsed.out_of_bounds}; exit {rc})")
+    if rc != 0:
+        raise MeasurementError(f"{what} exited {rc}: {_tail(text)}")
+    rows = [r for r in parsed.collective_results(part.op, parsed.nranks or np_,
+                                                 line_rate_gbytes_per_s=line_rate)
+            if r.size_bytes == part.size_bytes]
+    if not rows:
+        raise MeasurementError(f"{what}: no result row for {part.size_bytes} bytes")
+    times = [r.time_us for r in rows]
+    mean_t = sum(times) / len(times)
+    return rows[0].model_copy(update={
+        "time_us": mean_t, "weight": part.weight, "iteration_times_us": times,
+        "algbw_gbytes_per_s": sum(r.algbw_gbytes_per_s for r in rows) / len(rows),
+        "busbw_gbytes_per_s": sum(r.busbw_gbytes_per_s for r in rows) / len(rows)})
 
 
 def absent_counter_notes(after: Counters, inv: Inventory) -> list[str]:

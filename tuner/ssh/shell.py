@@ -23,6 +23,10 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "host": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$"),
     "user": re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$"),
     "binary": re.compile(r"^[A-Za-z0-9_./+-]{1,255}$"),
+    # SONiC CONFIG_DB keys (``QUEUE|Ethernet0|3``), field names and field values
+    "db_key": re.compile(r"^[A-Z_]{1,32}\|[A-Za-z0-9_.:/|-]{1,96}$"),
+    "db_field": re.compile(r"^[a-z][a-z0-9_]{0,63}$"),
+    "db_value": re.compile(r"^[A-Za-z0-9_.-]{1,64}$"),
 }
 
 

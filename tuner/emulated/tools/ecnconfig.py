@@ -71,7 +71,12 @@ def _parse(argv: list[str]) -> dict[str, Any]:
                 raise _Fail(f"{USAGE}\nError: Invalid value for '-n' / '--namespace': "
                             f"'{value}' is not one of .")
             else:
-                sets[_LONG.get(a, key or "")] = value
+                name = _LONG.get(a, key or "")
+                if name.endswith("drop") and not (value.isdigit() and int(value) <= 100):
+                    # click.IntRange(0, 100) (sonic-utilities test vector ecn_cfg_rdrop_invalid)
+                    raise _Fail(f"{USAGE}\nError: Invalid value for '{a}': {value} is not in "
+                                "the range 0<=x<=100.")
+                sets[name] = value
         elif a.lower() in ("on", "off"):
             opts["command"] = a.lower()
         else:
@@ -85,7 +90,7 @@ def _validate(data: dict[str, str]) -> bool:
         if field in data:
             value = data[field]
             if "threshold" in field and not value.isdigit():
-                print(f"Invalid {key} ({value}). {key} should be an non-negative integer.")
+                print(f"Invalid {key} ({value}). {key} should be an non-negative integer")
                 result = False
             elif "probability" in field and (not value.isdigit() or not 0 <= int(value) <= 100):
                 print(f"Invalid {key} ({value}). {key} should be an integer between 0 and 100.")

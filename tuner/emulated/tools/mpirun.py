@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ _WITH_ARG = {"-np", "-n", "-H", "--host", "-host", "-x", "--bind-to", "--map-by"
              "-npernode", "--npernode", "-wdir", "--wdir", "--prefix", "-hostfile",
              "--hostfile"}
 _WITH_TWO = {"--mca", "-mca", "-gmca", "--gmca"}
+
+
+START_S = 0.3  # mpirun + NCCL initialisation before the first byte moves (seconds on hardware)
 
 
 class MpiError(Exception):
@@ -144,8 +148,11 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
             print(f"{h}:{pid + r}:{pid + r} [0] NCCL INFO Using network IB")
     n = len(ranks_hosts)
     szs = nccl_tests.sizes(a, n, op)
-    results = fabric.run_collective(root, op, [states[h]["rocesim_nic"] for h in ranks_hosts],
-                                    szs, a.iters, counted_iters=a.warmup + 2 * a.iters)
+    time.sleep(START_S)
+    cycles = a.cycles if a.cycles > 0 else 10**9
+    results, lat = fabric.run_collective(
+        root, op, [states[h]["rocesim_nic"] for h in ranks_hosts], szs, a.iters,
+        counted_iters=a.warmup + 2 * a.iters * min(cycles, 10**6))
     wrong = sum(int(faults[h].get("nccl_wrong", 0) or 0) for h in ranks_hosts)
     out("# nccl-tests version 2.18.0 nccl-headers=22703 nccl-library=22703")
     out(f"# Collective test starting: {prog}")
@@ -160,24 +167,33 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
     out("#")
     for line in nccl_tests.HEADER.splitlines():
         out(line)
+    sys.stdout.flush()
     for h in ranks_hosts:
         if faults[h].get("nccl_warn"):
             print(f"{h}:{pid}:{pid + 7} [0] NCCL WARN {faults[h]['nccl_warn']}", flush=True)
-    busbws: list[float] = []
-    failed = False
-    for res in results:
-        if not res.completed or not math.isfinite(res.time_us):
-            failed = True
-            break
-        w = str(wrong) if a.check else "N/A"
-        # In-place runs the same transfers; rocesim gives one time for both halves.
-        half = (res.time_us, res.algbw, res.busbw, w)
-        out(nccl_tests.row(res.size_bytes, op, n, [half, half]))
-        busbws += [res.busbw, res.busbw]
-    if failed:
+    if any(not r.completed or not math.isfinite(r.time_us) for r in results):
         print(f"{ranks_hosts[0]}:{pid}:{pid + 3} [0] NCCL WARN NET/IB : Got completion from "
               "peer with error 12, opcode 1, len 0, vendor err 129 (Send)", file=sys.stderr)
         return 1
+    # Real time: each cycle runs warmup (first cycle only) + out-of-place + in-place iterations
+    # of every size, then prints its rows; probes see this run's load only meanwhile.
+    per_cycle = sum(2 * a.iters * r.time_us for r in results) / 1e6
+    warm = sum(a.warmup * r.time_us for r in results) / 1e6
+    busbws: list[float] = []
+    start = time.time()
+    with fabric.traffic(root, "mpirun", {"start": start,
+                                         "end": start + warm + per_cycle * cycles,
+                                         "samples_us": lat}):
+        time.sleep(warm)
+        for _ in range(cycles):
+            time.sleep(per_cycle)
+            for res in results:
+                w = str(wrong) if a.check else "N/A"
+                # In-place runs the same transfers; rocesim gives one time for both halves.
+                half = (res.time_us, res.algbw, res.busbw, w)
+                out(nccl_tests.row(res.size_bytes, op, n, [half, half]))
+                busbws += [res.busbw, res.busbw]
+            sys.stdout.flush()
     oob = wrong if a.check else 0
     out(f"# Out of bounds values : {oob} {'FAILED' if oob else 'OK'}")
     avg = sum(busbws) / len(busbws) if busbws else 0.0

@@ -34,6 +34,7 @@ class NcclArgs:
     warmup: int = 1
     check: int = 1
     nthreads: int = 1
+    cycles: int = 1  # -N: result rows printed once per cycle (0 = until stopped)
 
 
 def _size(text: str) -> int:
@@ -50,11 +51,12 @@ def parse_args(argv: list[str]) -> NcclArgs:
             "--maxbytes": "max_bytes", "-f": "step_factor", "--stepfactor": "step_factor",
             "-g": "ngpus", "--ngpus": "ngpus", "-n": "iters", "--iters": "iters",
             "-w": "warmup", "--warmup_iters": "warmup", "-c": "check", "--check": "check",
-            "-t": "nthreads", "--nthreads": "nthreads"}
+            "-t": "nthreads", "--nthreads": "nthreads", "-N": "cycles",
+            "--run_cycles": "cycles"}
     ignored = {"-d", "--datatype", "-o", "--op", "-a", "--average", "-m", "--agg_iters",
                "-p", "--parallel_init", "-z", "--blocking", "-G", "--cudagraph", "-r",
                "--root", "-C", "--report_cputime", "-S", "--report_timestamps", "-y",
-               "--stream_null", "-N", "--run_cycles", "-u", "--unalign", "-i", "--stepbytes"}
+               "--stream_null", "-u", "--unalign", "-i", "--stepbytes"}
     it = iter(argv)
     for arg in it:
         flag, _, inline = arg.partition("=")

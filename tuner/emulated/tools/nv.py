@@ -1,9 +1,15 @@
 """Stand-in Cumulus Linux NVUE ``nv`` (CL 5.12 command forms; shared/reference/cumulus-nvue/).
 
-Supported: ``nv set|unset qos congestion-control default-global traffic-class <tcs> <field>
-<value>`` (staged in the pending revision), ``nv config apply [-y]`` (pending -> applied, all or
-nothing), ``nv config diff``, ``nv show qos congestion-control default-global [traffic-class
-<tc>] [-o json] [-r pending|applied]``, ``nv show interface <swp> counters qos [-o json]``.
+Config is a tree (``nv config show`` shape) with a pending and an applied revision:
+``nv set|unset qos congestion-control <profile> traffic-class <tcs> <field> <value>``,
+``nv unset qos congestion-control <profile>``, ``nv set|unset interface <swp> qos
+congestion-control [profile <name>]`` (CL >= 5.4), all staged; ``nv config apply [-y]``
+(pending -> applied, all or nothing, refused when a profile has min >= max or an interface
+names a profile that does not exist; ``default-global`` cannot be removed); ``nv config diff``;
+``nv config show -o json``. Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
+(bytes as ``40000 B``), ``qos roce`` and ``interface <swp> qos roce status`` (human units,
+``146.48 KB``, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
+counters qos``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import sys
 from typing import Any
 
 from tuner.emulated import state as st
+from tuner.emulated import switches as swmod
 from tuner.emulated.tools._base import Target, target
 
 FIELDS = {"min-threshold": "int", "max-threshold": "int", "probability": "pct",
@@ -21,7 +28,6 @@ DESCRIPTIONS = {"ecn": "Early Congestion Notification State",
                 "max-threshold": "Maximum Threshold (in bytes)",
                 "min-threshold": "Minimum Threshold (in bytes)",
                 "probability": "Probability", "red": "Random Early Detection State"}
-CC = ["qos", "congestion-control", "default-global"]
 
 
 class NvError(Exception):
@@ -78,29 +84,63 @@ def _tcs(spec: str) -> list[str]:
     return out
 
 
+def _cc(conf: dict[str, Any]) -> dict[str, Any]:
+    return dict(conf["qos"]["congestion-control"])
+
+
 def cmd_set(t: Target, words: list[str], unset: bool) -> None:
-    if words[:3] != CC or len(words) < 6 or words[3] != "traffic-class":
-        raise NvError(f"Error: Invalid Command: nv {'unset' if unset else 'set'} "
-                      + " ".join(words))
-    tcs, field = _tcs(words[4]), words[5]
-    if field not in FIELDS:
-        raise NvError(f"Error: Invalid Command: unknown attribute '{field}'")
-    value = None if unset else _value(field, words[6] if len(words) > 6 else "")
+    verb = "unset" if unset else "set"
+    bad = NvError(f"Error: Invalid Command: nv {verb} " + " ".join(words))
     with st.locked(t.dir):
         s = st.load_state(t.dir)
-        for tc in tcs:
-            row = s["pending"].setdefault(tc, {"ecn": "enable", "red": "disable",
-                                               "min-threshold": 150000,
-                                               "max-threshold": 1500000, "probability": 100})
+        conf = s["pending"]
+        if words[:2] == ["qos", "congestion-control"] and len(words) >= 3:
+            _set_cc(conf, words[2:], unset, bad)
+        elif (words[:1] == ["interface"] and len(words) >= 4
+              and words[2:4] == ["qos", "congestion-control"]):
+            port = words[1]
+            if port not in [*t.state["host_ports"], *t.state["uplink_ports"]]:
+                raise NvError(f"Error: Invalid Command: interface '{port}' does not exist")
+            qos = conf.setdefault("interface", {}).setdefault(port, {}).setdefault("qos", {})
             if unset:
-                if field in ("ecn", "red"):
-                    row[field] = "enable" if field == "ecn" else "disable"
-                else:
-                    row[field] = {"min-threshold": 150000, "max-threshold": 1500000,
-                                  "probability": 100}[field]
+                qos.pop("congestion-control", None)
+            elif len(words) == 6 and words[4] == "profile":
+                qos["congestion-control"] = {"profile": words[5]}
             else:
-                row[field] = value
+                raise bad
+        else:
+            raise bad
         st.write_json(t.dir / "state.json", s)
+
+
+def _set_cc(conf: dict[str, Any], words: list[str], unset: bool, bad: NvError) -> None:
+    profiles = conf["qos"]["congestion-control"]
+    name = words[0]
+    if len(words) == 1 and unset:
+        if name == "default-global":
+            raise NvError("Error: default-global cannot be removed")
+        profiles.pop(name, None)
+        return
+    if len(words) < 3 or words[1] != "traffic-class":
+        raise bad
+    tcs = _tcs(words[2])
+    rows = profiles.setdefault(name, {}).setdefault("traffic-class", {})
+    if len(words) == 3 and unset:
+        for tc in tcs:
+            rows.pop(tc, None)
+        return
+    if len(words) < 4:
+        raise bad
+    field = words[3]
+    if field not in FIELDS:
+        raise NvError(f"Error: Invalid Command: unknown attribute '{field}'")
+    value = None if unset else _value(field, words[4] if len(words) > 4 else "")
+    for tc in tcs:
+        row = rows.setdefault(tc, {})
+        if unset:
+            row.pop(field, None)
+        else:
+            row[field] = value
 
 
 def cmd_apply(t: Target) -> None:
@@ -109,26 +149,37 @@ def cmd_apply(t: Target) -> None:
         raise NvError(f"Error: {fail}")
     with st.locked(t.dir):
         s = st.load_state(t.dir)
-        for tc, row in s["pending"].items():
-            if int(row["min-threshold"]) >= int(row["max-threshold"]):
-                raise NvError(
-                    f"Error: Config invalid at qos.congestion-control.default-global."
-                    f"traffic-class.{tc}: min-threshold must be less than max-threshold")
+        conf = s["pending"]
+        for name in _cc(conf):
+            for tc in _cc(conf)[name].get("traffic-class", {}):
+                row = swmod.nvue_tc(conf, name, tc) or {}
+                if int(row["min-threshold"]) >= int(row["max-threshold"]):
+                    raise NvError(
+                        f"Error: Config invalid at qos.congestion-control.{name}."
+                        f"traffic-class.{tc}: min-threshold must be less than max-threshold")
+        for port in conf.get("interface", {}):
+            prof = swmod.nvue_port_profile(conf, port)
+            if prof not in _cc(conf):
+                raise NvError(f"Error: Config invalid at interface.{port}.qos.congestion-control"
+                              f".profile: '{prof}' is not a congestion-control profile")
         changed = s["pending"] != s["applied"]
-        s["applied"] = json.loads(json.dumps(s["pending"]))
+        s["applied"] = json.loads(json.dumps(conf))
         s["rev_id"] = int(s.get("rev_id", 1)) + (1 if changed else 0)
         st.write_json(t.dir / "state.json", s)
     print(f"applied [rev_id: {s['rev_id']}]")
 
 
 def cmd_diff(t: Target) -> None:
-    for tc, row in sorted(t.state["pending"].items()):
-        old = t.state["applied"].get(tc, {})
-        for field in sorted(row):
-            if old.get(field) != row[field]:
-                print(f"- set:\n    qos:\n      congestion-control:\n        default-global:\n"
-                      f"          traffic-class:\n            '{tc}':\n"
-                      f"              {field}: {row[field]}")
+    if t.state["pending"] != t.state["applied"]:
+        print("- set:\n" + "\n".join("    " + line for line in json.dumps(
+            t.state["pending"], indent=2, sort_keys=True).splitlines()))
+
+
+def config_show(t: Target) -> str:
+    """``nv config show -o json``: the applied revision, header then the ``set`` tree."""
+    header = {"model": "VX", "nvue-api-version": "nvue_v1", "rev-id": 1.0,
+              "version": "Cumulus Linux 5.12.0"}
+    return json.dumps([{"header": header}, {"set": t.state["applied"]}], indent=2) + "\n"
 
 
 def _cell(field: str, value: Any) -> str:
@@ -137,28 +188,110 @@ def _cell(field: str, value: Any) -> str:
 
 def show_cc(t: Target, words: list[str], as_json: bool, rev: str) -> str:
     conf = t.state["applied" if rev in ("applied", "operational") else "pending"]
+    name = words[2] if len(words) > 2 else "default-global"
+    if name not in _cc(conf):
+        raise NvError(f"Error: The requested item does not exist: congestion-control {name}")
+    rows_by_tc = _cc(conf)[name].get("traffic-class", {})
     if len(words) >= 5 and words[3] == "traffic-class":
         tc = words[4]
-        row = conf.get(tc)
+        row = swmod.nvue_tc(conf, name, tc)
         if row is None:
             raise NvError(f"Error: The requested item does not exist: traffic-class {tc}")
         if as_json:
             return json.dumps(row, indent=2, sort_keys=True) + "\n"
-        applied = t.state["applied"].get(tc, row)
+        applied = swmod.nvue_tc(t.state["applied"], name, tc) or row
         rows = [[f, _cell(f, applied.get(f, "")), _cell(f, row[f]), DESCRIPTIONS[f]]
                 for f in sorted(FIELDS)]
         second = "pending" if rev == "pending" else "applied"
         return "\n".join(_table(["", "operational", second, "description"], rows, "",
                                 pad_last=False)) + "\n"
+    full = {tc: swmod.nvue_tc(conf, name, tc) or {} for tc in rows_by_tc}
     if as_json:
-        return json.dumps({"traffic-class": conf}, indent=2, sort_keys=True) + "\n"
+        return json.dumps({"traffic-class": full}, indent=2, sort_keys=True) + "\n"
     rows = [[tc, r["ecn"], r["red"], f"{r['min-threshold']} B", f"{r['max-threshold']} B",
-             str(r["probability"])] for tc, r in sorted(conf.items(), key=lambda x: int(x[0]))]
+             str(r["probability"])] for tc, r in sorted(full.items(), key=lambda x: int(x[0]))]
     lines = ["    operational  applied  description", "--  -----------  -------  -----------",
              "", "ECN Configurations", "====================="]
     lines += _table(["traffic-class", "ECN", "RED", "Min Th", "Max Th", "Probability"], rows,
                     pad_last=False)
     return "\n".join(lines) + "\n"
+
+
+def _kv(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    """Key/value view: key (indented), operational, applied, description."""
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    w = [max(w[0], 18), max(w[1], 11), max(w[2], 7)]
+    head = f"{'':<{w[0]}}  {'operational':<{w[1]}}  {'applied':<{w[2]}}  description"
+    out = [head, f"{'-' * w[0]}  {'-' * w[1]}  {'-' * w[2]}  {'-' * 51}"]
+    out += [f"{k:<{w[0]}}  {o:<{w[1]}}  {a:<{w[2]}}  {d}".rstrip() for k, o, a, d in rows]
+    return out
+
+
+def show_roce_status(t: Target, port: str) -> str:
+    """``nv show interface <swp> qos roce status``: the port's effective congestion control
+    in human units (CL 5.12 RoCE doc sample)."""
+    if port not in [*t.state["host_ports"], *t.state["uplink_ports"]]:
+        raise NvError(f"Error: The requested item does not exist: interface {port}")
+    conf = t.state["applied"]
+    tc = t.state["lossless_queue"]
+    row = swmod.nvue_tc(conf, swmod.nvue_port_profile(conf, port), tc) or {}
+    enabled = ",".join(sorted({"0", str(tc)}))
+    return "\n".join(_kv([
+        ("congestion-control", "", "", ""),
+        ("  congestion-mode", "ecn, absolute", "", "Congestion config mode"),
+        ("  enabled-tc", enabled, "", "Congestion config enabled Traffic Class"),
+        ("  max-threshold", human_bytes(int(row.get("max-threshold", 0))), "",
+         "Congestion config max-threshold"),
+        ("  min-threshold", human_bytes(int(row.get("min-threshold", 0))), "",
+         "Congestion config min-threshold"),
+        ("  probability", str(row.get("probability", "")), "", ""),
+        ("pfc", "", "", ""),
+        ("  pfc-priority", str(tc), "", "switch-prio on which PFC is enabled"),
+        ("  rx-enabled", "yes", "", "PFC Rx Enabled status"),
+        ("  tx-enabled", "yes", "", "PFC Tx Enabled status"),
+        ("trust", "", "", ""),
+        ("  trust-mode", "pcp,dscp", "", "Trust Setting on the port for packet classification"),
+        ("mode", "lossless", "", "Roce Mode")]) + [
+        " ", " ", "RoCE PCP/DSCP->SP mapping configurations",
+        "===========================================",
+        *_table(["", "pcp", "dscp", "switch-prio"],
+                [["cnp", "6", "48", "6"], ["roce", str(tc), "26", str(tc)]]),
+        " ", " ", "RoCE SP->TC mapping and ETS configurations",
+        "=============================================",
+        *_table(["", "switch-prio", "traffic-class", "scheduler-weight"],
+                [["cnp", "6", "6", "strict priority"], ["roce", str(tc), str(tc), "dwrr-50%"]])
+    ]) + "\n"
+
+
+def show_roce(t: Target) -> str:
+    """``nv show qos roce`` (global view of default-global, human units)."""
+    conf = t.state["applied"]
+    tc = t.state["lossless_queue"]
+    row = swmod.nvue_tc(conf, "default-global", tc) or {}
+    rows = [("enable", "", "on", ""), ("mode", "lossless", "lossless", ""),
+            ("pfc", "", "", ""), ("  pfc-priority", str(tc), "", ""),
+            ("congestion-control", "", "", ""), ("  congestion-mode", "ECN", "", ""),
+            ("  enabled-tc", f"0,{tc}", "", ""),
+            ("  min-threshold", human_bytes(int(row.get("min-threshold", 0))), "", ""),
+            ("  max-threshold", human_bytes(int(row.get("max-threshold", 0))), "", ""),
+            ("  probability", str(row.get("probability", "")), "", "")]
+    return "\n".join(_kv(rows)) + "\n"
+
+
+def show_pfc(t: Target) -> str:
+    pfc = t.state["applied"]["qos"]["pfc"]["default-global"]
+    rows = [("cable-length", str(pfc["cable-length"]), str(pfc["cable-length"]),
+             "Cable Length (in meters)"),
+            ("port-buffer", f"{pfc['port-buffer']} B", f"{pfc['port-buffer']} B",
+             "Port Buffer (in bytes)"),
+            ("rx", "enable", "enable", "PFC Rx State"), ("tx", "enable", "enable", "PFC Tx State"),
+            ("xoff-threshold", f"{pfc['xoff-threshold']} B", f"{pfc['xoff-threshold']} B",
+             "Xoff Threshold (in bytes)"),
+            ("xon-threshold", f"{pfc['xon-threshold']} B", f"{pfc['xon-threshold']} B",
+             "Xon Threshold (in bytes)"),
+            ("[switch-priority]", ",".join(pfc["switch-priority"]),
+             ",".join(pfc["switch-priority"]), "Collection of switch priorities.")]
+    return "\n".join(_kv(rows)) + "\n"
 
 
 def show_counters(t: Target, port: str, as_json: bool) -> str:
@@ -235,8 +368,19 @@ def main(argv: list[str]) -> int:
             cmd_apply(t)
         elif words == ["config", "diff"]:
             cmd_diff(t)
-        elif words[:1] == ["show"] and words[1:4] == CC:
+        elif words == ["config", "show"]:
+            if not as_json:
+                raise NvError("Error: this stand-in prints `nv config show -o json` only")
+            sys.stdout.write(config_show(t))
+        elif words[:1] == ["show"] and words[1:3] == ["qos", "congestion-control"]:
             sys.stdout.write(show_cc(t, words[1:], as_json, rev))
+        elif words == ["show", "qos", "roce"]:
+            sys.stdout.write(show_roce(t))
+        elif words == ["show", "qos", "pfc", "default-global"]:
+            sys.stdout.write(show_pfc(t))
+        elif (words[:2] == ["show", "interface"] and len(words) == 6
+              and words[3:] == ["qos", "roce", "status"]):
+            sys.stdout.write(show_roce_status(t, words[2]))
         elif words[:2] == ["show", "interface"] and words[3:] == ["counters", "qos"]:
             sys.stdout.write(show_counters(t, words[2], as_json))
         else:

@@ -1,0 +1,63 @@
+"""One tuner per canary: an exclusive ``flock`` on the results folder.
+
+``run``, ``resume`` and ``recover`` hold it for their whole life; a second one on the same
+folder is refused at once (``CanaryBusy``, exit 3) with the holder's pid, host, command and
+start time, before it builds a backend or reads the canary. The kernel drops the lock when the
+holder dies (even by SIGKILL), so a stale lock never needs cleaning up; the file itself stays.
+Remote targets carry their own lock, taken with the dead-man arm (``safety.deadman``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tuner.errors import TunerError
+
+LOCK_NAME = "ecntune.lock"
+
+
+class CanaryBusy(TunerError):
+    """Another ecntune process holds the results folder (exit 3; nothing was touched)."""
+
+
+@contextmanager
+def hold(results: str | os.PathLike[str], command: str) -> Iterator[Path]:
+    """Hold the exclusive lock of the results folder ``results`` while the block runs."""
+    folder = Path(results)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise CanaryBusy(f"{folder}: cannot create the lock file {LOCK_NAME} "
+                         f"({exc.strerror}); check the results folder") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CanaryBusy(f"{folder} is in use by another ecntune process ({_holder(fd)}); "
+                             "one tuner per canary: wait for it to finish or stop it "
+                             "(Ctrl-C restores the canary)") from None
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        yield folder / LOCK_NAME
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        since = time.strftime("%H:%M:%S UTC", time.gmtime(float(info["since"])))
+        return (f"`ecntune {info['command']}` pid {int(info['pid'])} on {info['host']}, "
+                f"since {since}")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "holder unknown"

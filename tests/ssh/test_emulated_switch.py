@@ -1,0 +1,183 @@
+"""Switch canary, XOFF, counters and NIC facts against the emulated cluster (real sshd, stand-in
+switch CLIs that keep CONFIG_DB / NVUE config on disk)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from safety.limits import SafetyLimits, check_proposal
+from safety.preflight import PreflightSpec, failures, run_checks
+from tuner.cluster.ssh import SshCluster
+from tuner.emulated.cluster import EmulatedCluster
+from tuner.inventory import parse_inventory
+from tuner.preflight_facts import enable_counters, ssh_facts
+from tuner.settings import Settings
+
+pytestmark = pytest.mark.ssh
+SPEC = PreflightSpec(error_sample_s=0, df_ping=False)
+
+
+def _cluster(emu: EmulatedCluster, **switch: Any) -> SshCluster:
+    data = yaml.safe_load(Path(emu.inventory_path).read_text())
+    for sw in data["switches"]:
+        sw.update(switch.get(sw["platform"], {}))
+    return SshCluster(parse_inventory(data, str(emu.inventory_path)))
+
+
+@pytest.fixture
+def emu(emulated_cluster: EmulatedCluster) -> Iterator[EmulatedCluster]:
+    yield emulated_cluster
+    emulated_cluster.reset()
+
+
+def _bad(c: SshCluster) -> list[tuple[str, str]]:
+    return [(r.check, r.target) for r in failures(run_checks(ssh_facts(c, SPEC), SPEC))]
+
+
+def test_a_trial_touches_only_the_canary_queues_and_restore_rebinds_the_original(
+        emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        base = c.snapshot()
+        sonic_before = emu.state("leaf0")["config_db"]
+        new = Settings.uniform(list(base.switches), list(base.nics),
+                               {"kmin_bytes": 150000, "kmax_bytes": 1500000, "pmax_percent": 20})
+        c.apply(new)
+        assert c.read_back() == new
+        db = emu.state("leaf0")["config_db"]
+        canary = emu.state("leaf0")["host_ports"]
+        bound = {k: v.get("wred_profile") for k, v in db["QUEUE"].items() if k.endswith("|3")}
+        assert bound == {f"{p}|3": "ECNTUNE_CANARY" if p in canary else "AZURE_LOSSLESS"
+                         for p in [*canary, *emu.state("leaf0")["uplink_ports"]]}
+        # the shared profile is untouched; the clone kept its yellow/red fields
+        assert db["WRED_PROFILE"]["AZURE_LOSSLESS"] == sonic_before["WRED_PROFILE"][
+            "AZURE_LOSSLESS"]
+        assert db["WRED_PROFILE"]["ECNTUNE_CANARY"]["yellow_max_threshold"] == "2097152"
+        nv = emu.state("leaf1")["applied"]
+        assert nv["qos"]["congestion-control"]["default-global"] == emu.state("leaf1")[
+            "pending"]["qos"]["congestion-control"]["default-global"]
+        hosts = emu.state("leaf1")["host_ports"]
+        assert {p: b["qos"]["congestion-control"]["profile"]
+                for p, b in nv["interface"].items()} == dict.fromkeys(hosts, "ECNTUNE_CANARY")
+        c.apply(base)
+        assert c.read_back() == base
+    db = emu.state("leaf0")["config_db"]
+    assert db["QUEUE"] == sonic_before["QUEUE"] and "ECNTUNE_CANARY" not in db["WRED_PROFILE"]
+    assert "ECNTUNE_CANARY" not in emu.state("leaf1")["applied"]["qos"]["congestion-control"]
+
+
+def test_nvue_146_48_kb_round_trips_without_a_false_rollback(emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        base = c.snapshot()
+        new = base.model_copy(update={"switches": {**base.switches, "leaf1": base.switches[
+            "leaf1"].model_copy(update={"kmin_bytes": 150000, "kmax_bytes": 1500000})}})
+        c.apply(new)  # read-back sees "146.48 KB" / "1.43 MB" on the ports: no ApplyError
+        shown = c.pool.conns["leaf1"].run("nv show interface swp1 qos roce status").stdout
+        assert "146.48 KB" in shown and "1.43 MB" in shown
+        assert c.read_back().switches["leaf1"].kmin_bytes == 150000  # exact, from the config
+        c.apply(base)
+        assert c.read_back() == base
+
+
+def test_preflight_refuses_a_sonic_profile_bound_to_a_non_canary_port(
+        emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        assert _bad(c) == []
+    # writing the shared profile itself reaches every port bound to it (the uplink too)
+    with _cluster(emu, sonic={"canary_profile": "AZURE_LOSSLESS"}) as c:
+        assert _bad(c) == [("blast_radius", "leaf0")]
+    uplink = emu.state("leaf0")["uplink_ports"][0]
+
+    def bind_uplink(s: dict[str, Any]) -> None:
+        db = s["config_db"]
+        db["WRED_PROFILE"]["ECNTUNE_CANARY"] = dict(db["WRED_PROFILE"]["AZURE_LOSSLESS"])
+        db["QUEUE"][f"{uplink}|3"]["wred_profile"] = "ECNTUNE_CANARY"
+
+    emu.edit_state("leaf0", bind_uplink)
+    with _cluster(emu) as c:
+        res = run_checks(ssh_facts(c, SPEC), SPEC)
+    bad = failures(res)
+    assert [(r.check, r.target) for r in bad] == [("blast_radius", "leaf0")]
+    assert f"['{uplink}'] outside the canary" in bad[0].evidence
+
+
+def test_preflight_refuses_an_nvue_default_global_write(emu: EmulatedCluster) -> None:
+    with _cluster(emu, nvue={"canary_profile": "default-global"}) as c:
+        res = failures(run_checks(ssh_facts(c, SPEC), SPEC))
+    assert [(r.check, r.target) for r in res] == [("blast_radius", "leaf1")]
+    assert "every port without its own congestion-control profile" in res[0].evidence
+    port = emu.state("leaf1")["uplink_ports"][0]
+    emu.edit_state("leaf1", lambda s: s["applied"]["interface"].update(
+        {port: {"qos": {"congestion-control": {"profile": "ECNTUNE_CANARY"}}}}))
+    with _cluster(emu) as c:
+        assert _bad(c) == [("blast_radius", "leaf1")]
+
+
+def test_xoff_comes_from_each_switch_and_bounds_kmax(emu: EmulatedCluster) -> None:
+    limits = SafetyLimits()
+    with _cluster(emu) as c:
+        facts = c.describe().facts
+        assert facts["xoff_bytes"] == "4212736"  # the rocesim leaves, via mmuconfig / nv show
+        xoff = int(facts["xoff_bytes"])
+    # the loop's rule (tuner/loop.py reads desc.facts["xoff_bytes"]): 20 % margin
+    assert [v.code for v in check_proposal({"kmin_bytes": 100_000, "kmax_bytes": 3_400_000},
+                                           xoff_bytes=xoff, line_rate_mbps=100_000,
+                                           limits=limits)] == ["kmax_above_xoff"]
+    emu.edit_state("leaf0", lambda s: s["config_db"]["BUFFER_PROFILE"][
+        "pg_lossless_100000_300m_profile"].update(xoff="160000"))
+    with _cluster(emu, nvue={"xoff_bytes": 120000}) as c:
+        assert c.describe().facts["xoff_bytes"] == "120000"  # inventory lower than switch
+    emu.edit_state("leaf0", lambda s: s["config_db"].update(BUFFER_PROFILE={}))
+    with _cluster(emu) as c:
+        assert c.describe().facts["xoff_unknown"] == "leaf0"
+        assert ("xoff", "leaf0") in _bad(c)
+
+
+def test_enable_counters_turns_on_the_wred_ecn_queue_group(emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        warn = [r for r in run_checks(ssh_facts(c, SPEC), SPEC) if r.check == "counters"]
+        assert [r.status for r in warn] == ["warn"]
+        assert c.describe().facts["counter_poll_s"] == "pfc=1,queue=1"  # wred: off
+        assert enable_counters(c) == ["leaf0"]
+        res = [r for r in run_checks(ssh_facts(c, SPEC), SPEC) if r.check == "counters"]
+        assert [r.status for r in res] == ["pass"] and "wred 10 s" in res[0].evidence
+        assert enable_counters(c) == []  # already on: nothing written
+
+
+def test_nic_facts_algorithm_roce_mtu_and_cnp_queue(emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        res = run_checks(ssh_facts(c, SPEC), SPEC)
+        got = {(r.check, r.target): r.status for r in res
+               if r.check in ("cc_algorithm", "roce_mtu", "cnp_queue")}
+        assert set(got.values()) == {"pass"}
+        assert ("cnp_queue", "leaf0/Ethernet0") in got and ("cnp_queue", "leaf1/swp1") in got
+    emu.edit_state("host1", lambda s: s.update(cc_algorithm="QCN(1)", roce_mtu=1024))
+    emu.edit_state("leaf0", lambda s: s["config_db"]["SCHEDULER"]["scheduler.0"].update(
+        type="DWRR"))
+    with _cluster(emu) as c:
+        bad = set(_bad(c))
+    assert {("cc_algorithm", "host1"), ("roce_mtu", "host1"),
+            ("cnp_queue", "leaf0/Ethernet0")} <= bad
+
+
+def test_final_counters_wait_one_switch_poll_interval(emu: EmulatedCluster) -> None:
+    import time
+
+    from objectives.measurement import Measurement
+    from tuner.emulated import state as st
+
+    with _cluster(emu) as c:
+        before = c.counters()
+        m = Measurement(counters_before=before, counters_after=c.counters())
+        port = emu.state("leaf0")["host_ports"][0]
+        # drops the switch publishes only at its next poll (queue stats: every 1 s here)
+        st.add_counters(emu.target_dir("leaf0"), {port: {"q3_drop_pkts": 7}})
+        t0 = time.monotonic()
+        got = c.settled(m)
+        assert time.monotonic() - t0 >= 0.9  # waited for the poll interval
+        assert got.counters.ports[f"leaf0/{port}"]["queue3_drop_pkts"] == 7
+        assert "1 s after the traffic" in got.notes[-1]

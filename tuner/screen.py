@@ -1,0 +1,70 @@
+"""Pre-screening on the digital twin: skip a proposal the twin predicts to storm or to lose the
+bus-bandwidth floor, before it touches the canary.
+
+The twin is rocesim configured like the canary (topology, speeds, buffer, the declared
+workload). Each proposal is applied to the twin and measured once, under the same live monitor
+and post-hoc rules as a trial, against the twin's own baseline; a predicted storm (or any other
+safety violation) or a busbw ratio under ``safety.min_busbw_ratio`` gives the verdict
+``screened:<reason>``: recorded, told to the sampler as infeasible, never applied. The screen
+costs simulator time only, and is judged by ``bench/search.py`` (storms prevented, good
+settings wrongly skipped).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from objectives.score import score
+from safety.monitor import LiveMonitor, judge, storm_window_s
+from tuner.errors import ConfigError, SafetyAbort
+from tuner.settings import Settings
+
+if TYPE_CHECKING:
+    from objectives.measurement import Measurement
+    from objectives.score import ScoreConfig
+    from tuner.cluster.sim import SimCluster
+    from tuner.experiment import Experiment
+
+
+class TwinScreen:
+    """The twin and its baseline; ``verdict(values)`` is None (apply it) or ``screened:<why>``."""
+
+    def __init__(self, exp: Experiment, cfg: ScoreConfig) -> None:
+        from tuner.cluster.sim import SimCluster
+
+        spec = exp.screen.fabric
+        if spec is None:
+            if exp.fabric.backend != "sim":
+                raise ConfigError("screen.fabric: required with fabric.backend ssh -- describe "
+                                  "the canary's topology, speeds and buffer for the twin")
+            spec = exp.fabric.model_copy(update={"seed": exp.fabric.seed + 1})
+        switches = exp.screen.canary_switches or list(exp.canary.switches)
+        self.exp = exp
+        self.cfg = cfg
+        self.twin: SimCluster = SimCluster(spec, switches, dict(exp.current), name="twin")
+        self.desc = self.twin.describe()
+        self.base_settings = self.twin.snapshot()
+        self.baseline: Measurement = self.twin.measure(exp.workload)
+        self.window_s = storm_window_s(exp.safety, self.baseline.duration_s)
+        self.screened = 0
+
+    def verdict(self, values: dict[str, int]) -> tuple[str, str] | None:
+        """(verdict, detail) when the twin predicts trouble, else None."""
+        settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics, values)
+        self.twin.apply(settings)
+        try:
+            m = self.twin.measure(self.exp.workload, LiveMonitor(self.exp.safety, self.window_s))
+            found = judge(m, self.exp.safety, self.window_s)
+            if found:
+                return f"screened:{found[0].code}", "twin: " + str(found[0])
+            cons = score([m], [self.baseline], self.cfg).constraints
+            floor = cons.get("busbw_floor", 0.0)
+            if floor > 0:
+                ratio = self.cfg.min_busbw_ratio - floor
+                return "screened:busbw_floor", (f"twin: busbw ratio {ratio:.2f} < "
+                                                f"{self.cfg.min_busbw_ratio:g}")
+            return None
+        except SafetyAbort as exc:
+            return f"screened:{exc.reason}", f"twin: {exc.detail}"
+        finally:
+            self.twin.apply(self.base_settings)

@@ -1,0 +1,256 @@
+"""What one SSH measurement runs, as pure data: argument lists, probe pairs, background flows,
+the sizing of the measured pass and the probe/collective overlap.
+
+Every command is built as an argument list and joined with ``shlex.quote`` on every word
+(``join``), so no inventory or experiment value reaches a remote shell unquoted. The experiment
+is the one rocesim runs: the collective parts at once, background flows between the canary hosts
+(incast: the first host receives from the next ``fan_in``; permutation: each host sends to the
+next one), ``pairs`` probe pairs, one sample per pair every ``interval_us``.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tuner.errors import MeasurementError
+from tuner.ssh.shell import UnsafeValue, check
+
+if TYPE_CHECKING:
+    from safety.preflight import CheckResult
+    from tuner.inventory import HostEntry, Inventory
+    from tuner.workload import BackgroundPart, CollectivePart, ProbePart, Workload
+
+BINARIES = {"all_reduce": "all_reduce_perf", "alltoall": "alltoall_perf",
+            "all_gather": "all_gather_perf", "reduce_scatter": "reduce_scatter_perf"}
+PROBE_PORT = 18515  # perftest's default port; probe pair k listens on PROBE_PORT + k
+BW_PORT = 18715  # background flow k listens on BW_PORT + k
+RTT_GUESS_US = 10.0  # per-sample round trip assumed when planning (loaded RTTs run longer)
+WINDOW_FACTOR = 3.0  # collectives run this many planned probe durations after the first row
+# plus this, for starting the probe pairs: SSH, up to 3 s for the servers to listen (perftest's
+# banner rarely comes through a pipe before the end), QP connection set-up.
+PROBE_START_S = 5.0
+MAX_ITERATIONS = 10_000_000
+
+
+def join(argv: list[str]) -> str:
+    """One shell line from an argument list: every word quoted, control characters refused."""
+    for word in argv:
+        if not isinstance(word, str) or not word or any(ord(c) < 32 or ord(c) == 127
+                                                        for c in word):
+            raise UnsafeValue(f"command word {word!r} is empty or holds a control character")
+    return " ".join(shlex.quote(w) for w in argv)
+
+
+def hostlist(inv: Inventory) -> tuple[int, str]:
+    """``(np, hostlist)`` for the mpirun template: every canary host, gpus_per_host slots."""
+    gpus = inv.launcher.gpus_per_host
+    names = [check("host", h.mpi_host or h.address) for h in inv.hosts]
+    hl = ",".join(f"{n}:{gpus}" if gpus > 1 else n for n in names)
+    return len(names) * gpus, hl
+
+
+def part_env(part: CollectivePart) -> dict[str, str]:
+    """NCCL variables a workload part asks for; fields left at their default are not sent."""
+    env: dict[str, str] = {}
+    if part.nccl_algo:
+        env["NCCL_ALGO"] = part.nccl_algo
+    if part.nccl_proto:
+        env["NCCL_PROTO"] = part.nccl_proto
+    if "channels" in part.model_fields_set:
+        env["NCCL_MIN_NCHANNELS"] = str(part.channels)
+    if "qps_per_connection" in part.model_fields_set:
+        env["NCCL_IB_QPS_PER_CONNECTION"] = str(part.qps_per_connection)
+    return env
+
+
+def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = None,
+              cycles: int = 1) -> list[str]:
+    """``env NCCL_...=... <launcher words> [-x NCCL_...] <dir>/<op>_perf -b S -e S ...``.
+
+    The template is split into words before ``{np}``/``{hostlist}`` are filled in, so a value
+    can never add a word; ``cycles`` > 1 adds nccl-tests ``-N`` (one result row per cycle).
+    """
+    la = inv.launcher
+    np_, hl = hostlist(inv)
+    words = [w.replace("{np}", str(np_)).replace("{hostlist}", hl) for w in la.mpirun.split()]
+    env = {check("env_name", k): check("env_value", v)
+           for k, v in {**la.nccl_env, **part_env(part)}.items()}
+    argv = (["env", *(f"{k}={v}" for k, v in env.items())] if env else []) + words
+    if words and words[0].rsplit("/", 1)[-1] in ("mpirun", "mpiexec"):
+        for k in env:
+            argv += ["-x", k]
+    n = int(part.iterations if iterations is None else iterations)
+    argv += [check("path", f"{la.nccl_tests_dir.rstrip('/')}/{BINARIES[part.op]}"),
+             "-b", str(int(part.size_bytes)), "-e", str(int(part.size_bytes)), "-f", "2",
+             "-g", "1", "-n", str(n), "-w", str(int(la.warmup_iters)), "-c", "1"]
+    if cycles > 1:
+        argv += ["-N", str(int(cycles))]
+    return argv
+
+
+def nccl_command(inv: Inventory, part: CollectivePart, iterations: int | None = None,
+                 cycles: int = 1) -> str:
+    """The shell line of ``nccl_argv`` (each part runs as its own remote process)."""
+    return join(nccl_argv(inv, part, iterations, cycles))
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A perftest server/client pair: the server listens on ``port``; the client connects."""
+
+    server: str
+    server_cmd: str
+    client: str
+    client_cmd: str
+    port: int
+
+
+def _perftest_base(inv: Inventory, binary: str, h: HostEntry, tos: int, port: int) -> list[str]:
+    # --tclass sets the GRH traffic class of a verbs QP; -T needs rdma_cm (-R) and is refused
+    # without it by perftest ("TOS only valid for rdma_cm based QP and RawEth QP").
+    return [check("binary", binary), "-d", check("rdma_device", h.rdma_device),
+            "-i", str(int(h.rdma_port)), "-x", str(int(h.gid_index)), f"--tclass={int(tos)}",
+            "-p", str(int(port)), "-F"]
+
+
+def _peer(h: HostEntry) -> str:
+    return check("host", h.data_address or h.address)
+
+
+def probe_pairs(inv: Inventory, pairs: int) -> list[tuple[HostEntry, HostEntry]]:
+    """``pairs`` (server, client) pairs among the latency hosts (default: every canary host):
+    every ordered pair once, nearest neighbours first, then round again."""
+    by_name = {h.name: h for h in inv.hosts}
+    hosts = [by_name[n] for n in inv.launcher.latency_hosts] or list(inv.hosts)
+    if len(hosts) < 2:
+        raise MeasurementError("latency probes need two canary hosts")
+    order = [(hosts[i], hosts[(i + off) % len(hosts)])
+             for off in range(1, len(hosts)) for i in range(len(hosts))]
+    return [order[k % len(order)] for k in range(int(pairs))]
+
+
+def probe_flows(inv: Inventory, probe: ProbePart) -> list[Flow]:
+    """One ``ib_write_lat`` pair per probe pair, ``interval_us`` as perftest's
+    ``--latency_gap`` (µs between posts), ``perftest_iterations`` samples each."""
+    la = inv.launcher
+    gap = int(round(probe.interval_us))
+    out = []
+    for k, (s, c) in enumerate(probe_pairs(inv, probe.pairs)):
+        port = PROBE_PORT + k
+        extra = ["-s", str(int(probe.size_bytes)), "-n", str(int(la.perftest_iterations))]
+        if gap > 0:
+            extra.append(f"--latency_gap={gap}")
+        out.append(Flow(s.name, join(_perftest_base(inv, la.perftest_bin, s, la.roce_tos, port)
+                                     + extra),
+                        c.name, join(_perftest_base(inv, la.perftest_bin, c, la.roce_tos, port)
+                                     + extra + [_peer(s)]), port))
+    return out
+
+
+def background_pairs(inv: Inventory, part: BackgroundPart) -> list[tuple[HostEntry, HostEntry]]:
+    """(receiver, sender) pairs of one background part over the canary hosts, as rocesim."""
+    hosts = list(inv.hosts)
+    if part.pattern == "incast":
+        fan_in = min(part.fan_in, len(hosts) - 1)
+        return [(hosts[0], s) for s in hosts[1:1 + fan_in]]
+    return [(hosts[(i + 1) % len(hosts)], hosts[i]) for i in range(len(hosts))]
+
+
+def background_flows(inv: Inventory, parts: list[BackgroundPart], duration_s: float
+                     ) -> list[Flow]:
+    """``ib_write_bw`` flows for the background parts: one QP each (``-q 1``, one flow as in
+    rocesim), ``-D`` seconds (the tuner stops them when the collectives end), rate-limited in
+    software to ``load`` x the sender's line rate, in the RoCE or the declared other class."""
+    la = inv.launcher
+    seconds = max(1, int(math.ceil(duration_s)))
+    out: list[Flow] = []
+    for part in parts:
+        tos = la.roce_tos if part.priority == "roce" else la.other_tos
+        if tos is None:
+            raise MeasurementError("background part with priority 'other' needs "
+                                   "launcher.other_tos in the inventory")
+        for recv, send in background_pairs(inv, part):
+            port = BW_PORT + len(out)
+            rate = max(0.001, round(part.load * send.nic_gbps, 3))
+            extra = ["-q", "1", "-D", str(seconds), "-s", "65536", "--report_gbits",
+                     f"--rate_limit={rate:g}", "--rate_units=g", "--rate_limit_type=SW"]
+            out.append(Flow(recv.name, join(_perftest_base(inv, la.bw_bin, recv, tos, port)
+                                            + extra),
+                            send.name, join(_perftest_base(inv, la.bw_bin, send, tos, port)
+                                            + extra + [_peer(recv)]), port))
+    return out
+
+
+def unsupported(inv: Inventory, workload: Workload) -> list[str]:
+    """Parts the SSH backend cannot generate, each with the reason (pre-flight refuses them)."""
+    out = []
+    for i, part in enumerate(workload.parts):
+        where = f"workload.parts[{i}] ({part.kind})"
+        if part.kind == "background":
+            if part.priority == "other" and inv.launcher.other_tos is None:
+                out.append(f"{where}: priority 'other' needs launcher.other_tos (the ToS of "
+                           "that class) in the inventory")
+            if len(inv.hosts) < 2:
+                out.append(f"{where}: needs two canary hosts")
+        if part.kind == "probe":
+            if i != workload.parts.index(workload.probes[0]):
+                out.append(f"{where}: one probe part per workload on SSH (rocesim uses the "
+                           "first one too)")
+            hosts = inv.launcher.latency_hosts or [h.name for h in inv.hosts]
+            if len(hosts) < 2:
+                out.append(f"{where}: needs two canary hosts")
+    return out
+
+
+def planned_probe_s(inv: Inventory, probe: ProbePart) -> float:
+    """How long a probe pair should take: samples x (gap + a guessed round trip)."""
+    return inv.launcher.perftest_iterations * (probe.interval_us + RTT_GUESS_US) / 1e6
+
+
+def sized_iterations(part: CollectivePart, t_iter_us: float, cycle_s: float) -> int:
+    """Iterations per cycle so one cycle lasts ``cycle_s`` at the time per iteration measured
+    by the timed pass (a cycle runs ``-n`` out-of-place and ``-n`` in-place iterations); never
+    fewer than the workload asks for."""
+    if not t_iter_us > 0 or not math.isfinite(t_iter_us):
+        return int(part.iterations)
+    n = math.ceil(cycle_s * 1e6 / (2 * t_iter_us))
+    return int(min(MAX_ITERATIONS, max(part.iterations, n)))
+
+
+def cycle_s(inv: Inventory, probe: ProbePart) -> float:
+    """One cycle of the measured pass: the rows after the first span WINDOW_FACTOR planned
+    probe durations, the probe's start-up and ``probe_delay_s``."""
+    window = (WINDOW_FACTOR * planned_probe_s(inv, probe) + PROBE_START_S
+              + inv.launcher.probe_delay_s)
+    return window / (inv.launcher.nccl_cycles - 1)
+
+
+def overlap(probe: tuple[float, float], traffic: tuple[float, float]) -> float:
+    """Share of a probe's samples taken inside the traffic window (samples are spread evenly
+    over the probe's run); 0 for a probe that ran outside it."""
+    p0, p1 = probe
+    c0, c1 = traffic
+    if p1 <= p0:
+        return 1.0 if c0 <= p0 <= c1 else 0.0
+    return max(0.0, min(p1, c1) - max(p0, c0)) / (p1 - p0)
+
+
+def workload_checks(exp: object, cluster: object) -> list[CheckResult]:
+    """Pre-flight lines (check ``workload``) for an SSH canary: a part this backend cannot
+    generate fails pre-flight, so nothing is changed for a study that could not measure."""
+    from safety.preflight import CheckResult
+
+    inv = getattr(getattr(cluster, "inner", cluster), "inventory", None)
+    workload = getattr(exp, "workload", None)
+    if inv is None or workload is None:
+        return []
+    problems = unsupported(inv, workload)
+    if problems:
+        return [CheckResult(check="workload", target="ssh", status="fail", evidence=p)
+                for p in problems]
+    return [CheckResult(check="workload", target="ssh", status="pass",
+                        evidence=f"{len(workload.parts)} parts, each generated on the canary "
+                                 "(nccl-tests, ib_write_bw, ib_write_lat)")]
