@@ -135,10 +135,13 @@ class DeadmanTimer:
     def _lock(self) -> str:
         return f'"$d"/lock.{_SAFE.sub("_", self.target)[:64]}'
 
-    def _prologue(self, create: bool = False) -> str:
+    def _prologue(self, create: bool = False, absent: str = "missing") -> str:
+        """Find and check the runtime directory; without one (never armed here, or the
+        target rebooted) a command that only looks answers ``absent`` at once."""
         where = (RUNTIME_DIR if self.directory is None
                  else f"d={shlex.quote(self.directory.rstrip('/') or '/')}")
-        make = 'mkdir -m 700 "$d" 2>/dev/null; ' if create else ""
+        make = ('mkdir -m 700 "$d" 2>/dev/null; ' if create else
+                f'if [ ! -e "$d" ] && [ ! -L "$d" ]; then echo {absent}; exit 0; fi; ')
         return f"umask 077; set -C; {where}; {make}{_CHECK}; "
 
     def loop_script(self, restore: list[str]) -> str:
@@ -229,7 +232,8 @@ class DeadmanTimer:
         """Remove this arm's files once it is disarmed or fired (keeps nothing pending)."""
         files = " ".join(self._f(s) for s in ("deadline", "pid", "disarmed", "fired", "rc",
                                               "log"))
-        return (f"{self._prologue()}[ -e {self._f('armed')} ] || [ -e {self._f('firing')} ] "
+        return (f"{self._prologue(absent='')}[ -e {self._f('armed')} ] || "
+                f"[ -e {self._f('firing')} ] "
                 f"|| rm -f {files}")
 
     def takeover_command(self, claim_armed: bool = False) -> str:
@@ -242,7 +246,7 @@ class DeadmanTimer:
                  f"armed-claimed; else echo busy \"$o\" firing; fi;; firing) "
                  if claim_armed else "armed|firing) ")
         return (
-            f"{self._prologue()}"
+            f"{self._prologue(absent='free')}"
             f"[ -d {self._lock} ] || {{ echo free; exit 0; }}; "
             f"o=$(cat {self._lock}/owner 2>/dev/null); s=$({self._owner_state('$o')}); "
             f"case $s in {claim}echo busy \"${{o:-?}}\" $s $(cat {self._lock}/who 2>/dev/null);; "

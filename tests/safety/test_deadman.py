@@ -299,3 +299,14 @@ def test_recover_claims_the_armed_timer_of_a_known_dead_owner(knob) -> None:
     assert path.read_text() == "17\n" and not Path(a.base + ".fired").exists()
     assert parse_reply(sh(b.arm_command(restore, 30)))[0] == "armed"
     assert parse_reply(sh(b.disarm_command()))[0] == "disarmed"
+
+
+def test_no_runtime_directory_yet_is_free_or_missing(knob) -> None:
+    """A target never armed (or rebooted: /run is a tmpfs) has no runtime directory: its lock
+    is free and a timer there is missing -- not an unsafe directory."""
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    assert parse_reply(sh(t.takeover_command())) == ("free", "")
+    for cmd in (t.status_command(), t.renew_command(1), t.disarm_command()):
+        assert parse_reply(sh(cmd))[0] == "missing"
+    assert not d.exists()  # looking never creates it
