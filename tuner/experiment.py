@@ -83,6 +83,9 @@ class CanarySpec(BaseModel):
 
     model_config = _STRICT
     switches: list[str] = Field(default_factory=lambda: ["leaf0"], min_length=1)
+    # Disjoint slices for parallel workers (``ecntune worker --slice``, tuner/slices.py):
+    # {name: [switches]}, or N identical simulated copies of ``switches`` (sim backend).
+    slices: int | dict[str, list[str]] | None = None
 
 
 class KnobRange(BaseModel):

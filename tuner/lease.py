@@ -23,7 +23,9 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +152,21 @@ class SliceLeases:
                 f"SELECT slice, holder, expires_at, expires_at >= {self._now} FROM {TABLE} "
                 "WHERE study = :study ORDER BY slice"), {"study": self.study}).all()
         return [LeaseRow(str(r[0]), str(r[1]), float(r[2]), bool(r[3])) for r in got]
+
+    @contextmanager
+    def mutex(self, name: str, wait_s: float = 120.0) -> Iterator[None]:
+        """Hold the pseudo-slice ``name`` as a lock (one-time set-up among workers)."""
+        deadline = time.monotonic() + wait_s
+        while (lease := self.acquire(name)) is None:
+            if time.monotonic() > deadline:
+                raise ConfigError(f"study {self.study}: {name} held by another worker for "
+                                  f"over {wait_s:.0f} s")
+            time.sleep(0.1)
+        try:
+            with LeaseKeeper(self, lease):  # a slow set-up must not lose the lock
+                yield
+        finally:
+            self.release(lease)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -272,6 +272,10 @@ class StudyRunner:
                for t in trials):
             return
         optuna_io.enqueue(self.study, self.space.params_of(self.baseline_values), "baseline")
+        self._enqueue_warm_starts()
+
+    def _warm_points(self) -> list[tuple[str, dict[str, int]]]:
+        """The given starting points (``retune``), then the known-good ones for this fabric."""
         points = list(self.warm)
         if self.exp.search.warm_starts:
             assert self.desc is not None
@@ -280,12 +284,12 @@ class StudyRunner:
                                   "pmax_percent": w.pmax_percent})
                        for w in warm_starts(self.desc.nic_gbps, int(xoff) if xoff else None,
                                             self.exp.safety.xoff_margin_percent)]
-        self._enqueue_warm_starts(points)
+        return points
 
-    def _enqueue_warm_starts(self, points: list[tuple[str, dict[str, int]]]) -> None:
-        """Each point (knob values over the baseline's) once, as ``warm:<label>``."""
+    def _enqueue_warm_starts(self) -> None:
+        """Each starting point (knob values over the baseline's) once, as ``warm:<label>``."""
         seen = {tuple(sorted(self.space.params_of(self.baseline_values).items()))}
-        for label, knobs in points:
+        for label, knobs in self._warm_points():
             values = dict(self.baseline_values, **knobs)
             values.update(self.space.fixed)
             params = self.space.params_of(values)
@@ -344,7 +348,8 @@ class StudyRunner:
             return 0
         n = 0
         for t in optuna_io.trials(self.study):
-            if t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged:
+            if (t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged
+                    or not self._backfills(t)):
                 continue
             rid = self.tracker.log_trial(self._record(t.number, t.state.name, t.user_attrs,
                                                       t.params))
@@ -352,6 +357,10 @@ class StudyRunner:
                 break
             n += 1
         return n
+
+    def _backfills(self, t: Any) -> bool:
+        """Is a finished trial this runner's to back-fill? (A worker: its slice's only.)"""
+        return True
 
     def _record(self, number: int, state: str, ua: dict[str, Any],
                 params: dict[str, Any]) -> TrialRecord:
@@ -371,6 +380,10 @@ class StudyRunner:
                    if t.user_attrs.get("role") != "baseline"
                    and t.state.name in ("COMPLETE", "PRUNED", "FAIL")
                    and t.user_attrs.get("verdict") != "interrupted")
+
+    def _budget_spent(self, used: int) -> bool:
+        """Stop asking? (A worker of a shared study counts every worker's trials.)"""
+        return used >= self.exp.budget.trials
 
     def _measure(self, replicate: int, *, abort: bool = True) -> Measurement:
         """One replicate under a live monitor (``abort=False``: only record, the baseline);
@@ -706,7 +719,7 @@ class StudyRunner:
             while True:
                 self.guard.check()
                 has_baseline = bool(self.baseline_ms)
-                if has_baseline and used >= self.exp.budget.trials:
+                if has_baseline and self._budget_spent(used):
                     break
                 if has_baseline and time.monotonic() - t0 > self.exp.budget.wall_time_s:
                     self.on_event("wall_time", {"elapsed_s": time.monotonic() - t0})

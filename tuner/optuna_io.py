@@ -161,15 +161,40 @@ def record_heartbeat(study: optuna.Study, number: int) -> None:
 
 
 def fail_dead(study: optuna.Study) -> list[int]:
-    """Fail the RUNNING trials whose heartbeat stopped (their worker died) and re-queue each
-    with the same params and user attrs (``RetryHeartbeatStaleTrialCallback``; the copy's
-    system attr ``failed_trial`` names the original). Returns the failed trials' numbers."""
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(FAIL,))}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        optuna.storages.fail_stale_trials(study)
-    return sorted({t.number for t in study.get_trials(deepcopy=False, states=(FAIL,))}
-                  - before)
+    """Fail the RUNNING trials whose heartbeat stopped (their worker died), with the verdict
+    ``failed:worker_died``, and re-queue each with the same params (Optuna's
+    ``RetryHeartbeatStaleTrialCallback``; the copy's system attr ``failed_trial`` names the
+    original). Several workers may run this at once: each trial is failed by one of them.
+    Returns the numbers this call failed."""
+    st: Any = study._storage
+    callback = st.get_heartbeat_stale_trial_callback()
+    if st.get_heartbeat_interval() is None:
+        return []
+    failed = []
+    # Optuna's own fail_stale_trials, plus the verdict written while the trial is still open.
+    for trial_id in st._backend._get_stale_trial_ids(study._study_id):
+        try:
+            st.set_trial_user_attr(trial_id, "verdict", "failed:worker_died")
+            if st.set_trial_state_values(trial_id, state=FAIL):
+                failed.append(trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # another worker's janitor (or the worker itself) closed it first
+    out = []
+    for trial_id in failed:
+        t = st.get_trial(trial_id)
+        if callback is not None:
+            callback(study, _requeue_copy(t))
+        out.append(t.number)
+    return out
+
+
+def _requeue_copy(t: FrozenTrial) -> FrozenTrial:
+    """What the retry callback copies: the params and the role, not the dead run's results."""
+    import copy
+
+    t = copy.deepcopy(t)
+    t.user_attrs = {k: v for k, v in t.user_attrs.items() if k == "role"}
+    return t
 
 
 def ensure_storage_dir(url: str) -> None:
@@ -250,6 +275,27 @@ def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
     with warnings.catch_warnings():  # enqueued baseline values may sit outside the ranges
         warnings.simplefilter("ignore")
         trial = study.ask(fixed_distributions=dists)
+    return Asked(trial=trial, number=trial.number, params=dict(trial.params))
+
+
+def ask_fixed(study: optuna.Study, params: dict[str, Any],
+              dists: dict[str, BaseDistribution], user_attrs: dict[str, Any]) -> Asked:
+    """A new RUNNING trial with these params, created directly rather than queued, so no other
+    worker of a shared study can pick it up (a slice's own baseline)."""
+    from optuna.trial import Trial, create_trial
+
+    def covering(d: BaseDistribution, v: Any) -> BaseDistribution:
+        # A baseline value may sit outside the searched range: widen this trial's copy.
+        if isinstance(d, FloatDistribution | IntDistribution) and not d._contains(
+                d.to_internal_repr(v)):
+            return type(d)(min(d.low, v), max(d.high, v), log=d.log)
+        return d
+
+    template = create_trial(state=RUNNING, params=params,
+                            distributions={k: covering(dists[k], v) for k, v in params.items()},
+                            user_attrs=user_attrs)
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    trial = Trial(study, trial_id)
     return Asked(trial=trial, number=trial.number, params=dict(trial.params))
 
 

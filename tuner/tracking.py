@@ -203,6 +203,7 @@ class TrialRecord:
     detail: str = ""  # what a rejection/rollback was about (safety.limits.Violation text)
     artifact_dir: str | None = None  # more files for the run (``tuner.plots.write_trial_files``)
     origin: str = ""  # "baseline", "warm:<label>" (a known-good start) or "proposal"
+    tags: dict[str, str] = field(default_factory=dict)  # more tags (``ecntune.slice``)
 
 
 def trial_metrics(m: Any) -> dict[str, float]:
@@ -334,6 +335,7 @@ class Tracker:
                 tags["ecntune.detail"] = scrub(rec.detail)[:5000]
             if rec.origin:
                 tags["ecntune.origin"] = rec.origin
+            tags.update(rec.tags)
             run = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
                                tags=tags)
             rid = run.info.run_id

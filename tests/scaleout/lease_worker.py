@@ -1,6 +1,8 @@
 """One racing worker for ``test_lease``: ``python -m tests.scaleout.lease_worker URL STUDY
-SECONDS SEED``. Until SECONDS pass it grabs any free slice of ``SLICES``, uses it for a while
-(renewing), then releases it or, now and then, dies holding it (exit without release).
+SECONDS SEED``. Until SECONDS pass (and at least ``GRANTS`` times) it grabs any free slice of
+``SLICES``, uses it for a while (renewing), then releases it; the worker with SEED 0 dies
+holding its second grant (exits without releasing), so its lease must expire before anyone
+gets that slice.
 
 Every use is a row of ``lease_usage``: the slice, the holder, and the database-clock interval
 in which this worker believed it held the slice: from the grant to the last moment it still
@@ -20,21 +22,24 @@ from tuner.lease import SliceLeases
 
 SLICES = ["s0", "s1"]
 TTL_S = 0.4
+GRANTS = 4
+
+
+USAGE_DDL = ("CREATE TABLE lease_usage (slice VARCHAR(16), holder VARCHAR(256), "
+             "t0 DOUBLE PRECISION, t1 DOUBLE PRECISION, stolen INT)")
 
 
 def main(url: str, study: str, seconds: float, seed: int) -> None:
     rng = random.Random(seed)
     leases = SliceLeases(url, study, ttl_s=TTL_S)
-    with leases.engine.begin() as c:
-        c.execute(sa.text("CREATE TABLE IF NOT EXISTS lease_usage (slice VARCHAR(16), "
-                          "holder VARCHAR(256), t0 DOUBLE PRECISION, t1 DOUBLE PRECISION, "
-                          "stolen INT)"))
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    grants = 0
+    while time.monotonic() < end or grants < GRANTS:
         lease = leases.acquire(rng.choice(SLICES))
         if lease is None:
             time.sleep(rng.uniform(0.0, 0.02))
             continue
+        grants += 1
         t0 = lease.expires_at - TTL_S
         valid = lease.expires_at
         for _ in range(rng.randint(0, 3)):  # use it, renewing
@@ -43,7 +48,7 @@ def main(url: str, study: str, seconds: float, seed: int) -> None:
             if renewed is None:
                 break
             valid = renewed
-        dies = rng.random() < 0.15
+        dies = seed == 0 and grants == 2
         t1 = valid if dies else min(valid, leases.now())
         with leases.engine.begin() as c:
             c.execute(sa.text("INSERT INTO lease_usage VALUES (:s, :h, :t0, :t1, :st)"),

@@ -55,36 +55,41 @@ def test_expired_lease_is_stolen_and_the_old_holder_cannot_renew_or_release(url:
 
 
 def test_renew_keeps_a_lease_alive_past_its_ttl_and_keeper_flags_a_loss(url: str) -> None:
-    a = SliceLeases(url, "st", ttl_s=0.9)
-    b = SliceLeases(url, "st", ttl_s=0.9)
+    a = SliceLeases(url, "st", ttl_s=1.5)  # renewed every 0.5 s: slack for a loaded machine
+    b = SliceLeases(url, "st", ttl_s=1.5)
     lease = a.acquire("pod1")
     assert lease is not None
     ticks: list[int] = []
     with LeaseKeeper(a, lease, on_tick=lambda: ticks.append(1)) as keeper:
-        time.sleep(2.0)
+        time.sleep(3.0)
         assert b.acquire("pod1") is None and not keeper.lost.is_set()
     assert len(ticks) >= 3
     with LeaseKeeper(a, lease) as keeper:
         with a.engine.begin() as c:  # the row vanishes under the keeper (taken and freed)
             c.execute(sa.text("DELETE FROM ecntune_slice_leases"))
-        assert keeper.lost.wait(2.0)
+        assert keeper.lost.wait(3.0)
     assert keeper.error == "lease expired or taken by another worker"
 
 
 def test_racing_processes_never_hold_one_slice_at_once(pg_url: str) -> None:
-    """Four processes race for two slices for 2 s with a 0.4 s lease; some die holding one.
+    """Four processes race for two slices for 2 s with a 0.4 s lease; one dies holding one.
     The database-clock intervals in which each believed it held a slice never overlap."""
+    from tests.scaleout.lease_worker import USAGE_DDL
+
+    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as c:
+        c.execute(sa.text(USAGE_DDL))
+    SliceLeases(pg_url, "race").close()  # the lease table, before the racers start
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-m", "tests.scaleout.lease_worker", pg_url,
                                "race", "2", str(seed)], cwd=ROOT, env=env)
              for seed in range(4)]
     for p in procs:
         assert p.wait(timeout=60) == 0
-    with sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://")
-                          ).connect() as c:
+    with engine.connect() as c:
         rows = c.execute(sa.text("SELECT slice, holder, t0, t1, stolen FROM lease_usage "
                                  "ORDER BY slice, t0")).all()
-    assert len(rows) >= 20, "too few grants to say anything"
+    assert len(rows) >= 3 * 4 + 2, "too few grants to say anything"
     assert sum(r.stolen for r in rows) >= 1, "no lease was ever stolen from a dead holder"
     for prev, cur in zip(rows, rows[1:], strict=False):
         if prev.slice == cur.slice:

@@ -28,7 +28,9 @@ def tiny_yaml(results: Path, storage: str, trials: int = 2) -> str:
     text = TINY_YAML.format(trials=trials, max_pause_fraction=1.0, xoff_margin=20.0, seed=0,
                             results=results, buffer_bytes=12 * 2**20, kmin_low=5000,
                             kmin_high=10**6, ratio_low=1.5, ratio_high=10.0, pmax_low=1,
-                            pmax_high=100, ai_low=1, ai_high=200, mode="scalar")
+                            pmax_high=100, ai_low=1, ai_high=200, mode="scalar", repeats=1,
+                            warm="false", confirm=1, top_k=1, pfc_budget=1000.0,
+                            tenant_loss=100.0)
     return text + f"storage: {storage}\ntracking: {{enabled: false}}\n"
 
 
@@ -101,8 +103,9 @@ def test_credentials_come_from_pgpassword_or_pgpass(role: tuple[str, str],
 def test_a_study_runs_on_postgresql_and_the_password_is_never_recorded(
         role: tuple[str, str], no_credentials: Path, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from tuner.cluster import build_cluster
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster
+    from tuner.loop import StudyRunner
 
     _, url = role
     monkeypatch.setenv("PGPASSWORD", SECRET)
@@ -140,6 +143,8 @@ def test_janitor_fails_a_dead_workers_trial_and_requeues_its_params(pg_url: str)
     assert optuna_io.fail_dead(other) == []
     states = {t.number: t.state.name for t in st.get_trials()}
     assert states[dead.number] == "FAIL" and states[live.number] == "RUNNING"
+    assert other.trials[dead.number].user_attrs["verdict"] == "failed:worker_died"
     again = optuna_io.ask(other, dists)
     assert again.params == dead.params
     assert other.trials[again.number].system_attrs["failed_trial"] == dead.number
+    assert "verdict" not in other.trials[again.number].user_attrs  # not the dead run's result

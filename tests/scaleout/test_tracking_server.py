@@ -15,8 +15,9 @@ def test_study_logs_to_an_mlflow_server_backed_by_postgresql(
         mlflow_pg: str, pg_url: str, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
+    from tuner.cluster import build_cluster
     from tuner.experiment import parse_experiment
-    from tuner.loop import StudyRunner, build_cluster
+    from tuner.loop import StudyRunner
 
     text = tiny_yaml(tmp_path / "r", pg_url).replace(
         "tracking: {enabled: false}", f"tracking: {{uri: '{mlflow_pg}', experiment: t-pg}}")

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def _experiment(experiment: Path | None, results: str | None,
-                entry: JournalEntry) -> Experiment:
+                entry: JournalEntry, slice_name: str | None = None) -> Experiment:
     from tuner.experiment import load_experiment, parse_experiment
     from tuner.study import load_for_resume
 
@@ -37,13 +37,18 @@ def _experiment(experiment: Path | None, results: str | None,
         storage = f"sqlite:///{Path(results or 'results') / 'optuna.db'}"
         name, text = load_for_resume(storage, entry.study)
         exp = parse_experiment(text, f"<experiment stored with study {name}>")
+    if slice_name is not None:  # the slice's canary (tuner/slices.py)
+        from tuner.slices import for_slice
+
+        exp = for_slice(exp, slice_name)
     if results is not None:
         exp = exp.model_copy(update={"results_dir": results})
     return exp
 
 
 def recover(journal_path: Path, experiment: Path | None, results: str | None,
-            echo: Callable[[str], None] = click.echo, discard_unreadable: bool = False) -> int:
+            echo: Callable[[str], None] = click.echo, discard_unreadable: bool = False,
+            slice_name: str | None = None) -> int:
     """Restore every open change; returns how many were closed (raises on failure)."""
     from safety.journal import Journal
     from safety.rollback import restore
@@ -74,7 +79,7 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
         todo = [scan.entries[-1]]  # the last baseline the journal recorded
         echo(f"restoring the last recorded baseline (study {todo[0].study}, trial "
              f"{todo[0].trial})")
-    exp = _experiment(experiment, results, todo[0])
+    exp = _experiment(experiment, results, todo[0], slice_name)
     with build_cluster(exp) as cluster:
         desc = cluster.describe()
         mine = set(desc.canary_switches) | set(desc.canary_nics)
@@ -123,8 +128,12 @@ def find_journals(root: Path = Path("results")) -> list[Path]:
 @click.option("--discard-unreadable", is_flag=True,
               help="Acknowledge unreadable journal lines without restoring (only when the "
                    "journal records no baseline and the canary was checked by hand).")
+@click.option("--slice", "slice_name",
+              help="A slice of a shared study (canary.slices; docs/scale-out.md): its journal "
+                   "<results_dir>/slices/<slice>/ and its canary. Needs EXPERIMENT.")
 @handle_errors
-def command(experiment: Path | None, results: str | None, discard_unreadable: bool) -> None:
+def command(experiment: Path | None, results: str | None, discard_unreadable: bool,
+            slice_name: str | None) -> None:
     """Restore the canary's baseline if the journal shows a change that was never closed.
 
     Run it after the tuner was killed (SIGKILL, power loss, lost session). Every target of the
@@ -137,6 +146,13 @@ def command(experiment: Path | None, results: str | None, discard_unreadable: bo
     from tuner.experiment import load_experiment
 
     folder = results
+    if slice_name is not None:
+        if experiment is None:
+            raise ConfigError(f"--slice {slice_name}: pass the experiment file that declares "
+                              "the slices")
+        from tuner.slices import for_slice
+
+        folder = folder or for_slice(load_experiment(experiment), slice_name).results_dir
     if folder is None and experiment is not None:
         folder = load_experiment(experiment).results_dir
     if folder is not None:
@@ -154,4 +170,4 @@ def command(experiment: Path | None, results: str | None, discard_unreadable: bo
         with hold(path.parent, "recover"):  # never underneath a live tuner
             recover(path, experiment, str(path.parent) if folder is None else
                     (results if results is not None else folder),
-                    discard_unreadable=discard_unreadable)
+                    discard_unreadable=discard_unreadable, slice_name=slice_name)

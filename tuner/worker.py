@@ -1,0 +1,270 @@
+"""One worker of a shared study: the trial loop on one canary slice, next to other workers.
+
+Workers on any number of machines share one Optuna study through its storage (PostgreSQL for
+several machines) and one MLflow parent run; nothing else coordinates them. What a worker adds
+to ``tuner.loop.StudyRunner``:
+
+* **its slice, leased.** The slice's lease (``tuner.lease``) is held for the worker's life and
+  renewed from a thread; a lost lease stops the running measurement at its next poll, restores
+  the slice and ends the worker (``LeaseLost``). A lease taken over from a dead worker, or a
+  slice journal with an open change, means the slice is restored first.
+* **its slice's own baseline.** Trial 0 of each slice is created for this worker alone (never
+  queued, so no other worker picks it up), measured on the slice and kept as the study user
+  attr ``baseline_measurement:<slice>``; the slice's trials are judged and scored against it.
+* **the slice on every trial**: Optuna user attr ``slice`` and MLflow tag ``ecntune.slice``.
+* **dead workers' trials.** Each running trial beats Optuna's heartbeat from the lease thread;
+  on every beat the worker also fails the trials whose heartbeat stopped and Optuna's retry
+  callback re-queues their params (``optuna_io.fail_dead``); the failed one gets the verdict
+  ``failed:worker_died``.
+* **a shared budget**: a worker stops asking when the trials finished by all workers plus
+  those running elsewhere reach ``budget.trials``.
+* **parallel proposals**: TPE's constant liar (the default sampler) treats the other workers'
+  running trials as bad, so they do not all try the same point.
+
+Confirmation repeats and ``--keep-best`` are for ``ecntune run``; workers only explore.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from objectives.measurement import Measurement
+from safety.rollback import restore
+from tuner import __version__, optuna_io
+from tuner.errors import ConfigError
+from tuner.lease import LeaseKeeper
+from tuner.loop import Interrupted, SignalGuard, StudyRunner, TrialOutcome
+from tuner.tracking import TrialRecord
+
+if TYPE_CHECKING:
+    from tuner.cluster.base import Cluster
+    from tuner.experiment import Experiment
+
+# Pseudo-slices used as locks: one worker at a time creates Optuna's tables / the parent run.
+STORAGE_INIT_LOCK = "_storage_init"
+PARENT_RUN_LOCK = "_mlflow_parent_run"
+
+
+def warm_up(exp: Experiment) -> None:
+    """Compile rocesim's kernel before the worker takes a lease (sim backend): numba holds the
+    GIL while it compiles (minutes on a cold cache, several workers at once), which would
+    starve the thread that renews the lease and beats the trial's heartbeat. One measurement
+    on a private in-memory copy of the fabric: no slice device is touched."""
+    if exp.fabric.backend != "sim":
+        return
+    from tuner.cluster.sim import SimCluster
+
+    SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current),
+               name=exp.name).measure(exp.workload)
+
+
+class LeaseLost(Interrupted):
+    """The slice's lease expired or was taken: the worker stopped (slice restored)."""
+
+    def __init__(self, slice_name: str, why: str) -> None:
+        super().__init__("lease-lost")
+        self.args = (f"slice {slice_name}: lease lost ({why}); the slice was restored and the "
+                     "worker stopped",)
+
+
+class _LeaseGuard(SignalGuard):
+    """The loop's signal flag, which a lost lease raises too (at the next monitor poll)."""
+
+    def __init__(self, slice_name: str) -> None:
+        super().__init__()
+        self.slice_name = slice_name
+        self.keeper: LeaseKeeper | None = None
+
+    def check(self) -> None:
+        if self.keeper is not None and self.keeper.lost.is_set():
+            raise LeaseLost(self.slice_name, self.keeper.error or "not renewed")
+        super().check()
+
+
+class SliceWorker(StudyRunner):
+    """``StudyRunner`` for one slice of a shared study (see the module docstring).
+
+    ``exp`` is the slice's experiment (``tuner.slices.for_slice``); ``exp_yaml`` the shared
+    experiment file, stored with the study when this worker is the one that creates it.
+    """
+
+    def __init__(self, exp: Experiment, exp_yaml: str, cluster: Cluster, *, study_name: str,
+                 slice_name: str, keeper: LeaseKeeper, **kw: Any) -> None:
+        super().__init__(exp, exp_yaml, cluster, study_name=study_name, **kw)
+        self.slice = slice_name
+        self.keeper = keeper
+        self.leases = keeper.leases
+        self.heartbeat_s = max(1, round(self.leases.ttl_s / 3))
+        self.lease_guard = _LeaseGuard(slice_name)
+        self.lease_guard.keeper = keeper
+        self.guard = self.lease_guard
+        keeper.on_tick = self._tick
+        self.current: int | None = None  # the trial whose heartbeat the lease thread beats
+        self.died: list[int] = []  # trials of dead workers this worker failed and re-queued
+        self._lock = threading.Lock()
+
+    # The lease thread ------------------------------------------------------------------------
+    def _tick(self) -> None:
+        """Every lease renewal: beat the running trial's heartbeat, fail dead workers' ones."""
+        if self.study is None:
+            return
+        with self._lock:
+            if self.current is not None:
+                optuna_io.record_heartbeat(self.study, self.current)
+            self._janitor()
+
+    def _janitor(self) -> None:
+        for n in optuna_io.fail_dead(self.study):
+            self.died.append(n)
+            self.on_event("worker_died", {"trial": n})
+
+    def run(self, *, resume: bool = False) -> Any:
+        """The loop, while ``keeper`` (started by the caller right after the lease was
+        acquired) renews the lease."""
+        try:
+            return super().run(resume=resume)
+        except Interrupted as exc:
+            if exc.signame == "lease-lost":  # the loop re-raises every stop as Interrupted
+                raise LeaseLost(self.slice, self.keeper.error or "not renewed") from None
+            raise
+
+    # Set-up ----------------------------------------------------------------------------------
+    def _refuse_if_dirty(self) -> None:
+        """The worker holds the slice's lease: an open change in the slice's journal is a dead
+        worker's, so put the slice back on that change's baseline (verified) instead."""
+        entry = self.journal.dirty()
+        if entry is None:
+            return
+        report = restore(self.cluster, entry.baseline)
+        self.journal.end(entry.id, "restored:recover")
+        self.on_event("slice_restored", {"slice": self.slice, "trial": entry.trial,
+                                         "seconds": report.seconds})
+
+    def _open_study(self, resume: bool) -> None:
+        multi = self.exp.objective.mode == "multi"
+        # Each worker its own seed: with one seed every worker would draw the same startup
+        # points (constant liar only steers the model-based proposals).
+        spec = self.exp.sampler
+        if spec.seed is not None:
+            spec = spec.model_copy(update={"seed": (spec.seed + zlib.crc32(self.slice.encode()))
+                                                  % 2**32})
+        sampler = optuna_io.make_sampler(spec, multi)
+        storage = self.exp.storage_url
+        with self.leases.mutex(STORAGE_INIT_LOCK):  # Optuna's table creation is not concurrent
+            optuna_io.open_storage(storage, heartbeat_s=self.heartbeat_s)
+        pruner = self._pruner()
+        try:
+            self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
+                                              heartbeat_s=self.heartbeat_s)
+        except ConfigError:  # the first worker creates it; a twin may win the race
+            dirs = ["maximize"] if not multi else ["maximize", "minimize"]
+            try:
+                self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler,
+                                                    pruner, heartbeat_s=self.heartbeat_s)
+            except ConfigError:
+                self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
+                                                  heartbeat_s=self.heartbeat_s)
+            else:
+                for k, v in {"experiment_yaml": self.exp_yaml,
+                             "experiment_name": self.exp.name, "mode": self.exp.objective.mode,
+                             "created_at": time.time(), "ecntune_version": __version__,
+                             "startup_trials": self.exp.sampler.startup_trials,
+                             "shared": True}.items():
+                    self.study.set_user_attr(k, v)
+                self._enqueue_warm_starts()  # once per study, for any worker to take
+        with self._lock:
+            self._janitor()
+
+    def _ensure_baseline(self) -> None:
+        """This slice's trial 0: loaded if done, else measured now (see the module docstring).
+        Its paired replicates are the ones every trial on this slice is scored against."""
+        key = f"baseline_measurements:{self.slice}"
+        ua = self.study.user_attrs
+        done = any(t.user_attrs.get("role") == "baseline"
+                   and t.user_attrs.get("slice") == self.slice and t.state.name == "COMPLETE"
+                   for t in optuna_io.trials(self.study))
+        if done and ua.get(key):
+            self.baseline_ms = [Measurement.model_validate_json(x) for x in ua[key]]
+            self.repeats = int(ua.get(f"repeats:{self.slice}", len(self.baseline_ms)))
+            self._set_window()
+            return
+        asked = optuna_io.ask_fixed(self.study, self.space.params_of(self.baseline_values),
+                                    self.dists, {"role": "baseline", "slice": self.slice})
+        self._begin(asked)
+        try:
+            self._run_baseline(asked)
+        finally:
+            self._end()
+        self.study.set_user_attr(key, [m.model_dump_json() for m in self._stripped_baseline()])
+        self.study.set_user_attr(f"repeats:{self.slice}", self.repeats)
+
+    def _stripped_baseline(self) -> list[Measurement]:
+        from tuner.loop import _stripped
+
+        return [_stripped(m) for m in self.baseline_ms]
+
+    def _start_tracking(self) -> None:
+        """One parent run for all workers: the first creates it, the others re-open it."""
+        if not self.tracker.enabled:
+            return
+        with self.leases.mutex(PARENT_RUN_LOCK):
+            super()._start_tracking()
+
+    # One trial -------------------------------------------------------------------------------
+    def _begin(self, asked: optuna_io.Asked) -> None:
+        asked.trial.set_user_attr("slice", self.slice)
+        with self._lock:
+            self.current = asked.number
+            optuna_io.record_heartbeat(self.study, asked.number)
+
+    def _end(self) -> None:
+        with self._lock:
+            self.current = None
+
+    def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
+        self._begin(asked)
+        try:
+            return super()._run_trial(asked, role)
+        finally:
+            self._end()
+
+    def _run_baseline(self, asked: optuna_io.Asked) -> TrialOutcome:
+        if asked.trial.user_attrs.get("slice") != self.slice:
+            # A queued baseline of a study `ecntune run` created: this worker's is its own.
+            return self._run_trial(asked, "proposal")
+        return super()._run_baseline(asked)
+
+    def _budget_spent(self, used: int) -> bool:
+        trials = optuna_io.trials(self.study)
+        retried = {t.system_attrs.get("failed_trial") for t in trials}
+        retried |= {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+        counted = sum(1 for t in trials if t.user_attrs.get("role") != "baseline"
+                      and t.number not in retried
+                      and (t.state.name == "RUNNING" or (
+                          t.state.name in ("COMPLETE", "PRUNED", "FAIL")
+                          and t.user_attrs.get("verdict") != "interrupted")))
+        return counted >= self.exp.budget.trials
+
+    # MLflow ----------------------------------------------------------------------------------
+    def _record(self, number: int, state: str, ua: dict[str, Any],
+                params: dict[str, Any]) -> TrialRecord:
+        rec = super()._record(number, state, ua, params)
+        rec.tags["ecntune.slice"] = str(ua.get("slice", self.slice))
+        return rec
+
+    def _backfills(self, t: Any) -> bool:
+        """This slice's trials only: two workers back-filling one trial would log it twice
+        (the other slices' are their workers' to log)."""
+        return bool(t.user_attrs.get("slice") == self.slice)
+
+    def _confirm(self) -> None:
+        """Workers only explore; confirmation belongs to one process (``ecntune run``)."""
+
+    def _drift_check(self, after_trial: int) -> None:
+        """The study's drift record is one canary's; slices would interleave in it."""
+
+    def _log_report(self) -> None:
+        """The study report is written once, not by every worker."""
