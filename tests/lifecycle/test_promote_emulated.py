@@ -53,8 +53,8 @@ def test_waves_roll_back_on_a_violation_then_finish_with_persist(
         plans = {k: plan_target(fleet.driver(k), v, WINNER, "boot-unit")
                  for k, v in {**live.switches, **live.nics}.items()}
         text = "\n".join(render_plan(waves, plans))
-        assert "ecnconfig -p AZURE_LOSSLESS -gmax 800000" in text  # leaf0, SONiC
-        assert "nv set qos congestion-control default-global traffic-class 3" in text
+        assert "ecnconfig -p ECNTUNE_CANARY -gmax 800000" in text  # leaf0: canary profile
+        assert "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3" in text
         assert "printf '%s\\n' 150 > roce_rp/rpg_time_reset" in text  # OFED sysfs host
         assert "printf '%s\\n' 150 > rp_time_reset" in text  # debugfs host
         assert text.count("rollback: ") == 6 and "persist:  config save -y" in text

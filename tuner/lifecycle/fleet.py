@@ -142,6 +142,7 @@ class FleetCluster(SshCluster):
         self._drivers = {k: fleet.driver(k) for k in keys}
         self._conn_of = {k: d.runner.name for k, d in self._drivers.items()}
         self._nics = [k for k in keys if fleet.is_nic(k)]
+        self._switch_facts = None  # SshCluster's facts cache (read on first use)
 
     def describe(self) -> ClusterDescription:
         return ClusterDescription(name=self.name, backend="ssh",
