@@ -103,7 +103,7 @@ def _uniform(rng: np.ndarray) -> float:
 def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     if n <= 0 or p <= 0.0:
         return 0
-    if p >= 1.0:
+    if p >= 1.0 - 1e-12:  # sure marks draw nothing (keeps the random stream of p = 1)
         return n
     k = 0
     for _ in range(n):
@@ -188,7 +188,8 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int
         nxt = t * g * b if k < kmax else 0.0  # P(B >= k + 1)
         g *= a2
         p += (t - nxt) * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
-        if nxt < 1e-12:
+        if nxt < 1e-12:  # the rest of the tail, at the next depth's (lower) probability
+            p += nxt * _mark_prob(qf + (k + 1) * pkt, ecn[0], ecn[1], ecn[2], on)
             break
         t = nxt
     return p
