@@ -455,6 +455,7 @@ class StudyRunner:
             attrs["score"] = sc.scalar
             attrs["per_replicate"] = list(sc.per_replicate)
             cons = {**sc.constraints, **cons}
+        metrics.update({f"constraint_{k}": v for k, v in cons.items()})
         metrics.update(extra_metrics or {})
         attrs["metrics"] = metrics
         if self.tracker.enabled:

@@ -45,11 +45,13 @@ search:
     kmax_ratio: {{low: 1.5, high: 4, log: true}}
     pmax_percent: {{low: 5, high: 50}}
     rpg_ai_rate: {{low: 1, high: 100, log: true}}
+  warm_starts: false
 safety:
   max_pause_fraction: 1.0
   min_busbw_ratio: 0.0
   poll_interval_s: 0.00025
-budget: {{trials: {trials}, wall_time_s: 600}}
+budget: {{trials: {trials}, wall_time_s: 600, repeats: 1, baseline_every: 0, confirm_repeats: 2,
+         confirm_top_k: 1}}
 sampler: {{name: random, seed: 3}}
 tracking: {{enabled: false}}
 results_dir: {results}

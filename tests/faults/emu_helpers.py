@@ -18,10 +18,11 @@ search:
     kmin_bytes: {{low: 20000, high: 200000, log: true}}
     kmax_ratio: {{low: 1.5, high: 4}}
     rpg_time_reset: {{low: 2, high: 100, log: true}}
+  warm_starts: false
 safety: {{deadman_timeout_s: {deadman}, min_busbw_ratio: 0.0, max_pause_fraction: 1.0,
          poll_interval_s: 0.5}}
 preflight: {{error_sample_s: 0.2}}
-budget: {{trials: {trials}}}
+budget: {{trials: {trials}, repeats: 1, baseline_every: 0, confirm_repeats: 1, confirm_top_k: 1}}
 sampler: {{name: random, seed: 5}}
 tracking: {{enabled: false}}
 results_dir: {results}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trial_variants import STORM, quick_with
 
 from objectives.measurement import Measurement
 from safety.journal import Journal
@@ -134,12 +135,10 @@ def test_rejected_proposals_are_never_applied(tiny: Tiny) -> None:
     assert tags == ["baseline"] + ["rejected:kmax_above_xoff"] * 3
 
 
-def test_safety_violation_rolls_back_and_is_logged(tiny: Tiny) -> None:
-    # A shallow 4 MiB buffer (XOFF ~540 kB), Kmin ~300 kB with 1 % marking and fast additive
-    # increase: incast PFC-pauses the senders (measured: ~80 pause frames), and with this
-    # limit any pause trips the live monitor.
-    exp, text = tiny(trials=2, max_pause_fraction=1e-6, buffer_bytes=4 * 2**20,
-                     kmin=(290_000, 310_000), ratio=(1.38, 1.42), pmax=(1, 2), ai=(190, 210))
+def test_safety_violation_rolls_back_and_is_logged(results: Path) -> None:
+    # STORM (tests/tuner/conftest.py) keeps the incast senders paused most of every window:
+    # the live monitor stops it, the baseline is restored, MLflow has the counters to the abort.
+    exp, text = quick_with(STORM, results, trials=2, tracking=True)
     cluster = build_cluster(exp)
     base = cluster.snapshot()
     runner = _runner(exp, text, cluster)
@@ -155,6 +154,7 @@ def test_safety_violation_rolls_back_and_is_logged(tiny: Tiny) -> None:
     for r in runs:  # the counters up to the abort are on record, with the violation text
         assert r.data.metrics["pfc_pause_frames"] > 0
         assert "paused" in r.data.tags["ecntune.detail"]
+        assert r.data.metrics["constraint_safety"] == 1.0  # the sampler learns from it
 
 
 def test_keep_best_leaves_the_confirmed_winner_on_the_canary(tiny: Tiny) -> None:
@@ -275,9 +275,10 @@ def test_tracking_outage_is_backfilled_from_optuna(tiny: Tiny, results: Path) ->
 
 
 def test_multi_objective_front_holds_only_feasible_trials(tiny: Tiny) -> None:
-    # A 4 MiB buffer and a PFC budget of 1 µs/s: trials that pause at all are infeasible
-    # however good their busbw and p99; the front must leave them out.
-    exp, text = tiny(trials=8, mode="multi", pfc_budget=1.0, seed=3, buffer_bytes=4 * 2**20)
+    # A 4 MiB buffer, and the incast tenant may lose at most half its goodput: the trials that
+    # throttle it harder (often those with the lowest p99) are infeasible however good their
+    # busbw and p99; the front must leave them out.
+    exp, text = tiny(trials=8, mode="multi", seed=3, buffer_bytes=4 * 2**20, tenant_loss=50.0)
     res = _runner(exp, text, build_cluster(exp)).run()
     st = optuna_io.load_study("s1", exp.storage_url)
     assert optuna_io.directions(st) == ["maximize", "minimize"]

@@ -9,18 +9,17 @@ from typing import Any
 
 import optuna
 import pytest
-import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
+from trial_variants import BURST, STORM, quick_with
 
 from tuner import optuna_io
 from tuner.cluster import build_cluster
-from tuner.experiment import Experiment, parse_experiment
+from tuner.experiment import Experiment
 from tuner.loop import StudyRunner, repeats_for
 from tuner.warm_starts import warm_starts
 
 Tiny = Callable[..., tuple[Experiment, str]]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_repeats_from_noise() -> None:
@@ -78,47 +77,13 @@ def test_warm_starts_scaled_to_line_rate_and_under_the_xoff_ceiling() -> None:
     assert bp.kmax_bytes / bp.kmin_bytes == pytest.approx(4.0, rel=1e-3)  # ratio kept
 
 
-# Two settings on experiments/quick.yaml's fabric and workload (AlltoAll + AllReduce + a 6:1
-# storage incast at 80 % in the RoCE priority), measured with rocesim:
-# STORM recovers the senders' rate every 2 µs (rpg_time_reset), so the incast senders are never
-# held back: they stay paused 80 % of every half-measurement window and the AlltoAll finishes 2
-# of its 4 iterations before the 20 ms cap. BURST pauses 85 % of the first 2.5 ms (the start-up
-# of the incast), 44 % of a half-measurement window, and its collectives finish in 11.6 ms.
-STORM = {"kmin_bytes": 26334, "kmax_bytes": 124000, "pmax_percent": 26, "rpg_time_reset": 2,
-         "rpg_ai_rate": 4, "rpg_hai_rate": 73, "rpg_min_dec_fac": 51,
-         "min_time_between_cnps": 65}
-BURST = {"kmin_bytes": 14874, "kmax_bytes": 42147, "pmax_percent": 19, "rpg_time_reset": 30,
-         "rpg_ai_rate": 4, "rpg_hai_rate": 230, "rpg_min_dec_fac": 27,
-         "min_time_between_cnps": 30}
-
-
-def _quick_with(values: dict[str, int], results: Path, *, screen: bool = False
-                ) -> tuple[Experiment, str]:
-    """quick.yaml, searching only ``values`` (each range rounds to exactly that value)."""
-    doc = yaml.safe_load((ROOT / "experiments" / "quick.yaml").read_text())
-    knobs: dict[str, Any] = {"kmin_bytes": {"low": values["kmin_bytes"],
-                                            "high": values["kmin_bytes"] + 0.4},
-                             "kmax_ratio": {"low": values["kmax_bytes"] / values["kmin_bytes"],
-                                            "high": values["kmax_bytes"] / values["kmin_bytes"]
-                                            + 1e-9}}
-    knobs.update({k: {"low": v, "high": v + 0.4} for k, v in values.items()
-                  if k not in ("kmin_bytes", "kmax_bytes")})
-    doc["search"] = {"knobs": knobs, "warm_starts": False}
-    doc["budget"] = {"trials": 1, "repeats": 1, "confirm_repeats": 0, "baseline_every": 0}
-    doc["screen"] = {"mode": "twin" if screen else "off"}
-    doc["tracking"] = {"enabled": False}
-    doc["results_dir"] = str(results)
-    text = yaml.safe_dump(doc)
-    return parse_experiment(text, "quick-variant.yaml"), text
-
-
 def test_a_genuine_storm_is_rolled_back_and_a_start_up_burst_is_not(tmp_path: Path) -> None:
-    exp, text = _quick_with(STORM, tmp_path / "storm")
+    exp, text = quick_with(STORM, tmp_path / "storm")
     res = StudyRunner(exp, text, build_cluster(exp), study_name="storm").run()
     (trial,) = [o for o in res.trials if not o.is_baseline]
     assert trial.values["rpg_time_reset"] == 2
     assert trial.verdict == "rolled_back:pfc_storm" and trial.constraints == {"safety": 1.0}
-    exp, text = _quick_with(BURST, tmp_path / "burst")
+    exp, text = quick_with(BURST, tmp_path / "burst")
     res = StudyRunner(exp, text, build_cluster(exp), study_name="burst").run()
     (trial,) = [o for o in res.trials if not o.is_baseline]
     assert trial.values["rpg_time_reset"] == 30
@@ -127,7 +92,7 @@ def test_a_genuine_storm_is_rolled_back_and_a_start_up_burst_is_not(tmp_path: Pa
 
 
 def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> None:
-    exp, text = _quick_with(STORM, tmp_path / "screen", screen=True)
+    exp, text = quick_with(STORM, tmp_path / "screen", screen=True)
     cluster = build_cluster(exp)
     applied: list[Any] = []
     real_apply = cluster.apply

@@ -1,0 +1,46 @@
+"""Settings of known behaviour on experiments/quick.yaml, for the storm and screen tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.experiment import Experiment, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Two settings on experiments/quick.yaml's fabric and workload (AlltoAll + AllReduce + a 6:1
+# storage incast at 80 % in the RoCE priority), measured with rocesim:
+# STORM recovers the senders' rate every 2 µs (rpg_time_reset), so the incast senders are never
+# held back: they stay paused 80 % of every half-measurement window and the AlltoAll finishes 2
+# of its 4 iterations before the 20 ms cap. BURST pauses 85 % of the first 2.5 ms (the start-up
+# of the incast), 44 % of a half-measurement window, and its collectives finish in 11.6 ms.
+STORM = {"kmin_bytes": 26334, "kmax_bytes": 124000, "pmax_percent": 26, "rpg_time_reset": 2,
+         "rpg_ai_rate": 4, "rpg_hai_rate": 73, "rpg_min_dec_fac": 51,
+         "min_time_between_cnps": 65}
+BURST = {"kmin_bytes": 14874, "kmax_bytes": 42147, "pmax_percent": 19, "rpg_time_reset": 30,
+         "rpg_ai_rate": 4, "rpg_hai_rate": 230, "rpg_min_dec_fac": 27,
+         "min_time_between_cnps": 30}
+
+
+def quick_with(values: dict[str, int], results: Path, *, trials: int = 1, screen: bool = False,
+               tracking: bool = False) -> tuple[Experiment, str]:
+    """quick.yaml, searching only ``values`` (each range rounds to exactly that value)."""
+    doc = yaml.safe_load((ROOT / "experiments" / "quick.yaml").read_text())
+    ratio = values["kmax_bytes"] / values["kmin_bytes"]
+    knobs: dict[str, Any] = {"kmin_bytes": {"low": values["kmin_bytes"],
+                                            "high": values["kmin_bytes"] + 0.4},
+                             "kmax_ratio": {"low": ratio, "high": ratio + 1e-9}}
+    knobs.update({k: {"low": v, "high": v + 0.4} for k, v in values.items()
+                  if k not in ("kmin_bytes", "kmax_bytes")})
+    doc["search"] = {"knobs": knobs, "warm_starts": False}
+    doc["budget"] = {"trials": trials, "repeats": 1, "confirm_repeats": 0, "baseline_every": 0}
+    doc["screen"] = {"mode": "twin" if screen else "off"}
+    doc["tracking"] = {"enabled": tracking}
+    doc["results_dir"] = str(results)
+    text = yaml.safe_dump(doc)
+    return parse_experiment(text, "quick-variant.yaml"), text
+
+
