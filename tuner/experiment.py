@@ -198,7 +198,8 @@ class BudgetSpec(BaseModel):
 
 class SamplerSpec(BaseModel):
     model_config = _STRICT
-    name: Literal["tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
+    # hillclimb, ecn-shifter: the benchmark's alternative tuners (tuner/samplers.py)
+    name: Literal["tpe", "random", "cmaes", "gp", "qmc", "hillclimb", "ecn-shifter"] = "tpe"
     seed: int | None = 0
     startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
 
