@@ -331,12 +331,14 @@ def _targets(summ: dict[str, Any]) -> list[str]:
                      + ("met" if ok1 else "missed") + f" (median {_show(t_med, b)}; reached in "
                      f"{tpe['reached']} of {tpe['seeds']} seeds)")
         if r_med is not None and t_med is not None:
-            if r_med > b:
+            if t_med > b:
+                verdict = (f"not measurable: neither TPE nor random (median {_show(r_med, b)}) "
+                           f"reached 98 % within {b} trials")
+            elif r_med > b:
                 verdict = (f"random did not reach 98 % within {b} trials in "
-                           f"{r['seeds'] - r['reached']} of {r['seeds']} seeds (median "
-                           f"{_show(r_med, b)}); ")
-                verdict += ("met as far as the budget shows" if r_med >= 3 * t_med or
-                            t_med * 3 > b else "missed")
+                           f"{r['seeds'] - r['reached']} of {r['seeds']} seeds; "
+                           + ("met" if 3 * t_med <= b else
+                              f"undetermined (3x TPE's median is {3 * t_med:g} > {b})"))
             else:
                 ratio = r_med / t_med
                 verdict = (f"random median {_show(r_med, b)} = {ratio:.1f}x TPE's: "
