@@ -237,7 +237,8 @@ class StudyRunner:
 
     def _open_study(self, resume: bool) -> None:
         multi = self.exp.objective.mode == "multi"
-        sampler = optuna_io.make_sampler(self.exp.sampler, multi)
+        sampler = optuna_io.make_sampler(
+            self.exp.sampler, multi, pfc_alarm_us_per_s=self.exp.objective.pfc_budget_us_per_s)
         storage = self.exp.storage_url
         if resume:
             self.study = optuna_io.load_study(self.study_name, storage, sampler, self._pruner())

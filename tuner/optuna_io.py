@@ -1,4 +1,5 @@
-"""Everything that touches Optuna (the only module importing it).
+"""Everything that touches Optuna (the only module importing it, with ``tuner.samplers``, the
+benchmark's alternative samplers).
 
 The study lives in an Optuna storage (SQLite file next to the results by default). What the loop
 needs beyond Optuna's own records rides in attributes:
@@ -56,13 +57,23 @@ def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     return out
 
 
-def make_sampler(spec: SamplerSpec, multi: bool) -> optuna.samplers.BaseSampler:
-    """The sampler, checked now rather than at trial 10 (GP needs torch, CMA-ES cmaes)."""
+def make_sampler(spec: SamplerSpec, multi: bool, *,
+                 pfc_alarm_us_per_s: float = 1000.0) -> optuna.samplers.BaseSampler:
+    """The sampler, checked now rather than at trial 10 (GP needs torch, CMA-ES cmaes).
+    ``pfc_alarm_us_per_s``: the pause level the ``ecn-shifter`` treats as a PFC alarm."""
     if spec.name == "tpe":
         return optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.startup_trials,
                                           multivariate=True, constant_liar=True)
     if spec.name == "random":
         return optuna.samplers.RandomSampler(seed=spec.seed)
+    if spec.name == "hillclimb":
+        from tuner.samplers import HillClimbSampler
+
+        return HillClimbSampler(seed=spec.seed)
+    if spec.name == "ecn-shifter":
+        from tuner.samplers import EcnShifterSampler
+
+        return EcnShifterSampler(seed=spec.seed, pfc_alarm_us_per_s=pfc_alarm_us_per_s)
     if spec.name == "qmc":
         return optuna.samplers.QMCSampler(seed=spec.seed, warn_independent_sampling=False)
     if spec.name == "cmaes":
