@@ -91,15 +91,24 @@ def storm_violations(series: Sequence[PauseSample], window_s: float,
 
 
 def counter_violations(
-    delta: Counters, elapsed_s: float, limits: SafetyLimits, *, absolute: Counters | None = None
+    delta: Counters, elapsed_s: float, limits: SafetyLimits, *, absolute: Counters | None = None,
+    poll_s: dict[str, float] | None = None
 ) -> list[Violation]:
-    """Limits crossed by counter deltas over ``elapsed_s`` (``absolute`` holds flags)."""
+    """Limits crossed by counter deltas over ``elapsed_s`` (``absolute`` holds flags).
+
+    ``poll_s`` gives the switch's counter poll interval per family (SONiC ``counterpoll``:
+    ``pfc``, ``queue``): a switch frame rate over less than one interval would read a whole
+    interval's frames as if they came at once, so it is not judged yet (the final counters are
+    read one interval after the traffic, ``SshCluster.settled``).
+    """
     out: list[Violation] = []
     prio = limits.roce_priority
+    switch_min = max(0.1, (poll_s or {}).get("pfc", 0.0))
     for port, row in sorted(delta.ports.items()):
-        if elapsed_s >= 0.1:  # frame rates over very short windows are meaningless
-            worst_rate = max(
-                (v / elapsed_s for k, v in row.items() if _PAUSE_FRAMES.match(k)), default=0.0)
+        rated = [(k, v) for k, v in row.items() if _PAUSE_FRAMES.match(k)
+                 and elapsed_s >= (switch_min if k.startswith("pfc") else 0.1)]
+        if rated:  # frame rates over very short windows are meaningless
+            worst_rate = max(v / elapsed_s for _, v in rated)
             if worst_rate > limits.max_pause_frames_per_s:
                 out.append(Violation(code="pfc_storm", target=port,
                                      detail=f"{worst_rate:.0f} pause frames/s "
@@ -131,8 +140,9 @@ class LiveMonitor:
     """
 
     def __init__(self, limits: SafetyLimits, window_s: float | None = None, *,
-                 abort: bool = True) -> None:
+                 abort: bool = True, poll_s: dict[str, float] | None = None) -> None:
         self.limits = limits
+        self.poll_s = dict(poll_s or {})
         self.interval_s = limits.poll_interval_s
         self.window_s = window_s if window_s is not None else storm_window_s(limits, None)
         self.abort = abort
@@ -155,7 +165,8 @@ class LiveMonitor:
         if not self.abort:
             return
         found = storm_violations(self.series, self.window_s, self.limits.max_pause_fraction)
-        found += counter_violations(delta, elapsed_s, self.limits, absolute=counters)
+        found += counter_violations(delta, elapsed_s, self.limits, absolute=counters,
+                                    poll_s=self.poll_s)
         if elapsed_s > self.limits.measurement_timeout_s:
             found.append(Violation(code="timeout",
                                    detail=f"measurement ran {elapsed_s:.1f} s "

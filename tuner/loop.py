@@ -85,6 +85,15 @@ def score_config(exp: Experiment) -> ScoreConfig:
                        max_tenant_loss_percent=exp.safety.max_tenant_loss_percent)
 
 
+def poll_intervals(fact: str) -> dict[str, float]:
+    """``describe().facts["counter_poll_s"]`` (``"pfc=1,queue=10"``) as a dict."""
+    out = {}
+    for part in filter(None, fact.split(",")):
+        name, _, value = part.partition("=")
+        out[name.strip()] = float(value)
+    return out
+
+
 def repeats_for(noise_sd: float, *, detectable: float = 0.05, most: int = 6) -> int:
     """Replicates per trial so that the standard error of a trial's mean score is half the
     smallest effect worth detecting (``detectable`` log2 units, ~3.5 % busbw-equivalent):
@@ -215,6 +224,7 @@ class StudyRunner:
         self.window_s = storm_window_s(exp.safety, None)
         self.tx: Transactions | None = None
         self.screen: TwinScreen | None = None
+        self.poll_s: dict[str, float] = {}  # switch counter poll interval per family
         self.saved_s = 0.0  # canary time early stopping saved (measurement seconds)
 
     # Set-up --------------------------------------------------------------------------------
@@ -389,7 +399,7 @@ class StudyRunner:
     def _measure(self, replicate: int, *, abort: bool = True) -> Measurement:
         """One replicate under a live monitor (``abort=False``: only record, the baseline);
         the monitor's pause samples ride along for the post-hoc rule."""
-        monitor = LiveMonitor(self.exp.safety, self.window_s, abort=abort)
+        monitor = LiveMonitor(self.exp.safety, self.window_s, abort=abort, poll_s=self.poll_s)
         m = self.cluster.measure(self.exp.workload,
                                  _GuardedMonitor(monitor, self.guard,
                                                  self.exp.safety.poll_interval_s),
@@ -699,6 +709,7 @@ class StudyRunner:
             with self.guard.shield():
                 self._refuse_if_dirty()
                 self.desc = self.cluster.describe()
+                self.poll_s = poll_intervals(self.desc.facts.get("counter_poll_s", ""))
                 self.baseline_settings = self.cluster.snapshot()
                 self.baseline_values = self.baseline_settings.flat()
                 self.tx = Transactions(self.cluster, self.journal, self.study_name,

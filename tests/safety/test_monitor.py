@@ -138,3 +138,17 @@ def test_judge_without_samples_treats_the_measurement_as_one_window() -> None:
 def test_pause_sample_keeps_only_pause_durations() -> None:
     t, s = pause_sample(c(h0={"rx_prio3_pause_duration": 5, "rx_prio3_pause": 9}), 1.5)
     assert t == 1.5 and s == {"h0 rx_prio3_pause_duration": 5}
+
+
+def test_switch_frame_rates_wait_for_one_counter_poll_interval() -> None:
+    # SONiC updates PFC counters once per poll interval (counterpoll show): 2000 frames seen
+    # 0.5 s in may be a whole second's worth. Judged once a whole interval has passed.
+    burst = c(leaf0__Ethernet0={"pfc3_tx_pkts": 2000})
+    assert counter_violations(burst, 0.5, LIMITS, poll_s={"pfc": 1.0}) == []
+    assert [v.code for v in counter_violations(burst, 0.5, LIMITS)] == ["pfc_storm"]
+    assert [v.code for v in counter_violations(burst, 1.0, LIMITS, poll_s={"pfc": 1.0})] == [
+        "pfc_storm"]
+    # the NIC's own counters are read live: not delayed
+    nic = c(h0={"rx_prio3_pause": 2000})
+    assert [v.code for v in counter_violations(nic, 0.5, LIMITS, poll_s={"pfc": 1.0})] == [
+        "pfc_storm"]

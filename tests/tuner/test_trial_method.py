@@ -109,3 +109,10 @@ def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> N
     assert trial.constraints == {"screen": 1.0}  # infeasible for the sampler
     assert applied == [base]  # only the end-of-study restore: the canary never saw it
     assert not any(o.verdict.startswith("rolled_back") for o in res.trials)
+
+
+def test_switch_poll_intervals_from_the_cluster_facts() -> None:
+    from tuner.loop import poll_intervals
+
+    assert poll_intervals("pfc=1,queue=10") == {"pfc": 1.0, "queue": 10.0}
+    assert poll_intervals("") == {}
