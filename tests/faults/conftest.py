@@ -142,12 +142,17 @@ def all_finished(results: Path) -> dict[tuple[str, int], str]:
     return out
 
 
-def lost_trials(results: Path) -> int:
+def lost_trials(results: Path, measured_only: bool = False) -> int:
     """Trials the tuner itself closed in the journal (restored after measuring) that Optuna
     does not hold as finished: a completed trial lost by the fault. The trial in flight when
-    the tuner died (closed later by ``recover``) never completed and is not counted."""
+    the tuner died (closed later by ``recover``) never completed and is not counted; with
+    ``measured_only`` neither is one the study stopped on before measuring it (no
+    ``<study>/trial-NNNN.json``)."""
     closed = {(e.study, e.trial) for e in Journal(results / "journal.jsonl").entries()
               if any(o in ("restored", "kept") for o in e.outcomes)}
+    if measured_only:
+        closed = {(s, n) for s, n in closed
+                  if (results / s / f"trial-{n:04d}.json").exists()}
     states = all_finished(results)
     return sum(1 for k in closed if states.get(k) not in ("COMPLETE", "PRUNED", "FAIL"))
 

@@ -51,10 +51,12 @@ def test_hostile_deadman_directory_is_refused(emu, tmp_path: Path, reliability) 
     assert Journal(results / "journal.jsonl").dirty() is None
     reliability.record("a hostile dead-man directory (pre-created world-writable by `nobody` "
                        "on one host)",
-                       "the arm answered `unsafe` on that host: nothing applied anywhere, "
+                       "the arm answered `unsafe` on that host: nothing applied anywhere (the "
+                       "trial it stopped on was never measured), "
                        f"study stopped with exit 3 naming the directory ({stopped_s:.1f} s "
                        "including pre-flight); nothing written in it",
-                       dirty_targets=len(dirty), trials_lost=lost_trials(results),
+                       dirty_targets=len(dirty),
+                       trials_lost=lost_trials(results, measured_only=True),
                        restore_s=None, backend="ssh (emulated)")
 
 
@@ -102,7 +104,7 @@ def test_second_tuner_on_another_machine_is_refused_by_the_targets(emu, tmp_path
                        "and baseline included); the first finished normally",
                        dirty_targets=len(dirty),
                        trials_lost=lost_trials(first_dir / "results")
-                       + lost_trials(second_dir / "results"),
+                       + lost_trials(second_dir / "results", measured_only=True),
                        restore_s=None, backend="ssh (emulated)")
 
 
