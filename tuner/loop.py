@@ -542,7 +542,8 @@ class StudyRunner:
             return self._finish_trial(asked, verdict="rejected:invalid_settings",
                                       values=values, state=optuna_io.PRUNED, role=role,
                                       constraints={"static_limits": 1.0}, detail=str(exc))
-        if self.screen is not None:
+        given = {f"warm:{label}" for label, _ in self.warm}  # retune: always re-measured
+        if self.screen is not None and role not in given:
             predicted = self.screen.verdict(values)
             if predicted is not None:
                 return self._finish_trial(asked, verdict=predicted[0], values=values,
