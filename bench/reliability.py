@@ -70,6 +70,9 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
         "from the fault to the verified restore (for exit-4 rows: until `ecntune recover` "
         "finished after the fault was cleared).",
         "",
+        "The *test* column is the command that runs the row's test alone (`-m slow` for the "
+        "long ones, which the default `pytest` run leaves out).",
+        "",
         "| fault | backend | what the tool did | canary targets left dirty | trials lost "
         "| time to restore | test |",
         "|---|---|---|---|---|---|---|",
@@ -85,7 +88,8 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
                          f"| `{r['nodeid']}` |")
             continue
         lines.append(f"| {r['fault']} | {r['backend']} | {r['action']} | {r['dirty_targets']} "
-                     f"| {r['trials_lost']} | {_fmt_s(r['restore_s'])} | `{r['nodeid']}` |")
+                     f"| {r['trials_lost']} | {_fmt_s(r['restore_s'])} "
+                     f"| `{r.get('command') or r['nodeid']}` |")
     inputs = {k: v for k, v in results.items() if "test_hostile_inputs.py::test_malformed" in k}
     if inputs:
         ok = sum(1 for s, _ in inputs.values() if s == "passed")
@@ -101,7 +105,7 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
             f"{'`/`'.join(commands)}` | sim + ssh | exit code 2 and one short message naming "
             f"the file, the field and the fix, before any backend touches a target{state} "
             f"| 0 | 0 | n/a (slowest case {worst:.1f} s) "
-            "| `tests/inputs/test_hostile_inputs.py` |")
+            "| `pytest tests/inputs/test_hostile_inputs.py` |")
     missing = [k for k, (s, _) in results.items() if s == "failed" and k not in seen
                and k not in inputs]
     lines += ["", f"Rows: {len(rows) + (1 if inputs else 0)}; rows not passing: {bad}."]
@@ -121,7 +125,15 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
         "`kill_sessions` (SSH dropped), `inject(hang=...)` (a hung `mpirun`), "
         "`inject(pfc_storm=..., lossless_drops=..., link_down=...)` (counters and link state), "
         "`rotate_host_key`; the tuner itself SIGKILLed with only the dead-man timers left to "
-        "heal the canary (`safety/deadman.py`).",
+        "heal the canary (`safety/deadman.py`); `reboot` (the target's processes die and its "
+        "`/run` empties, device settings stay); a runtime directory pre-created by `nobody`; "
+        "a second tuner with its own results folder.",
+        "* the journal and the lock: a torn last record (the file cut in the middle of its "
+        "last line), a 16 KiB tmpfs under the journal that fills up mid-study, two `ecntune "
+        "run` processes on one results folder.",
+        "* tracking and secrets: a real `mlflow server` SIGKILLed mid-study; secrets planted "
+        "in every experiment field that can hold one, then every file written and all console "
+        "output searched for them.",
         "",
     ]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""rocesim speed benchmark (issue #2): S1/S2/S3, the 16 -> 512 NIC scaling curve, JIT cost.
+"""rocesim speed benchmark (issues #2, #11): S1/S2/S3, the 16 -> 512 NIC scaling curve, JIT cost.
 
 Writes its section of docs/benchmarks.md (between ``<!-- rocesim:start -->`` and
 ``<!-- rocesim:end -->``; other sections are kept). Run::
@@ -90,7 +90,7 @@ def s2() -> Row:
     wl = Workload(collectives=[Collective("all_reduce", 64 * 2**20, fab.nic_names),
                                Collective("alltoall", 16 * 2**20, fab.nic_names)],
                   probes=Probes())
-    return _run("S2 64 NICs AllReduce 64MB + AlltoAll 16MB + probes (5 iter.)", fab, wl, 2.0,
+    return _run("S2 64 NICs AllReduce 64MB + AlltoAll 16MB + probes (5 iter.)", fab, wl, 1.0,
                 chunk_us=2_000)
 
 
@@ -105,7 +105,7 @@ def _a2a(n: int, size: int = 4 * 2**20) -> tuple[Fabric, Workload]:
 
 def s3() -> Row:
     fab, wl = _a2a(512)
-    return _run("S3 512 NICs AlltoAll 4MB", fab, wl, 60.0, chunk_us=50)
+    return _run("S3 512 NICs AlltoAll 4MB", fab, wl, 2.5, chunk_us=50)
 
 
 def quick() -> Row:

@@ -45,6 +45,7 @@ from rocesim._state import (
     P_BYTE_RESET,
     P_CLAMP,
     P_CLAMP_TI,
+    P_CNP_PER_PORT,
     P_FIRST_RATE,
     P_G,
     P_GD_FAC,
@@ -102,7 +103,7 @@ def _uniform(rng: np.ndarray) -> float:
 def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     if n <= 0 or p <= 0.0:
         return 0
-    if p >= 1.0:
+    if p >= 1.0 - 1e-12:  # sure marks draw nothing (keeps the random stream of p = 1)
         return n
     k = 0
     for _ in range(n):
@@ -144,22 +145,29 @@ def _burst_params(rho: float, n: int) -> tuple:
     return float(n), rho, kmax
 
 
-@njit(cache=True)
-def _burst_tail(k: int, n: float, rho: float, kmax: int) -> float:
-    """P(B >= k) of the N*D/D/1 backlog (``_burst_params``)."""
-    if k <= 0:
-        return 1.0
-    if k > kmax:
-        return 0.0
-    return np.exp(-2.0 * k * (k + n * (1.0 - rho)) / n)
+@njit(cache=True, inline="always")
+def _burst_steps(n: float, rho: float) -> tuple:
+    """P(B >= k) = a^(k^2) b^k with a = exp(-2/n), b = exp(-2(1 - rho)) (``_burst_params``):
+    returns (P(B >= 1), a^3, a^2, b), so that P(B >= k + 1) = P(B >= k) g_k b with
+    g_1 = a^3, g_(k+1) = g_k a^2 - no exponential inside the loops."""
+    a = np.exp(-2.0 / n)
+    b = np.exp(-2.0 * (1.0 - rho))
+    return a * b, a * a * a, a * a, b
 
 
 @njit(cache=True)
 def _burst_mean(n: float, rho: float, kmax: int) -> float:
-    """E[B] in packets: the sum of P(B >= k) over k >= 1."""
+    """E[B] in packets: the sum of P(B >= k) over k >= 1 (terms below 1e-12 dropped)."""
+    if kmax <= 0:
+        return 0.0
+    t, g, a2, b = _burst_steps(n, rho)
     m = 0.0
-    for k in range(1, kmax + 1):
-        m += _burst_tail(k, n, rho, kmax)
+    for _ in range(kmax):
+        m += t
+        if t < 1e-12:
+            break
+        t *= g * b
+        g *= a2
     return m
 
 
@@ -170,21 +178,34 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int
     on = int(ecn[3])
     if on == 0:
         return 0.0
-    p = (1.0 - _burst_tail(1, n, rho, kmax)) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
-    if kmax <= 0 or qf + kmax * pkt <= ecn[0]:
+    if kmax <= 0:
+        return _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
+    t, g, a2, b = _burst_steps(n, rho)
+    p = (1.0 - t) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
+    if qf + kmax * pkt <= ecn[0]:
         return p  # even the largest burst stays below Kmin
     for k in range(1, kmax + 1):
-        w = _burst_tail(k, n, rho, kmax) - _burst_tail(k + 1, n, rho, kmax)
-        p += w * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
+        nxt = t * g * b if k < kmax else 0.0  # P(B >= k + 1)
+        g *= a2
+        p += (t - nxt) * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
+        if nxt < 1e-12:  # the rest of the tail, at the next depth's (lower) probability
+            p += nxt * _mark_prob(qf + (k + 1) * pkt, ecn[0], ecn[1], ecn[2], on)
+            break
+        t = nxt
     return p
 
 
 @njit(cache=True)
 def _burst_sample(rng: np.ndarray, n: float, rho: float, kmax: int) -> int:
+    if kmax <= 0:
+        return 0
     u = _uniform(rng)
+    t, g, a2, b = _burst_steps(n, rho)
     k = 0
-    while k < kmax and u < _burst_tail(k + 1, n, rho, kmax):
+    while k < kmax and u < t:
         k += 1
+        t *= g * b
+        g *= a2
     return k
 
 
@@ -458,8 +479,8 @@ def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
 @njit(cache=True, inline="always")
 def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None:
     """Marked packets reach the receiver NIC, which sends CNPs: one per marked packet, or at
-    most one per flow per ``min_time_between_cnps``; each reaches the sender ``rev`` steps
-    later."""
+    most one per ``min_time_between_cnps`` from the port (``cnp_moderation`` 1) or from each
+    flow (2); each reaches the sender ``rev`` steps later."""
     ce_ring, cnp_ring = fl.ce_ring, fl.cnp_ring
     slot2 = t % ce_ring.shape[0]
     ring3 = cnp_ring.shape[0]
@@ -475,6 +496,10 @@ def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None
         k = 0
         if gap <= 0.0:
             k = m
+        elif nic.par[nd, P_CNP_PER_PORT] != 0.0:
+            if now - nic.tcnp[nd] >= gap:
+                k = 1
+                nic.tcnp[nd] = now
         elif now - fl.ff[f, TNPCNP] >= gap:
             k = 1
             fl.ff[f, TNPCNP] = now
@@ -584,6 +609,7 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
             x.serve_bytes[ln, 1] = cap
             x.nic_tot[ln, 0] = 0.0
             x.nic_tot[ln, 1] = 0.0
+            x.nic_nq[ln] = 0.0
             x.serve_frac[ln, 0] = p0
             x.serve_frac[ln, 1] = p1
             continue
@@ -723,6 +749,8 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
             continue
         ff[f, OFFER] = b
         x.nic_tot[ln, c] += b
+        if c == 0:
+            x.nic_nq[ln] += 1.0
     for ln in range(lk.cap.shape[0]):
         if lk.src_nic[ln] < 0:
             continue
@@ -755,7 +783,10 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
 def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, pb: ProbeState,
            x: Scratch) -> None:
     """Latency probes start on schedule and advance through the queues they meet: the bytes
-    ahead of them (fluid queue + a sampled microburst) drain first, pauses included."""
+    ahead of them (fluid queue + a sampled microburst) drain first, pauses included. At the
+    sending NIC a probe is one more QP in the port's round-robin arbiter: it waits for one
+    packet of each other RoCE QP (ACKs included) that has one ready (each of the k QPs with
+    bytes to send is ready with probability u, the port's offered load this step, capped at 1)."""
     n_inst = pb.inst.shape[0]
     wire_pkt = sw.wire_pkt
     for p in range(pb.hops.shape[0]):
@@ -782,7 +813,11 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 if paused:
                     pb.ready[i] = now + dt
                     break
-                depart = tready
+                cap = lk.cap[ln] * dt
+                u = x.nic_tot[ln, 0] / cap if cap > 0.0 else 0.0
+                if u > 1.0:
+                    u = 1.0
+                depart = tready + x.nic_nq[ln] * u * wire_pkt / lk.cap[ln]
             else:
                 if pb.ahead[i] < 0.0:
                     pb.ahead[i] = x.qseen[ln, 0] + 1e-9
@@ -819,6 +854,28 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 pb.hop[i] = h + 1
                 pb.ahead[i] = -1.0
                 pb.ready[i] = arrive
+
+
+@njit(cache=True)
+def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
+    """Remove the flows of finished collectives from the per-port QP lists (``nic_idx`` /
+    ``nic_ptr``, in place and in order) that the NIC arbiter scans every step. Exact: those
+    flows offer nothing any more, and adding their zero offers changed no sum."""
+    idx, ptr = fl.nic_idx, fl.nic_ptr
+    lo = ptr[0]
+    k = 0
+    for ln in range(ptr.shape[0] - 1):
+        hi = ptr[ln + 1]
+        ptr[ln] = k
+        for i in range(lo, hi):
+            f = idx[i]
+            g = fl.group[f]
+            if g >= 0 and gr.iter[g] >= gr.iters[g]:
+                continue
+            idx[k] = f
+            k += 1
+        lo = hi
+    ptr[ptr.shape[0] - 1] = k
 
 
 @njit(cache=True, inline="always")
@@ -867,6 +924,7 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             fl.n_live[0] = k
             count_ingress(fl.live, k, fl.hops, fl.path, fl.pair, fl.cls, fl.pair_stamp,
                           lk.nfl, -2 - t)
+            _drop_finished_from_ports(fl, gr)
 
 
 @njit(cache=True, inline="always")

@@ -25,8 +25,8 @@ ACK_FLOW = -2
 # NIC parameter columns (NicState.par, kernel units).
 (P_TIME_RESET, P_BYTE_RESET, P_THRESHOLD, P_MAX_RATE, P_AI, P_HAI, P_GD_FAC, P_MIN_DEC,
  P_MIN_RATE, P_FIRST_RATE, P_G, P_ALPHA_RTT, P_RRMP, P_INIT_ALPHA, P_CLAMP, P_CLAMP_TI,
- P_MIN_CNP_GAP, P_LINE) = range(18)
-NP_COLS = 18
+ P_MIN_CNP_GAP, P_LINE, P_CNP_PER_PORT) = range(19)
+NP_COLS = 19
 # NIC counter columns (NicState.ctr).
 N_ECN_MARKED, N_CNP_SENT, N_CNP_HANDLED = range(3)
 # Link counter columns (LinkState.counters, per class), float64.
@@ -77,6 +77,7 @@ class SwitchState(NamedTuple):
 
 class NicState(NamedTuple):
     par: np.ndarray           # [nic, P_*] DCQCN parameters in kernel units
+    tcnp: np.ndarray          # [nic] when the port last sent a CNP (per-port moderation)
     ctr: np.ndarray           # [nic, N_*] counters
 
 
@@ -158,6 +159,7 @@ class Scratch(NamedTuple):
     serve_frac: np.ndarray    # [link, class] share of the queue served (NIC: paused flag)
     serve_bytes: np.ndarray   # [link, class] bytes served
     nic_tot: np.ndarray       # [link, class] bytes the NIC's QPs offer
+    nic_nq: np.ndarray        # [link] RoCE QPs with bytes to send on the NIC port
     pmark: np.ndarray         # [link, class] marking probability of a dequeued packet
     qseen: np.ndarray         # [link, class] queue a packet sees within the step
     burst: np.ndarray         # [link, class, (a, r, kmax, mean bytes)] microburst model

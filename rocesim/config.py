@@ -160,6 +160,7 @@ _DCQCN_RANGES: dict[str, tuple[int, int]] = {
     "rate_reduce_monitor_period": (0, 131_071),
     "initial_alpha_value": (0, 1023),
     "min_time_between_cnps": (0, 131_071),
+    "cnp_moderation": (1, 2),
 }
 
 
@@ -184,6 +185,10 @@ class DcqcnConfig:
     clamp_tgt_rate: int = 0
     clamp_tgt_rate_after_time_inc: int = 1
     min_time_between_cnps: int = 0
+    # mlxconfig ROCE_CC_CNP_MODERATION: 1 PER_PORT, one min_time_between_cnps timer for the
+    # port (the firmware's text: "minimum time between sending CNPs from the port"); 2 PER_FLOW,
+    # one per QP. Matters only with min_time_between_cnps > 0.
+    cnp_moderation: int = 1
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _DCQCN_RANGES.items():

@@ -9,7 +9,8 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase f
    ``Topology.ack_bytes`` > 0) acknowledges them on the reverse path: ACK flows share the data
    queues and PFC of their class in the switches and get no CNPs;
 2. the receiver NIC (notification point) turns CE-marked packets into CNPs, at most one per
-   flow per ``min_time_between_cnps`` µs (0: one per marked packet); a mark reaches the NP
+   ``min_time_between_cnps`` µs from the port or, with ``cnp_moderation`` = 2, from each flow
+   (0 µs: one per marked packet); a mark reaches the NP
    after the remaining forward propagation delay plus the downstream queues' current delay
    (bounded by a ring of a few hundred µs) and the CNP reaches the sender after the reverse
    propagation delay. CNPs ride the strict-priority class (TC6), which is never
@@ -222,12 +223,15 @@ class Simulation:
             p[S.P_CLAMP_TI] = d.clamp_tgt_rate_after_time_inc
             p[S.P_MIN_CNP_GAP] = d.min_time_between_cnps
             p[S.P_LINE] = line
+            p[S.P_CNP_PER_PORT] = 1.0 if d.cnp_moderation == 1 else 0.0
         self.nic_ctr = np.zeros((n_nics, 3), dtype=np.int64)
+        self.nic_tcnp = np.full(n_nics, -1e18)
         self._build_flows(line)
         self._build_probes()
         self.serve_frac = np.zeros((n_links, 2))
         self.serve_bytes = np.zeros((n_links, 2))
         self.nic_tot = np.zeros((n_links, 2))
+        self.nic_nq = np.zeros(n_links)
         self.sh_used = np.zeros(n_sw)
         self.slot_out = np.zeros(n_links, dtype=np.int64)
         self.slot_hist = np.zeros(n_links, dtype=np.int64)
@@ -265,7 +269,7 @@ class Simulation:
             w_roce=float(topo.wrr_weight_roce), wd_detect=float(topo.pfcwd_detect_us),
             wire_pkt=float(topo.wire_bytes), ack_ratio=topo.ack_bytes / topo.wire_bytes,
             ack_pkt=float(max(1, topo.ack_packet_bytes)))
-        nics = S.NicState(par=self.npar, ctr=self.nic_ctr)
+        nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
             path=self.f_path, hops=self.f_hops, cls=self.f_cls, src=self.f_src,
             dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
@@ -289,6 +293,7 @@ class Simulation:
             paused=self.ts_paused, rate=self.ts_rate, lrate=self.lrate)
         scratch = S.Scratch(
             serve_frac=self.serve_frac, serve_bytes=self.serve_bytes, nic_tot=self.nic_tot,
+            nic_nq=self.nic_nq,
             pmark=self.pmark, qseen=self.qseen, burst=self.burst, slot_out=self.slot_out,
             slot_hist=self.slot_hist)
         return links, switches, nics, flows, groups, probes, series, scratch
@@ -449,8 +454,9 @@ class Simulation:
         self.live = np.arange(n_f, dtype=np.int32)
         self.n_live = np.array([n_f], dtype=np.int64)
         # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
-        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_group", "f_path", "f_hops",
-                     "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring", "nic_idx"):
+        for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_ack", "f_group",
+                     "f_path", "f_hops", "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring",
+                     "nic_idx"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
         self.g_iters = np.array([c.iterations for c in wl.collectives], dtype=np.int64)

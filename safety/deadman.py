@@ -11,7 +11,7 @@ a *runtime directory* ``$d``, one set per arm, named by a unique *token*::
     <token>.firing    the timer won the claim and is restoring
     <token>.fired     the restore ran; <token>.rc holds its exit status, <token>.log its output
     <token>.disarmed  the tuner won the claim: the timer exits without touching anything
-    lock.<target>/    the target's lock (``owner`` holds the token): one tuner per target
+    lock.<target>/    the target's lock (``owner``: the token; ``who``: tuner host and pid)
 
 The runtime directory (``runtime_dir_expr``): ``$XDG_RUNTIME_DIR/ecntune`` when the session has
 one, else ``/run/ecntune`` for root (``sudo``) and ``/run/user/<uid>/ecntune`` for others -- never
@@ -42,7 +42,8 @@ Why each piece is there:
   claim; a second tuner -- on any machine -- is refused by the target itself (reply
   ``locked <owner token> <owner state>``). A fired timer leaves its lock behind: the tuner that
   owned it is gone, and only ``ecntune recover`` takes such a lock over (``takeover_command``,
-  refused while the owner's timer is still armed).
+  refused while the owner's timer is still armed -- unless ``recover`` knows that owner is dead:
+  same host, its pid gone; then it claims that timer first, exactly like a disarm).
 * the unique token: renew/disarm touch exactly this arm's timer, never another run's; a stale
   timer from a killed run keeps its own token and its own baseline.
 * ``date +%s``: epoch seconds (GNU coreutils, BusyBox and BSD ``date`` all print it); the
@@ -73,6 +74,7 @@ TimerState = Literal["armed", "renewed", "disarmed", "fired", "firing", "missing
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,96}$")
 _DIR = re.compile(r"^/[A-Za-z0-9_./-]*$")
+_WHO = re.compile(r"[A-Za-z0-9_.-]{1,64} [0-9]{1,10}")
 _STATES: tuple[TimerState, ...] = ("armed", "renewed", "disarmed", "fired", "firing", "missing",
                                    "unsafe", "locked", "taken", "free", "busy")
 MARK = "ecntune-deadman"
@@ -103,8 +105,11 @@ class DeadmanTimer:
     target: str
     token: str
     directory: str | None = None
+    who: str = ""  # "<host> <pid>" of the tuner, kept in the target lock
 
     def __post_init__(self) -> None:
+        if self.who and not _WHO.fullmatch(self.who):
+            raise ValueError(f"dead-man owner {self.who!r} is not '<host> <pid>'")
         if not _TOKEN.fullmatch(self.token):
             raise ValueError(f"dead-man token {self.token!r} is not [A-Za-z0-9_.-]{{1,96}}")
         if self.directory is not None and (
@@ -113,8 +118,8 @@ class DeadmanTimer:
                              "path")
 
     @classmethod
-    def new(cls, target: str, directory: str | None = None) -> DeadmanTimer:
-        return cls(target=target, token=new_token(target), directory=directory)
+    def new(cls, target: str, directory: str | None = None, who: str = "") -> DeadmanTimer:
+        return cls(target=target, token=new_token(target), directory=directory, who=who)
 
     @property
     def base(self) -> str:
@@ -130,10 +135,13 @@ class DeadmanTimer:
     def _lock(self) -> str:
         return f'"$d"/lock.{_SAFE.sub("_", self.target)[:64]}'
 
-    def _prologue(self, create: bool = False) -> str:
+    def _prologue(self, create: bool = False, absent: str = "missing") -> str:
+        """Find and check the runtime directory; without one (never armed here, or the
+        target rebooted) a command that only looks answers ``absent`` at once."""
         where = (RUNTIME_DIR if self.directory is None
                  else f"d={shlex.quote(self.directory.rstrip('/') or '/')}")
-        make = 'mkdir -m 700 "$d" 2>/dev/null; ' if create else ""
+        make = ('mkdir -m 700 "$d" 2>/dev/null; ' if create else
+                f'if [ ! -e "$d" ] && [ ! -L "$d" ]; then echo {absent}; exit 0; fi; ')
         return f"umask 077; set -C; {where}; {make}{_CHECK}; "
 
     def loop_script(self, restore: list[str]) -> str:
@@ -166,6 +174,7 @@ class DeadmanTimer:
         return (
             f"{self._prologue(create=True)}"
             f"if mkdir {self._lock} 2>/dev/null; then echo {self.token} >{self._lock}/owner; "
+            f"echo {shlex.quote(self.who)} >{self._lock}/who; "
             f"else o=$(cat {self._lock}/owner 2>/dev/null); "
             f"echo locked \"${{o:-?}}\" $({self._owner_state('$o')}); exit 0; fi; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline')} && "
@@ -192,15 +201,17 @@ class DeadmanTimer:
             f"else {self._state_words()}; if [ -e {self._f('fired')} ]; then "
             f"{self._release()}; fi; fi")
 
-    def _stop_loop(self) -> str:
+    def _stop_loop(self, token: str | None = None) -> str:
         """Kill the pid in ``.pid`` only if it is a number and that process is this timer."""
-        return (f"p=$(cat {self._f('pid')} 2>/dev/null); case \"$p\" in ''|*[!0-9]*) p=;; "
+        tok = token or self.token
+        return (f"p=$(cat \"$d/{tok}.pid\" 2>/dev/null); case \"$p\" in ''|*[!0-9]*) p=;; "
                 f"esac; if [ -n \"$p\" ]; then case \"$(ps -o args= -p \"$p\" 2>/dev/null)\" in "
-                f"*'{MARK} {self.token}'*) kill \"$p\" 2>/dev/null;; esac; fi")
+                f"*\"{MARK} {tok}\"*) kill \"$p\" 2>/dev/null;; esac; fi")
 
-    def _release(self) -> str:
-        return (f"if [ \"$(cat {self._lock}/owner 2>/dev/null)\" = {self.token} ]; then "
-                f"rm -f {self._lock}/owner; rmdir {self._lock}; fi")
+    def _release(self, token: str | None = None) -> str:
+        tok = token or self.token
+        return (f"if [ \"$(cat {self._lock}/owner 2>/dev/null)\" = \"{tok}\" ]; then "
+                f"rm -f {self._lock}/owner {self._lock}/who; rmdir {self._lock}; fi")
 
     @staticmethod
     def _owner_state(owner: str) -> str:
@@ -221,17 +232,25 @@ class DeadmanTimer:
         """Remove this arm's files once it is disarmed or fired (keeps nothing pending)."""
         files = " ".join(self._f(s) for s in ("deadline", "pid", "disarmed", "fired", "rc",
                                               "log"))
-        return (f"{self._prologue()}[ -e {self._f('armed')} ] || [ -e {self._f('firing')} ] "
+        return (f"{self._prologue(absent='')}[ -e {self._f('armed')} ] || "
+                f"[ -e {self._f('firing')} ] "
                 f"|| rm -f {files}")
 
-    def takeover_command(self) -> str:
+    def takeover_command(self, claim_armed: bool = False) -> str:
         """``recover``: take over the target's lock from a tuner that is gone (its timer no
-        longer armed); ``busy`` while that timer may still fire, ``free`` without a lock."""
+        longer armed); ``busy <token> <state> <host> <pid>`` while that timer may still fire,
+        ``free`` without a lock. ``claim_armed`` (the owner is known dead): claim its armed
+        timer first, as its disarm would have."""
+        claim = (f"armed) if mv \"$d\"/\"$o\".armed \"$d\"/\"$o\".disarmed 2>/dev/null; then "
+                 f"{self._stop_loop('$o')}; {self._release('$o')}; echo taken \"$o\" "
+                 f"armed-claimed; else echo busy \"$o\" firing; fi;; firing) "
+                 if claim_armed else "armed|firing) ")
         return (
-            f"{self._prologue()}"
+            f"{self._prologue(absent='free')}"
             f"[ -d {self._lock} ] || {{ echo free; exit 0; }}; "
             f"o=$(cat {self._lock}/owner 2>/dev/null); s=$({self._owner_state('$o')}); "
-            f"case $s in armed|firing) echo busy \"${{o:-?}}\" $s;; *) rm -f {self._lock}/owner; "
+            f"case $s in {claim}echo busy \"${{o:-?}}\" $s $(cat {self._lock}/who 2>/dev/null);; "
+            f"*) rm -f {self._lock}/owner {self._lock}/who; "
             f"rmdir {self._lock} && echo taken \"${{o:-?}}\" $s;; esac")
 
 

@@ -93,7 +93,9 @@ def decode(line: bytes) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(rec, dict):
-        raise ValueError(f"a {type(rec).__name__}, not a record")
+        kind = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(rec), "a number")
+        raise ValueError(f"{kind}, not a record")
     crc = rec.pop("crc", None)
     if crc != _crc(rec):
         raise ValueError("checksum missing or wrong (torn or altered record)")

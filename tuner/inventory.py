@@ -233,6 +233,8 @@ class Inventory(BaseModel):
     hosts: list[HostEntry] = Field(min_length=1)
     switches: list[SwitchEntry] = Field(default_factory=list)
     launcher: Launcher
+    # Named sets of target names (hosts and switches) that promote/verify/watch address.
+    groups: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Inventory:
@@ -248,6 +250,12 @@ class Inventory(BaseModel):
                 raise ValueError(f"launcher.latency_hosts: {h!r} is not one of the hosts")
         if self.launcher.latency_hosts and len(self.launcher.latency_hosts) != 2:
             raise ValueError("launcher.latency_hosts needs exactly two hosts")
+        for group, members in self.groups.items():
+            _pattern("rdma_device", group)
+            unknown = sorted(set(members) - set(names))
+            if unknown or not members:
+                raise ValueError(f"groups.{group}: {unknown or 'no members'}: every member must "
+                                 "be a host or switch name of this inventory")
         return self
 
     def target(self, name: str) -> HostEntry | SwitchEntry:

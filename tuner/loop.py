@@ -182,8 +182,15 @@ class StudyRunner:
 
     def __init__(self, exp: Experiment, exp_yaml: str, cluster: Cluster, *, study_name: str,
                  tracker: Tracker | None = None, keep_best: bool = False,
-                 on_event: Event | None = None) -> None:
+                 on_event: Event | None = None,
+                 warm: list[tuple[str, dict[str, int]]] | None = None,
+                 lineage: dict[str, str] | None = None) -> None:
         self.exp = exp
+        # A re-tune (tuner/lifecycle/retune.py): points measured right after trial 0 (each
+        # "warm:<label>", always confirmed against the baseline at the end when it completes
+        # as a candidate) and the old study it descends from (study attrs + MLflow tags).
+        self.warm = list(warm or [])
+        self.lineage = dict(lineage or {})
         self.exp_yaml = exp_yaml
         self.cluster = cluster
         self.study_name = study_name
@@ -246,6 +253,8 @@ class StudyRunner:
                      "ecntune_version": __version__,
                      "startup_trials": self.exp.sampler.startup_trials}.items():
             self.study.set_user_attr(k, v)
+        if self.lineage:
+            self.study.set_user_attr("lineage", self.lineage)
 
     def _ensure_baseline(self) -> None:
         """Enqueue trial 0 (and the warm starts) on a new study; load its replicates on resume."""
@@ -263,24 +272,32 @@ class StudyRunner:
                for t in trials):
             return
         optuna_io.enqueue(self.study, self.space.params_of(self.baseline_values), "baseline")
+        self._enqueue_warm_starts()
+
+    def _warm_points(self) -> list[tuple[str, dict[str, int]]]:
+        """The given starting points (``retune``), then the known-good ones for this fabric."""
+        points = list(self.warm)
         if self.exp.search.warm_starts:
-            self._enqueue_warm_starts()
+            assert self.desc is not None
+            xoff = self.desc.facts.get("xoff_bytes")
+            points += [(w.label, {"kmin_bytes": w.kmin_bytes, "kmax_bytes": w.kmax_bytes,
+                                  "pmax_percent": w.pmax_percent})
+                       for w in warm_starts(self.desc.nic_gbps, int(xoff) if xoff else None,
+                                            self.exp.safety.xoff_margin_percent)]
+        return points
 
     def _enqueue_warm_starts(self) -> None:
-        assert self.desc is not None
-        xoff = self.desc.facts.get("xoff_bytes")
+        """Each starting point (knob values over the baseline's) once, as ``warm:<label>``."""
         seen = {tuple(sorted(self.space.params_of(self.baseline_values).items()))}
-        for w in warm_starts(self.desc.nic_gbps, int(xoff) if xoff else None,
-                             self.exp.safety.xoff_margin_percent):
-            values = dict(self.baseline_values, kmin_bytes=w.kmin_bytes,
-                          kmax_bytes=w.kmax_bytes, pmax_percent=w.pmax_percent)
+        for label, knobs in self._warm_points():
+            values = dict(self.baseline_values, **knobs)
             values.update(self.space.fixed)
             params = self.space.params_of(values)
             key = tuple(sorted(params.items()))
-            if key in seen:  # the baseline already is this point
+            if key in seen:  # the baseline (or an earlier point) already is this point
                 continue
             seen.add(key)
-            optuna_io.enqueue(self.study, params, f"warm:{w.label}")
+            optuna_io.enqueue(self.study, params, f"warm:{label}")
 
     def _set_window(self) -> None:
         durations = [m.duration_s for m in self.baseline_ms if m.duration_s > 0]
@@ -304,7 +321,8 @@ class StudyRunner:
             **{f"safety.{k}": v for k, v in exp.safety.model_dump().items()},
         }
         tags = {"ecntune.version": __version__, "ecntune.study": self.study_name,
-                "ecntune.storage": exp.storage_url, "ecntune.cluster": self.desc.name}
+                "ecntune.storage": exp.storage_url, "ecntune.cluster": self.desc.name,
+                **{f"ecntune.{k}": v for k, v in self.lineage.items()}}
         texts = {"experiment.yaml": redact(self.exp_yaml),
                  "search_space.json": json.dumps(self.space.describe(), indent=2),
                  "fabric.json": self.desc.model_dump_json(indent=2)}
@@ -600,6 +618,10 @@ class StudyRunner:
         assert self.desc is not None and self.tx is not None
         b = self.exp.budget
         cands = studies.candidates(self.study, b.confirm_top_k)
+        labels = {f"warm:{label}" for label, _ in self.warm}
+        cands += [o for o in studies.outcomes(self.study)
+                  if o.role in labels and o.candidate
+                  and o.number not in {c.number for c in cands}]
         n = b.confirm_repeats if cands else 0
         if b.confirm_repeats <= 0:
             return

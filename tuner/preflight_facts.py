@@ -4,8 +4,9 @@ The checks themselves are pure (``safety.preflight``); this module is the I/O ed
 every host answers one command (sections separated by markers, each tool allowed to fail on
 its own so one missing tool does not hide the rest), error counters are read twice
 ``error_sample_s`` apart, and consecutive host pairs run one don't-fragment ping at the RoCE
-MTU. Switch facts come from the inventory (which ports serve hosts outside the canary) and,
-where the platform answers them, ``show interfaces status``/``show pfc priority`` (SONiC).
+MTU. Switch facts come from the switch itself: the ports the written profile reaches (its QUEUE
+table or applied NVUE config), the PFC XOFF point, counter polling, the CNP queue, and on SONiC
+``show pfc priority``.
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ def host_command(h: HostEntry) -> str:
                 f"for d in {q('path', net + '/ecn/roce_rp')} {q('path', dbg)}; do "
                 '[ -d "$d" ] && echo "cc_dir:$d"; done'),
         # the firmware's congestion-control algorithm (mstflint's mstconfig, or MFT mlxconfig)
-        "ccalgo": (f"{{ mstconfig -d {q('pci', h.pci)} query {algo} || "
-                   f"mlxconfig -d {q('pci', h.pci)} query {algo}; }}"),
+        # -e: the Current column is what runs (Next Boot applies after a firmware reset)
+        "ccalgo": (f"{{ mstconfig -e -d {q('pci', h.pci)} query {algo} || "
+                   f"mlxconfig -e -d {q('pci', h.pci)} query {algo}; }}"),
         "ibmtu": f"ibv_devinfo -d {q('rdma_device', h.rdma_device)} -i {int(h.rdma_port)}",
         "stats": f"ethtool -S {dev}",
     }
@@ -178,12 +180,30 @@ def parse_host(h: HostEntry, text: str) -> dict[str, Any]:
         f["cnp_dscp"] = int(m.group(1))
     # DCQCN parameters exposed at all (OFED ecn/roce_rp or upstream debugfs cc_params)
     f["cc_params"] = bool(re.findall(r"^cc_dir:(.+)$", tos, re.M))
-    if m := re.search(r"ROCE_CC_ALGORITHM_P\d+\s+(\S+)", sec.get("ccalgo", "")):
-        f["cc_algorithm"] = m.group(1)
+    f["cc_algorithm"] = cc_algorithm(sec.get("ccalgo", ""), h.rdma_port)
     if m := re.search(r"active_mtu:\s*(\d+)", sec.get("ibmtu", "")):
         f["roce_mtu"] = int(m.group(1))
     f["counters_before"] = _stats(sec.get("stats", ""))
     return f
+
+
+def cc_algorithm(text: str, port: int) -> str | None:
+    """``ROCE_CC_ALGORITHM_P<port>`` as it runs now (the ``Current`` column of ``-e``, else the
+    only column), e.g. ``ECN(0)`` (= DCQCN); ``None`` when the tool is missing or silent."""
+    from objectives.parsers import parse_mlxconfig_query
+    from tuner.errors import ParseError
+
+    try:
+        query = parse_mlxconfig_query(text)
+    except ParseError:
+        return None
+    for dev in query.devices:
+        values = dev.params.get(f"ROCE_CC_ALGORITHM_P{port}")
+        if values:
+            col = dev.columns.index("Current") if "Current" in dev.columns else -1
+            v = values[col]
+            return f"{v.text}({v.raw})" if v.raw is not None and v.text != str(v.raw) else v.text
+    return None
 
 
 def _ping(conn: Connection, peer: HostEntry, mtu: int) -> str | None:
@@ -246,7 +266,10 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
         extra.update(xoff_bytes=min(xoffs) if xoffs else None,
                      xoff_source=found.get("xoff_source") if found.get("xoff_bytes") == (
                          min(xoffs) if xoffs else None) else "inventory xoff_bytes")
-    return SwitchFacts(name=sw.name, outside_ports=list(sw.other_ports), lossless=lossless,
+    # With the switch's own view the blast radius is computed (``reach``): the inventory's
+    # other_ports are only watched (counters), the canary profile never reaches them.
+    outside = [] if extra.get("reach") else list(sw.other_ports)
+    return SwitchFacts(name=sw.name, outside_ports=outside, lossless=lossless,
                        canary_ports=list(sw.canary_ports), written=sw.canary_profile, **extra)
 
 

@@ -24,7 +24,9 @@ DEFAULT_SPACE: dict[str, KnobRange] = {
     "rpg_min_dec_fac": KnobRange(low=1, high=100),
     "rate_reduce_monitor_period": KnobRange(low=1, high=1_000, log=True),
     "min_time_between_cnps": KnobRange(low=0, high=500),
-    "dce_tcp_g": KnobRange(low=1, high=1_023, log=True),
+    # share of alpha kept per dce_tcp_rtt: gain (1024 - value)/1024 from 1/4 to 1/1024 (the
+    # DCQCN paper's g = 1/256 is 1020); lower values forget congestion within microseconds
+    "dce_tcp_g": KnobRange(low=768, high=1_023),
     "rpg_byte_reset": KnobRange(low=64, high=32_767, log=True),
     "rpg_threshold": KnobRange(low=1, high=31),
 }

@@ -61,23 +61,37 @@ class Transactions:
         with self.shield():
             return restore(self.cluster, self.baseline).seconds
 
-    @contextmanager
-    def applied(self, settings: Settings, trial: int) -> Iterator[Change]:
+    def applied(self, settings: Settings, trial: int) -> AbstractContextManager[Change]:
         """``settings`` on the canary for the body; the baseline again afterwards, always.
 
         ``ApplyError`` (a refused write or a read-back mismatch) leaves the ``with`` after the
         restore, like any other exception.
         """
+        return self._change(settings, trial, keep=False)
+
+    def tentative(self, settings: Settings, trial: int) -> AbstractContextManager[Change]:
+        """``settings`` for the body, then kept (journal ``kept``) if the body returns, or the
+        baseline restored (journal ``restored``) if it raises: a promotion wave and its gate.
+        """
+        return self._change(settings, trial, keep=True)
+
+    @contextmanager
+    def _change(self, settings: Settings, trial: int, *, keep: bool) -> Iterator[Change]:
         entry = self.journal.begin(self.study, trial, settings.targets(), self.baseline,
                                    settings)
         change = Change(counters_before=self.cluster.counters())
+        kept = False
         try:
             self._apply_verified(settings)
             yield change
+            kept = keep
         finally:
-            with self.shield():
-                change.restore_s = self.restore()
-                self.journal.end(entry, "restored")
+            if kept:
+                self.journal.end(entry, "kept")
+            else:
+                with self.shield():
+                    change.restore_s = self.restore()
+                    self.journal.end(entry, "restored")
 
     def keep(self, settings: Settings, trial: int) -> None:
         """Leave ``settings`` on the canary (``--keep-best``), verified; journal ``kept``.

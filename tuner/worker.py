@@ -174,8 +174,7 @@ class SliceWorker(StudyRunner):
                              "startup_trials": self.exp.sampler.startup_trials,
                              "shared": True}.items():
                     self.study.set_user_attr(k, v)
-                if self.exp.search.warm_starts:  # once per study, for any worker to take
-                    self._enqueue_warm_starts()
+                self._enqueue_warm_starts()  # once per study, for any worker to take
         with self._lock:
             self._janitor()
 

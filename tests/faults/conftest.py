@@ -65,17 +65,20 @@ class Row:
     restore_s: float | None
     backend: str
     nodeid: str = ""
+    command: str = ""  # how to run just this row's test
 
 
 class Recorder:
-    def __init__(self, nodeid: str) -> None:
+    def __init__(self, nodeid: str, slow: bool = False) -> None:
         self.nodeid = nodeid
+        self.command = f"pytest {'-m slow ' if slow else ''}'{nodeid}'"
         self.rows: list[Row] = []
 
     def record(self, fault: str, action: str, *, dirty_targets: int, trials_lost: int,
                restore_s: float | None, backend: str = "sim") -> None:
         row = Row(fault, action, dirty_targets, trials_lost,
-                  None if restore_s is None else round(restore_s, 3), backend, self.nodeid)
+                  None if restore_s is None else round(restore_s, 3), backend, self.nodeid,
+                  self.command)
         self.rows.append(row)
         path = os.environ.get(ENV)
         if path:
@@ -85,7 +88,7 @@ class Recorder:
 
 @pytest.fixture
 def reliability(request: pytest.FixtureRequest) -> Recorder:
-    return Recorder(request.node.nodeid)
+    return Recorder(request.node.nodeid, request.node.get_closest_marker("slow") is not None)
 
 
 def sim_experiment(tmp_path: Path, *, name: str = "faults", trials: int = 6,

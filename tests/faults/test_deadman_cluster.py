@@ -93,7 +93,7 @@ class FakeSsh:
         for n, d in s.nics.items():
             self.files[n].write_text(f"{d.rpg_time_reset}\n")
 
-    def measure(self, workload: Any, monitor: Any = None) -> str:
+    def measure(self, workload: Any, monitor: Any = None, *, replicate: int = 0) -> str:
         """A measurement of ``measure_s`` seconds that feeds the monitor, like the real one."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < self.measure_s:

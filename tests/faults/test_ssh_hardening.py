@@ -52,9 +52,10 @@ def test_hostile_deadman_directory_is_refused(emu, tmp_path: Path, reliability) 
     reliability.record("a hostile dead-man directory (pre-created world-writable by `nobody` "
                        "on one host)",
                        "the arm answered `unsafe` on that host: nothing applied anywhere, "
-                       "study stopped with exit 3 naming the directory; nothing written in it",
+                       f"study stopped with exit 3 naming the directory ({stopped_s:.1f} s "
+                       "including pre-flight); nothing written in it",
                        dirty_targets=len(dirty), trials_lost=lost_trials(results),
-                       restore_s=stopped_s, backend="ssh (emulated)")
+                       restore_s=None, backend="ssh (emulated)")
 
 
 def test_second_tuner_on_another_machine_is_refused_by_the_targets(emu, tmp_path: Path,
@@ -97,11 +98,12 @@ def test_second_tuner_on_another_machine_is_refused_by_the_targets(emu, tmp_path
     reliability.record("a second tuner on another machine (own results folder) while the "
                        "first has a change armed",
                        "every changed target refused the second tuner's arm (`locked <token> "
-                       "armed`): nothing applied, exit 3; the first finished normally",
+                       f"armed`): nothing applied, exit 3 after {refused_s:.1f} s (pre-flight "
+                       "and baseline included); the first finished normally",
                        dirty_targets=len(dirty),
                        trials_lost=lost_trials(first_dir / "results")
                        + lost_trials(second_dir / "results"),
-                       restore_s=refused_s, backend="ssh (emulated)")
+                       restore_s=None, backend="ssh (emulated)")
 
 
 def test_target_reboot_mid_trial(emu, tmp_path: Path, reliability) -> None:

@@ -42,11 +42,11 @@ class Faulty:
             self.before_apply(self.applies)
         self.inner.apply(settings)
 
-    def measure(self, workload: Any, monitor: Any = None) -> Any:
+    def measure(self, workload: Any, monitor: Any = None, *, replicate: int = 0) -> Any:
         self.measures += 1
         if self.at_measure:
             self.at_measure(self.measures)
-        return self.inner.measure(workload, monitor)
+        return self.inner.measure(workload, monitor, replicate=replicate)
 
     def __enter__(self) -> Faulty:
         return self

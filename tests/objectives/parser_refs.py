@@ -28,11 +28,13 @@ def reference_dir() -> Path:
 
 
 def sample_files(root: Path) -> list[Path]:
-    """Every tool-output sample under ``root`` (derived descriptions excluded)."""
+    """Every tool-output sample under ``root`` (derived descriptions excluded; the
+    packet-level simulator runs are the twin's referee, judged by bench/fidelity.py)."""
     return sorted(
         p
         for p in root.rglob("*")
         if p.is_file() and p.name not in DERIVED_NAMES and not p.name.endswith(DERIVED_SUFFIXES)
+        and "packet-level" not in p.relative_to(root).parts
     )
 
 

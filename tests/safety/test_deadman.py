@@ -279,3 +279,34 @@ def test_target_lock_one_tuner_per_target(knob) -> None:
     assert parse_reply(sh(c.takeover_command())) == ("free", "")
     assert parse_reply(sh(c.arm_command(restore, 30)))[0] == "armed"
     assert parse_reply(sh(c.disarm_command()))[0] == "disarmed"
+
+
+def test_recover_claims_the_armed_timer_of_a_known_dead_owner(knob) -> None:
+    """A tuner SIGKILLed with its timer armed: a takeover without proof waits (``busy`` with
+    the owner's host and pid); with proof (``claim_armed``) the timer is claimed like a
+    disarm -- it never fires -- and the lock is free."""
+    path, restore, timers, d = knob
+    a = DeadmanTimer.new("host0/mlx5_0", directory=str(d), who="gpu01 4242")
+    timers.append(a)
+    sh(a.arm_command(restore, 2))
+    loop = int(Path(a.base + ".pid").read_text())
+    b = make(d, timers)
+    assert parse_reply(sh(b.takeover_command())) == ("busy", f"{a.token} armed gpu01 4242")
+    assert parse_reply(sh(b.takeover_command(claim_armed=True))) == (
+        "taken", f"{a.token} armed-claimed")
+    assert wait_until_gone(loop, 0.5)
+    time.sleep(3.0)  # past a's deadline: it never fires
+    assert path.read_text() == "17\n" and not Path(a.base + ".fired").exists()
+    assert parse_reply(sh(b.arm_command(restore, 30)))[0] == "armed"
+    assert parse_reply(sh(b.disarm_command()))[0] == "disarmed"
+
+
+def test_no_runtime_directory_yet_is_free_or_missing(knob) -> None:
+    """A target never armed (or rebooted: /run is a tmpfs) has no runtime directory: its lock
+    is free and a timer there is missing -- not an unsafe directory."""
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    assert parse_reply(sh(t.takeover_command())) == ("free", "")
+    for cmd in (t.status_command(), t.renew_command(1), t.disarm_command()):
+        assert parse_reply(sh(cmd))[0] == "missing"
+    assert not d.exists()  # looking never creates it

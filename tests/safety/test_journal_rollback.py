@@ -56,7 +56,7 @@ class FlakyCluster(Cluster):
     def counters(self) -> Counters:
         return Counters()
 
-    def measure(self, workload, monitor=None) -> Measurement:  # type: ignore[no-untyped-def]
+    def measure(self, workload, monitor=None, *, replicate=0) -> Measurement:  # type: ignore[no-untyped-def]
         return Measurement()
 
 
@@ -96,7 +96,8 @@ def test_torn_last_line_is_terminated_and_reported_as_possibly_open(tmp_path: Pa
 
 @pytest.mark.parametrize("line,reason", [
     (b"[]", "a list, not a record"),
-    (b"null", "a NoneType, not a record"),
+    (b"null", "null, not a record"),
+    (b"3.5", "a number, not a record"),
     (b'{"event":"begin"}', "checksum"),
     (b"\xff\xfe garbage", "not JSON"),
 ])
@@ -144,3 +145,22 @@ def test_write_error_is_a_clear_journal_write_error(tmp_path: Path) -> None:
                        r".*ecntune recover"):
         j.begin("s1", 3, BASE.targets(), BASE, TRIAL)
     assert issubclass(JournalWriteError, RollbackError)  # exit 4
+
+
+def test_recover_without_arguments_names_the_journals_it_found(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    none = CliRunner().invoke(main, ["recover"])
+    assert none.exit_code == 2 and "no journal found" in none.stderr
+    assert "results/*/journal.jsonl" in none.stderr
+    for name in ("quick", "moe"):
+        j = Journal(tmp_path / "results" / name / "journal.jsonl")
+        j.end(j.begin(name, 1, BASE.targets(), BASE, TRIAL), "restored")
+    res = CliRunner().invoke(main, ["recover"])
+    assert res.exit_code == 0, res.output
+    assert "found results/moe/journal.jsonl, results/quick/journal.jsonl" in res.stdout
+    assert res.stdout.count("no open change") == 2

@@ -290,3 +290,36 @@ def test_cnp_must_leave_by_a_strict_priority_queue():
                            "Ethernet4": "DWRR (DSCP 48 -> TC 0 -> queue 0)"})
     bad = failures(run_checks(facts(switches=[sw]), PreflightSpec()))
     assert [(r.check, r.target) for r in bad] == [("cnp_queue", "leaf0/Ethernet4")]
+
+
+def test_cc_algorithm_from_the_real_mstconfig_query():
+    from tuner.preflight_facts import cc_algorithm
+
+    text = (REF / "mlx5-dcqcn-config" / "mstconfig-query-cx4lx-roce-cc-defaults.txt").read_text()
+    assert cc_algorithm(text, 1) == "ECN(0)" and cc_algorithm(text, 2) == "ECN(0)"
+    extended = ("Device #1:\n----------\n\nDevice type:    ConnectX6DX\n\n"
+                "Configurations:          Default         Current         Next Boot\n"
+                "         ROCE_CC_ALGORITHM_P1    ECN(0)          QCN(1)          ECN(0)\n")
+    assert cc_algorithm(extended, 1) == "QCN(1)"  # what runs now, not what boots next
+    assert cc_algorithm("bash: mstconfig: command not found", 1) is None
+
+
+def test_watched_other_ports_are_not_a_blast_radius_once_the_switch_is_read():
+    from tuner.drivers import SonicDriver
+    from tuner.inventory import SwitchEntry
+    from tuner.preflight_facts import switch_facts
+
+    sw = SwitchEntry(name="leaf0", address="10.0.0.2", platform="sonic",
+                     canary_ports=["Ethernet0"], other_ports=["Ethernet8"])
+    queue = {p: {"wred_profile": "AZURE_LOSSLESS"} for p in ("Ethernet0|3", "Ethernet8|3")}
+    found = {"queue_table": queue, "counterpoll": {}, "config_db": {"QUEUE": queue},
+             "xoff_bytes": 160000, "xoff_source": "mmuconfig -l"}
+    got = switch_facts(sw, None, SonicDriver(None, sw), found)  # type: ignore[arg-type]
+    assert got.reach == ["Ethernet0"] and got.outside_ports == []
+    res = run_checks(facts(switches=[got]), PreflightSpec())
+    assert by_check(res, "blast_radius")[0].status == "pass"
+    bound = {**queue, "Ethernet8|3": {"wred_profile": "ECNTUNE_CANARY"}}
+    got = switch_facts(sw, None, SonicDriver(None, sw),  # type: ignore[arg-type]
+                       {**found, "queue_table": bound})
+    assert by_check(run_checks(facts(switches=[got]), PreflightSpec()),
+                    "blast_radius")[0].status == "fail"

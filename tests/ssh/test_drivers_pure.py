@@ -138,19 +138,20 @@ def test_sonic_clones_binds_then_moves_thresholds_and_rebinds_the_original(inv: 
     low = EcnSettings(kmin_bytes=100000, kmax_bytes=400000, pmax_percent=10)
     steps = drv.write_steps(cur, low)
     db = "sonic-db-cli CONFIG_DB"
-    # clone every field of AZURE_LOSSLESS unless the canary queues already use the clone
+    # unless the canary queues already use the clone: clone every field of AZURE_LOSSLESS,
+    # then bind it to the canary ports' lossless queue only (Ethernet8 is not in the inventory)
     assert steps[0].startswith(f"{{ [ \"$({db} HGET 'QUEUE|Ethernet0|3' wred_profile)\" = "
-                               f"ECNTUNE_CANARY ] || {db} HSET 'WRED_PROFILE|ECNTUNE_CANARY' ")
+                               f"ECNTUNE_CANARY ] || {{ {db} HSET 'WRED_PROFILE|ECNTUNE_CANARY' ")
     assert "yellow_max_threshold 2097152" in steps[0] and "ecn ecn_all" in steps[0]
-    # bound to the canary ports' lossless queue only (Ethernet8 is not in the inventory)
-    assert steps[1:3] == [f"{db} HSET 'QUEUE|Ethernet0|3' wred_profile ECNTUNE_CANARY",
-                          f"{db} HSET 'QUEUE|Ethernet4|3' wred_profile ECNTUNE_CANARY"]
+    assert steps[0].endswith(f" && {db} HSET 'QUEUE|Ethernet0|3' wred_profile ECNTUNE_CANARY && "
+                             f"{db} HSET 'QUEUE|Ethernet4|3' wred_profile ECNTUNE_CANARY; }}; }}")
+    assert "Ethernet8" not in steps[0]
     # Lowering: -gmin first (one ecnconfig call with both would write gmax first); -gdrop
     # rides on the last call, which ecnconfig writes after the threshold.
-    assert steps[3:] == ["ecnconfig -p ECNTUNE_CANARY -gmin 100000",
+    assert steps[1:] == ["ecnconfig -p ECNTUNE_CANARY -gmin 100000",
                          "ecnconfig -p ECNTUNE_CANARY -gmax 400000 -gdrop 10"]
     mid = EcnSettings(kmin_bytes=200000, kmax_bytes=800000, pmax_percent=10)
-    assert drv.write_steps(low, mid)[3:] == ["ecnconfig -p ECNTUNE_CANARY -gmax 800000",
+    assert drv.write_steps(low, mid)[1:] == ["ecnconfig -p ECNTUNE_CANARY -gmax 800000",
                                              "ecnconfig -p ECNTUNE_CANARY -gmin 200000"]
     # Back to the original's values: rebind the original, drop the clone, nothing else.
     assert drv.write_steps(low, cur) == [
@@ -305,3 +306,33 @@ def test_nvue_counters_per_port_from_the_documented_output(inv: Any) -> None:
     row = got["leaf1/swp1"]
     assert row["pfc3_rx_pkts"] == 0 and row["pfc3_tx_pkts"] == 0
     assert row["queue3_wred_drop_pkts"] == 0 and row["ecn_marked_pkts"] == 0
+
+
+def test_nvue_applied_config_as_a_list_or_a_bare_tree() -> None:
+    from tuner.drivers.nvue import applied_tree
+
+    tree = {"qos": {"congestion-control": {}}}
+    assert applied_tree(json.dumps([{"header": {}}, {"set": tree}])) == tree
+    assert applied_tree(json.dumps(tree)) == tree
+    with pytest.raises(ApplyError, match="no 'set' section"):
+        applied_tree("[]")
+    with pytest.raises(ApplyError, match="printed no JSON"):
+        applied_tree("Error: not allowed")
+
+
+def test_a_clone_holding_the_original_values_still_gives_way_on_restore(inv: Any) -> None:
+    drv = SonicDriver(None, inv.switches[0])  # type: ignore[arg-type]
+    clone = _canary_profile(1048576, 2097152, 5)  # what a write that failed after binding left
+    canary = {**BOUND, **{f"Ethernet{i}|3": {"wred_profile": "ECNTUNE_CANARY"} for i in (0, 4)}}
+    cur = drv.parse(_sonic_read(canary, clone))
+    assert cur == drv.original_settings() and drv.needs_write(cur, cur)
+    assert drv.write_steps(cur, cur)[-1] == ("sonic-db-cli CONFIG_DB DEL "
+                                             "'WRED_PROFILE|ECNTUNE_CANARY'")
+    drv.parse(_sonic_read(BOUND))
+    assert not drv.needs_write(cur, cur)  # on the original: nothing to do
+    nv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    row = {"min-threshold": 150000, "max-threshold": 1500000, "probability": 100}
+    status = fixture("nvue-show-interface-qos-roce-status.txt").replace("153.00 KB", "146.48 KB")
+    cur = nv.parse(_nv_read(_nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
+                                     {"ECNTUNE_CANARY": row}), status))
+    assert nv.needs_write(cur, cur) and nv.write_steps(cur, cur)[0].startswith("nv unset")

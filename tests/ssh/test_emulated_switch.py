@@ -22,8 +22,11 @@ pytestmark = pytest.mark.ssh
 SPEC = PreflightSpec(error_sample_s=0, df_ping=False)
 
 
-def _cluster(emu: EmulatedCluster, **switch: Any) -> SshCluster:
+def _cluster(emu: EmulatedCluster, hosts: int = 1, **switch: Any) -> SshCluster:
+    """The emulated inventory; only the first ``hosts`` hosts (switch tests need no more, and
+    each host costs a pre-flight round of tool starts)."""
     data = yaml.safe_load(Path(emu.inventory_path).read_text())
+    data["hosts"] = data["hosts"][:hosts]
     for sw in data["switches"]:
         sw.update(switch.get(sw["platform"], {}))
     return SshCluster(parse_inventory(data, str(emu.inventory_path)))
@@ -158,7 +161,7 @@ def test_nic_facts_algorithm_roce_mtu_and_cnp_queue(emu: EmulatedCluster) -> Non
     emu.edit_state("host1", lambda s: s.update(cc_algorithm="QCN(1)", roce_mtu=1024))
     emu.edit_state("leaf0", lambda s: s["config_db"]["SCHEDULER"]["scheduler.0"].update(
         type="DWRR"))
-    with _cluster(emu) as c:
+    with _cluster(emu, hosts=2) as c:
         bad = set(_bad(c))
     assert {("cc_algorithm", "host1"), ("roce_mtu", "host1"),
             ("cnp_queue", "leaf0/Ethernet0")} <= bad
@@ -181,3 +184,36 @@ def test_final_counters_wait_one_switch_poll_interval(emu: EmulatedCluster) -> N
         assert time.monotonic() - t0 >= 0.9  # waited for the poll interval
         assert got.counters.ports[f"leaf0/{port}"]["queue3_drop_pkts"] == 7
         assert "1 s after the traffic" in got.notes[-1]
+
+
+def test_restore_rebinds_even_when_the_canary_holds_the_original_values(
+        emu: EmulatedCluster) -> None:
+    """What a write that failed right after binding leaves: same values, wrong profile."""
+    sonic_before = emu.state("leaf0")["config_db"]
+
+    def leftover_sonic(s: dict[str, Any]) -> None:
+        db = s["config_db"]
+        db["WRED_PROFILE"]["ECNTUNE_CANARY"] = dict(db["WRED_PROFILE"]["AZURE_LOSSLESS"])
+        for p in s["host_ports"]:
+            db["QUEUE"][f"{p}|3"]["wred_profile"] = "ECNTUNE_CANARY"
+
+    def leftover_nvue(s: dict[str, Any]) -> None:
+        for conf in (s["applied"], s["pending"]):
+            cc = conf["qos"]["congestion-control"]
+            cc["ECNTUNE_CANARY"] = {"traffic-class": {"3": dict(
+                cc["default-global"]["traffic-class"]["3"])}}
+            for p in s["host_ports"]:
+                conf["interface"][p] = {"qos": {"congestion-control": {
+                    "profile": "ECNTUNE_CANARY"}}}
+
+    emu.edit_state("leaf0", leftover_sonic)
+    emu.edit_state("leaf1", leftover_nvue)
+    with _cluster(emu) as c:
+        base = c.snapshot()
+        c.apply(base)  # equal values: still rebinds the originals
+        assert c.read_back() == base
+    db = emu.state("leaf0")["config_db"]
+    assert db["QUEUE"] == sonic_before["QUEUE"] and "ECNTUNE_CANARY" not in db["WRED_PROFILE"]
+    nv = emu.state("leaf1")["applied"]
+    assert "ECNTUNE_CANARY" not in nv["qos"]["congestion-control"]
+    assert all(not (b.get("qos") or {}) for b in nv["interface"].values())

@@ -34,3 +34,24 @@ def test_quick_yaml_recommendation_beats_vendor_defaults(tmp_path: Path,
     trial0 = res.trials[0]
     assert trial0.is_baseline and trial0.metrics["pfc_pause_frames"] > 0  # counters kept
     assert cluster.read_back() == base
+
+
+@pytest.mark.slow
+def test_moe_mix_ends_with_a_confirmed_winner(tmp_path: Path) -> None:
+    """The re-tune example (AlltoAll-heavy, storage in the RoCE priority, multi-objective):
+    under the storm rule that judges sustained pausing, a fresh study confirms a winner."""
+    path = ROOT / "experiments" / "moe-mix.yaml"
+    exp = load_experiment(path)
+    exp = exp.model_copy(update={
+        "results_dir": str(tmp_path / "r"),
+        "tracking": exp.tracking.model_copy(update={"enabled": False})})
+    cluster = build_cluster(exp)
+    base = cluster.snapshot()
+    res = StudyRunner(exp, path.read_text(), cluster, study_name="moe").run()
+    assert res.winner is not None and res.confirmation is not None
+    best = res.confirmation.best
+    assert best is not None and best.confirmed and best.ci95_low > 0
+    assert res.pareto and all(o.feasible for o in res.pareto)
+    share = res.rolled_back_share
+    assert share is not None and share <= 0.10
+    assert cluster.read_back() == base

@@ -7,6 +7,7 @@ Exit codes:
   3  the study stopped on an apply, measurement or safety failure (canary restored);
      `export` without a confirmed winner
   4  the canary could NOT be restored: targets may be dirty, run ``ecntune recover``
+  5  attention: ``watch`` advises a re-tune / ``verify`` found drift from what was promoted
   130 interrupted (Ctrl-C / SIGTERM), canary restored
 
 Each sub-command lives in its own module under ``tuner/cli/`` and exposes ``command``
@@ -36,7 +37,8 @@ EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_FAILED, EXIT_DIRTY, EXIT_INTERRUPTED = 0, 1,
 
 # Module names under tuner/cli/ whose ``command`` is registered on the group.
 COMMANDS: tuple[str, ...] = ("run", "resume", "show", "export", "parse", "preflight", "recover",
-                             "report", "history", "ui", "worker")
+                             "report", "history", "ui", "watch", "verify", "promote", "retune",
+                             "worker")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

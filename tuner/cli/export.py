@@ -189,15 +189,29 @@ def inventory_of(experiment_yaml: str | None) -> Inventory | None:
 @click.option("--results", help="results_dir of the study (default: results).")
 @click.option("--unconfirmed", is_flag=True,
               help="Without a confirmed winner, print the best candidate anyway.")
+@click.option("--change-request", "change_request", type=click.Path(file_okay=False),
+              help="Write change-request.md/.html for the confirmed winner into this folder "
+                   "(docs/lifecycle.md).")
+@click.option("--group", default="", help="With --change-request: the inventory group.")
 @handle_errors
 def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
-            storage: str | None, results: str | None, unconfirmed: bool) -> None:
+            storage: str | None, results: str | None, unconfirmed: bool,
+            change_request: str | None, group: str) -> None:
     """Print STUDY's confirmed winner (default: newest study) as device commands; exit 3
     when nothing was confirmed (``--unconfirmed`` prints the best candidate anyway).
 
     Nothing is executed: review the lines, then run them on the hosts and switches named in
     the comments (the canary first).
     """
+    if change_request is not None:
+        from pathlib import Path
+
+        from tuner.lifecycle import change_request as cr
+
+        for path in cr.write(cr.from_study(study, storage, results, group),
+                             Path(change_request)):
+            click.echo(f"wrote {path}")
+        return
     from tuner import optuna_io
     from tuner import study as studies
     from tuner.cli.resume import locate

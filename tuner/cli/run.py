@@ -11,8 +11,10 @@ from tuner.cli import handle_errors
 
 
 def execute(exp_text: str, source: str, *, study: str | None, resume: bool, trials: int | None,
-            keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool) -> None:
-    """Shared by ``run`` and ``resume``: build everything, run, print the result."""
+            keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool,
+            runner_options: dict[str, Any] | None = None) -> Any:
+    """Shared by ``run``, ``resume`` and ``retune``: build everything, run, print the result
+    (returned too). ``runner_options`` go to ``StudyRunner`` (retune: warm, lineage)."""
     from rich.console import Console
 
     from safety.lock import hold
@@ -37,7 +39,8 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     exp = _without_credentials(exp, source)
     with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary
         # only the redacted text is stored (Optuna user attrs, MLflow artifact)
-        _run_locked(exp, redact(exp_text), source, name, console, keep_best, resume, quiet)
+        return _run_locked(exp, redact(exp_text), source, name, console, keep_best, resume,
+                           quiet, runner_options or {})
 
 
 def _without_credentials(exp: Any, source: str) -> Any:
@@ -59,7 +62,8 @@ def _without_credentials(exp: Any, source: str) -> Any:
 
 
 def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
-                keep_best: bool, resume: bool, quiet: bool) -> None:
+                keep_best: bool, resume: bool, quiet: bool,
+                runner_options: dict[str, Any]) -> Any:
     from tuner.cli._render import LiveProgress, print_result
     from tuner.cli.preflight import gate
     from tuner.cluster import build_cluster
@@ -78,10 +82,11 @@ def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
         raise
     with cluster, LiveProgress(console, enabled=not quiet) as progress:
         runner = StudyRunner(exp, exp_text, cluster, study_name=name, keep_best=keep_best,
-                             on_event=progress)
+                             on_event=progress, **runner_options)
         res = runner.run(resume=resume)
     custom = exp.results_dir if exp.results_dir != f"results/{exp.name}" else None
     print_result(console, res, custom)  # the `next:` hint names a custom results folder
+    return res
 
 
 @click.command("run")

@@ -19,6 +19,9 @@ the "confirm"; after a failed restore it leaves them armed, so the targets still
 from __future__ import annotations
 
 import logging
+import os
+import re
+import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from tuner.workload import Workload
 
 log = logging.getLogger(__name__)
+_SAFE_HOST = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class DeadmanRefused(TunerError):
@@ -62,6 +66,7 @@ class DeadmanCluster(Cluster):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.who = f"{_SAFE_HOST.sub('_', socket.gethostname())[:64] or 'host'} {os.getpid()}"
 
     # -- timers ---------------------------------------------------------------------------
     def _run(self, key: str, command: str) -> str:
@@ -80,7 +85,7 @@ class DeadmanCluster(Cluster):
         drivers = self.inner.drivers()
         old, new = _parts(before), _parts(settings)
         keys = [k for k in new if k in old and old[k] != new[k]]
-        timers = {k: DeadmanTimer.new(k, self.directory) for k in keys}
+        timers = {k: DeadmanTimer.new(k, self.directory, self.who) for k in keys}
         restore = {k: drivers[k].write_command(new[k], old[k]) for k in keys}
         res = self._fan(lambda k: parse_reply(
             self._run(k, timers[k].arm_command([restore[k]], self.timeout_s))), keys)
@@ -240,27 +245,35 @@ class DeadmanCluster(Cluster):
         keys = sorted(self.inner.drivers())
         deadline = time.monotonic() + (self.timeout_s + 5 if wait_s is None else wait_s)
         lines: list[str] = []
+        claim: set[str] = set()  # locks of a tuner known dead: its armed timer is claimed
         while True:
-            res = self._fan(lambda k: parse_reply(self._run(
-                k, DeadmanTimer.new(k, self.directory).takeover_command())), keys)
-            busy = []
+            res = self._fan(lambda k, c=frozenset(claim): parse_reply(self._run(
+                k, DeadmanTimer.new(k, self.directory).takeover_command(k in c))), keys)
+            busy: dict[str, str] = {}
             for k in keys:
                 o = res[k]
                 if o.error is not None:
                     raise RollbackError(f"{k}: cannot check its lock: {o.error}")
                 word, rest = o.value
                 if word == "busy":
-                    busy.append(f"{k} (change {rest})")
+                    busy[k] = rest
                 elif word == "taken":
                     lines.append(f"{k}: took over the lock of a tuner that is gone ({rest})")
                 elif word == "unsafe":
                     raise RollbackError(f"{k}: dead-man runtime directory refused: {rest}")
+            dead = {k for k, rest in busy.items() if k not in claim and _dead_here(rest)}
+            if dead:
+                claim |= dead
+                keys = sorted(dead | set(busy))
+                continue
             if not busy:
                 return lines
             if time.monotonic() > deadline:
                 raise RollbackError(
                     "target(s) locked by a change whose dead-man timer is still armed: "
-                    + ", ".join(busy) + ". Another tuner is running on them; stop it first")
+                    + ", ".join(f"{k} (change {v})" for k, v in sorted(busy.items()))
+                    + ". Another tuner is running on them; stop it first")
+            keys = sorted(busy)
             time.sleep(1.0)
 
     def __getattr__(self, name: str) -> Any:  # inventory, pool, drivers of the SSH backend
@@ -286,3 +299,19 @@ class _LossGuard:
         self.check()
         if self.inner is not None:
             self.inner.poll(counters, elapsed_s)
+
+
+def _dead_here(busy_reply: str) -> bool:
+    """``<token> armed <host> <pid>`` of a tuner on this host whose process is gone."""
+    parts = busy_reply.split()
+    if len(parts) != 4 or parts[1] != "armed" or not parts[3].isdigit():
+        return False
+    if parts[2] != _SAFE_HOST.sub("_", socket.gethostname())[:64]:
+        return False  # another machine: only its timer can tell
+    try:
+        os.kill(int(parts[3]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False

@@ -66,6 +66,8 @@ def applied_tree(text: str) -> dict[str, Any]:
     for item in items:
         if isinstance(item, dict) and isinstance(item.get("set"), dict):
             return dict(item["set"])
+    if isinstance(doc, dict) and ({"qos", "interface"} & set(doc)):
+        return dict(doc)  # the bare tree (as `nv config show -o json` prints some revisions)
     raise ApplyError(f"`{CONFIG}` has no 'set' section")
 
 
@@ -105,6 +107,7 @@ class NvueDriver(Driver[EcnSettings]):
         super().__init__(runner, switch.name)
         self.switch = switch
         self.tree: dict[str, Any] | None = None  # applied config of the last read
+        self.on_canary = False  # the canary ports used the canary profile at the last read
 
     @property
     def canary(self) -> str:
@@ -138,6 +141,10 @@ class NvueDriver(Driver[EcnSettings]):
                       for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
         return [*steps, "nv config apply -y >&2"]
+
+    def needs_write(self, current: EcnSettings, settings: EcnSettings) -> bool:
+        """Also when the canary profile holds default-global's values: restoring unbinds."""
+        return current != settings or (self.on_canary and settings == self.original_settings())
 
     def original_settings(self) -> EcnSettings | None:
         """default-global's values for the RoCE traffic class, as last read."""
@@ -176,7 +183,9 @@ class NvueDriver(Driver[EcnSettings]):
         if names not in ({GLOBAL}, {self.canary}):
             raise ApplyError(f"{self.target}: canary ports use congestion-control profiles "
                              f"{used}; expected all {GLOBAL} or all {self.canary}")
-        row = tc_values(tree, names.pop(), self.tc)
+        used_name = names.pop()
+        self.on_canary = used_name == self.canary != GLOBAL
+        row = tc_values(tree, used_name, self.tc)
         if row is None:
             raise ApplyError(f"{self.target}: profile {self.canary} is bound but not defined")
         settings = settings_of(self.target, row)

@@ -148,6 +148,7 @@ class SonicDriver(Driver[EcnSettings]):
         self.switch = switch
         self.profiles: dict[str, dict[str, Any]] | None = None  # from the last read
         self.queue_table: dict[str, Any] | None = None
+        self.on_canary = False  # the canary ports used the clone at the last read
 
     @property
     def canary(self) -> str:
@@ -197,10 +198,19 @@ class SonicDriver(Driver[EcnSettings]):
         first = self._queue_key(self.switch.canary_ports[0])
         pairs = " ".join(f"{q('db_field', k)} {q('db_value', v)}"
                          for k, v in self._clone_fields(current).items())
+        # Once bound (the steady state of a study) a write is the ecnconfig calls alone: every
+        # sonic-db-cli call is a Python start on the switch CPU. A half-done bind is refused by
+        # the read-back (``parse``), so checking the first canary port suffices here.
+        setup = " && ".join([f"{DB} HSET {q('db_key', 'WRED_PROFILE|' + self.canary)} {pairs}",
+                             *self._bind(self.canary)])
         steps = [f'{{ [ "$({DB} HGET {q("db_key", first)} wred_profile)" = {canary} ] || '
-                 f"{DB} HSET {q('db_key', 'WRED_PROFILE|' + self.canary)} {pairs}; }}",
-                 *self._bind(self.canary)]
+                 f"{{ {setup}; }}; }}"]
         return steps + ecnconfig_calls(self.canary, current, settings)
+
+    def needs_write(self, current: EcnSettings, settings: EcnSettings) -> bool:
+        """Also when the clone holds the original's values: restoring means rebinding."""
+        return current != settings or (self.on_canary and self.canary != self.original
+                                       and settings == self.original_settings())
 
     def original_settings(self) -> EcnSettings | None:
         """The original profile's values as last read (``None`` before any read)."""
@@ -237,9 +247,9 @@ class SonicDriver(Driver[EcnSettings]):
         used = self.bound_profiles(table)
         names = set(used.values())
         if names == {self.canary} and self.canary in profiles:
-            name = self.canary
+            name, self.on_canary = self.canary, True
         elif names == {self.original}:
-            name = self.original
+            name, self.on_canary = self.original, False
         else:
             raise ApplyError(f"{self.target}: lossless queue {self.switch.lossless_queue} of the "
                              f"canary ports uses {used}; expected all {self.original!r} or all "

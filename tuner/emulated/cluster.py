@@ -35,7 +35,7 @@ TOOLS = {
     "ib_write_lat": "ib_write_lat", "ib_write_bw": "ib_write_bw", "ecnconfig": "ecnconfig",
     "show": "show", "nv": "nv", "sonic-db-cli": "sonic_db_cli", "sonic-cfggen": "sonic_cfggen",
     "mmuconfig": "mmuconfig", "counterpoll": "counterpoll", "mstconfig": "mstconfig",
-    "mlxconfig": "mstconfig", "ibv_devinfo": "ibv_devinfo",
+    "mlxconfig": "mstconfig", "ibv_devinfo": "ibv_devinfo", "config": "sonic_config",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -416,6 +416,8 @@ class EmulatedCluster:
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
                     host_ports[:len(mine)] + up_ports, 3, xoff)
+                # /etc/sonic/config_db.json as booted (``config save`` replaces it)
+                state["saved_config_db"] = json.loads(json.dumps(state["config_db"]))
             else:
                 state.update(swmod.init_nvue(ecn["kmin_bytes"], ecn["kmax_bytes"],
                                              ecn["pmax_percent"], 3, xoff))

@@ -231,7 +231,8 @@ def _host_counters(tdir: Path, s: dict[str, Any], c: dict[str, int]) -> None:
     names = ("np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled", "rp_cnp_ignored")
     hw: dict[str, int] = {k: c[k] for k in names if k in c}
     hw["rx_write_requests"] = rx_p
-    hostmod.add_hw_counters(tdir, s, hw)
+    with st.locked(tdir):  # collective parts run at once: concurrent mpiruns add counters
+        hostmod.add_hw_counters(tdir, s, hw)
 
 
 def _switch_counters(c: dict[str, int]) -> dict[str, int]:

@@ -109,7 +109,8 @@ def init_nvue(kmin: int, kmax: int, pmax: int, tc: int, xoff: int = 1_000_000) -
                                                  "port-buffer": xoff + 15000,
                                                  "cable-length": 50}}},
               "interface": {}}
-    return {"applied": config, "pending": json.loads(json.dumps(config))}
+    return {"applied": config, "pending": json.loads(json.dumps(config)),
+            "startup": json.loads(json.dumps(config))}  # /etc/nvue.d/startup.yaml
 
 
 def sonic_ecn(state: dict[str, Any]) -> dict[str, Any]:

@@ -175,11 +175,13 @@ def cmd_diff(t: Target) -> None:
             t.state["pending"], indent=2, sort_keys=True).splitlines()))
 
 
-def config_show(t: Target) -> str:
-    """``nv config show -o json``: the applied revision, header then the ``set`` tree."""
+def config_show(t: Target, rev: str = "applied") -> str:
+    """``nv config show [-r startup] -o json``: the applied (or the saved startup) revision,
+    header then the ``set`` tree."""
     header = {"model": "VX", "nvue-api-version": "nvue_v1", "rev-id": 1.0,
               "version": "Cumulus Linux 5.12.0"}
-    return json.dumps([{"header": header}, {"set": t.state["applied"]}], indent=2) + "\n"
+    tree = t.state["startup" if rev == "startup" else "applied"]
+    return json.dumps([{"header": header}, {"set": tree}], indent=2) + "\n"
 
 
 def _cell(field: str, value: Any) -> str:
@@ -371,7 +373,12 @@ def main(argv: list[str]) -> int:
         elif words == ["config", "show"]:
             if not as_json:
                 raise NvError("Error: this stand-in prints `nv config show -o json` only")
-            sys.stdout.write(config_show(t))
+            sys.stdout.write(config_show(t, rev))
+        elif words == ["config", "save"]:  # applied -> startup (/etc/nvue.d/startup.yaml)
+            with st.locked(t.dir):
+                s = st.load_state(t.dir)
+                s["startup"] = json.loads(json.dumps(s["applied"]))
+                st.write_json(t.dir / "state.json", s)
         elif words[:1] == ["show"] and words[1:3] == ["qos", "congestion-control"]:
             sys.stdout.write(show_cc(t, words[1:], as_json, rev))
         elif words == ["show", "qos", "roce"]:

@@ -1,0 +1,146 @@
+"""The trial methodology's pure parts: replicate sizing, early stopping on paired replicates,
+warm starts scaled to the fabric, and the twin screen keeping a storm off the canary."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from tuner import optuna_io
+from tuner.cluster import build_cluster
+from tuner.experiment import Experiment, parse_experiment
+from tuner.loop import StudyRunner, repeats_for
+from tuner.warm_starts import warm_starts
+
+Tiny = Callable[..., tuple[Experiment, str]]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_repeats_from_noise() -> None:
+    # K = ceil((2 sd / 0.05)^2), within [2, most]
+    assert repeats_for(0.0) == 2
+    assert repeats_for(0.03, most=6) == 2  # (2 * 0.03 / 0.05)^2 = 1.44 -> 2
+    assert repeats_for(0.05, most=6) == 4
+    assert repeats_for(0.5, most=6) == 6
+    assert repeats_for(float("nan")) == 2
+
+
+def _study_with(values_at_step0: list[float]) -> optuna.Study:
+    st = optuna.create_study(direction="maximize",
+                             pruner=optuna_io.PairedMedianPruner(0.05, n_startup_trials=3))
+    dist = {"x": FloatDistribution(0, 1)}
+    for v in values_at_step0:
+        st.add_trial(create_trial(params={"x": 0.5}, distributions=dist, value=v,
+                                  intermediate_values={0: v}, state=TrialState.COMPLETE))
+    return st
+
+
+def test_pruner_stops_only_clearly_worse_trials_at_the_same_replicate() -> None:
+    st = _study_with([0.40, 0.50, 0.60])  # median 0.50 at replicate 0
+    t = st.ask({"x": FloatDistribution(0, 1)})
+    t.report(0.46, 0)  # within the margin: keep measuring
+    assert not t.should_prune()
+    t2 = st.ask({"x": FloatDistribution(0, 1)})
+    t2.report(0.44, 0)  # 0.06 below the median: stop
+    assert t2.should_prune()
+    t3 = st.ask({"x": FloatDistribution(0, 1)})
+    t3.report(0.0, 1)  # nobody has reached replicate 1 yet: nothing to compare with
+    assert not t3.should_prune()
+
+
+def test_pruner_waits_for_its_startup_trials() -> None:
+    st = _study_with([0.9, 0.9])
+    t = st.ask({"x": FloatDistribution(0, 1)})
+    t.report(-5.0, 0)
+    assert not t.should_prune()
+
+
+def test_warm_starts_scaled_to_line_rate_and_under_the_xoff_ceiling() -> None:
+    got = {w.label: w for w in warm_starts(400, None, 20)}
+    assert (got["spectrum-default"].kmin_bytes, got["spectrum-default"].kmax_bytes,
+            got["spectrum-default"].pmax_percent) == (150_000, 1_500_000, 100)
+    assert (got["sonic-default"].kmin_bytes, got["sonic-default"].pmax_percent) == (1_048_576, 5)
+    assert (got["field-200g-8mb"].kmin_bytes, got["field-200g-8mb"].kmax_bytes) == (
+        256_000, 1_024_000)  # 128 KB / 512 KB at 200G, doubled for 400G
+    assert (got["bandwidth-proportional"].kmin_bytes,
+            got["bandwidth-proportional"].kmax_bytes) == (1_600_000, 6_400_000)  # 16 x 25G
+    low = {w.label: w for w in warm_starts(400, 1_000_000, 20)}  # ceiling 800 000 B
+    for w in low.values():
+        assert w.kmax_bytes <= 800_000 and w.kmin_bytes < w.kmax_bytes
+    bp = low["bandwidth-proportional"]
+    assert bp.kmax_bytes / bp.kmin_bytes == pytest.approx(4.0, rel=1e-3)  # ratio kept
+
+
+# Two settings on experiments/quick.yaml's fabric and workload (AlltoAll + AllReduce + a 6:1
+# storage incast at 80 % in the RoCE priority), measured with rocesim:
+# STORM recovers the senders' rate every 2 µs (rpg_time_reset), so the incast senders are never
+# held back: they stay paused 80 % of every half-measurement window and the AlltoAll finishes 2
+# of its 4 iterations before the 20 ms cap. BURST pauses 85 % of the first 2.5 ms (the start-up
+# of the incast), 44 % of a half-measurement window, and its collectives finish in 11.6 ms.
+STORM = {"kmin_bytes": 26334, "kmax_bytes": 124000, "pmax_percent": 26, "rpg_time_reset": 2,
+         "rpg_ai_rate": 4, "rpg_hai_rate": 73, "rpg_min_dec_fac": 51,
+         "min_time_between_cnps": 65}
+BURST = {"kmin_bytes": 14874, "kmax_bytes": 42147, "pmax_percent": 19, "rpg_time_reset": 30,
+         "rpg_ai_rate": 4, "rpg_hai_rate": 230, "rpg_min_dec_fac": 27,
+         "min_time_between_cnps": 30}
+
+
+def _quick_with(values: dict[str, int], results: Path, *, screen: bool = False
+                ) -> tuple[Experiment, str]:
+    """quick.yaml, searching only ``values`` (each range rounds to exactly that value)."""
+    doc = yaml.safe_load((ROOT / "experiments" / "quick.yaml").read_text())
+    knobs: dict[str, Any] = {"kmin_bytes": {"low": values["kmin_bytes"],
+                                            "high": values["kmin_bytes"] + 0.4},
+                             "kmax_ratio": {"low": values["kmax_bytes"] / values["kmin_bytes"],
+                                            "high": values["kmax_bytes"] / values["kmin_bytes"]
+                                            + 1e-9}}
+    knobs.update({k: {"low": v, "high": v + 0.4} for k, v in values.items()
+                  if k not in ("kmin_bytes", "kmax_bytes")})
+    doc["search"] = {"knobs": knobs, "warm_starts": False}
+    doc["budget"] = {"trials": 1, "repeats": 1, "confirm_repeats": 0, "baseline_every": 0}
+    doc["screen"] = {"mode": "twin" if screen else "off"}
+    doc["tracking"] = {"enabled": False}
+    doc["results_dir"] = str(results)
+    text = yaml.safe_dump(doc)
+    return parse_experiment(text, "quick-variant.yaml"), text
+
+
+def test_a_genuine_storm_is_rolled_back_and_a_start_up_burst_is_not(tmp_path: Path) -> None:
+    exp, text = _quick_with(STORM, tmp_path / "storm")
+    res = StudyRunner(exp, text, build_cluster(exp), study_name="storm").run()
+    (trial,) = [o for o in res.trials if not o.is_baseline]
+    assert trial.values["rpg_time_reset"] == 2
+    assert trial.verdict == "rolled_back:pfc_storm" and trial.constraints == {"safety": 1.0}
+    exp, text = _quick_with(BURST, tmp_path / "burst")
+    res = StudyRunner(exp, text, build_cluster(exp), study_name="burst").run()
+    (trial,) = [o for o in res.trials if not o.is_baseline]
+    assert trial.values["rpg_time_reset"] == 30
+    assert not trial.verdict.startswith("rolled_back"), trial.verdict
+    assert trial.metrics["pause_us_per_s"] > 0  # it did pause: priced by the score, not fatal
+
+
+def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> None:
+    exp, text = _quick_with(STORM, tmp_path / "screen", screen=True)
+    cluster = build_cluster(exp)
+    applied: list[Any] = []
+    real_apply = cluster.apply
+
+    def spy(settings: Any) -> None:
+        applied.append(settings)
+        real_apply(settings)
+
+    cluster.apply = spy  # type: ignore[method-assign]
+    base = cluster.snapshot()
+    res = StudyRunner(exp, text, cluster, study_name="screen").run()
+    (trial,) = [o for o in res.trials if not o.is_baseline]
+    assert trial.verdict == "screened:pfc_storm"
+    assert trial.constraints == {"screen": 1.0}  # infeasible for the sampler
+    assert applied == [base]  # only the end-of-study restore: the canary never saw it
+    assert not any(o.verdict.startswith("rolled_back") for o in res.trials)

@@ -1,0 +1,67 @@
+"""``ecntune retune --from STUDY EXPERIMENT``: a new study for a new traffic mix, linked to the
+study that tuned the old one and warm-started with its confirmed winners (re-measured, never
+reused). See ``tuner/lifecycle/retune.py`` for what the summary means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tuner.cli import handle_errors
+
+
+@click.command("retune")
+@click.option("--from", "old", required=True, metavar="STUDY|RESULTS_DIR",
+              help="The study that tuned the old mix (name or results folder).")
+@click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--top", default=3, show_default=True, type=click.IntRange(1, 20),
+              help="How many of the old study's confirmed candidates to start from.")
+@click.option("--from-storage", help="Optuna storage of the old study (default: found in "
+                                     "results/).")
+@click.option("--study", help="Name of the new study (default: <experiment>-<UTC time>).")
+@click.option("--trials", type=click.IntRange(min=1), help="Override budget.trials.")
+@click.option("--results", help="Override results_dir of the new study.")
+@click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@handle_errors
+def command(old: str, experiment: Path, top: int, from_storage: str | None, study: str | None,
+            trials: int | None, results: str | None, no_mlflow: bool, quiet: bool) -> None:
+    """Re-tune for the mix in EXPERIMENT, starting from STUDY's confirmed winners.
+
+    The new study's trial 0 measures the canary as deployed; the old winner and its best
+    confirmed candidates follow, re-measured under the new mix; the summary gives the old
+    winner's paired result on the new mix and what the re-tune recovered over it.
+    """
+    from tuner.cli.run import execute
+    from tuner.errors import ConfigError
+    from tuner.lifecycle.retune import lineage, summarize, warm_points
+    from tuner.lifecycle.winner import open_study
+
+    prior, url = open_study(old, from_storage, None)
+    points = warm_points(prior, top)
+    try:
+        text = experiment.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{experiment}: cannot read experiment file: {exc.strerror}") from None
+    link = lineage(prior, url)
+    res = execute(text, str(experiment), study=study, resume=False, trials=trials,
+                  keep_best=False, results=results, no_mlflow=no_mlflow, quiet=quiet,
+                  runner_options={"warm": points, "lineage": link})
+    from tuner import optuna_io
+
+    summary = summarize(optuna_io.load_study(res.study, res.storage))
+    for line in summary.lines():
+        click.echo(line)
+    if res.parent_run_id and res.tracking_uri:
+        _log(res, summary.metrics())
+
+
+def _log(res: object, metrics: dict[str, float]) -> None:
+    """The summary on the new study's MLflow parent run (next to the lineage tags)."""
+    from tuner.tracking import Tracker
+
+    tracker = Tracker(res.tracking_uri, "", ".", enabled=True)  # type: ignore[attr-defined]
+    client = tracker.client()
+    for k, v in metrics.items():
+        client.log_metric(res.parent_run_id, k, float(v))  # type: ignore[attr-defined]
