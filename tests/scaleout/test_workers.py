@@ -24,7 +24,7 @@ from tests.scaleout.test_storage import tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL_S = 9  # lease TTL; Optuna heartbeat 3 s, grace 6 s
-TRIALS = 12
+TRIALS = 24  # enough that the study outlasts the held-slice check before the kill
 
 pytestmark = pytest.mark.slow  # ~2 min: 4 worker processes, a lease expiry
 
