@@ -47,7 +47,7 @@ START, END = "<!-- search:start -->", "<!-- search:end -->"
 
 SCENARIOS = {"quick": "experiments/quick.yaml", "moe-mix": "experiments/moe-mix.yaml",
              "allreduce-400g": "experiments/allreduce-400g.yaml"}
-METHODS = ["tpe", "random", "hillclimb", "ecn-shifter", "static"]
+METHODS = ["tpe", "local-tpe", "random", "hillclimb", "ecn-shifter", "static"]
 SEARCHERS = ["random", "hillclimb", "ecn-shifter"]
 REACH = 0.98  # "reached": a feasible trial scoring at least 98 % of the best known score
 
@@ -274,8 +274,8 @@ def plot(studies: list[dict[str, Any]], best: dict[str, Any], scenario: str) -> 
     import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), dpi=110)
-    colors = {"tpe": "C0", "random": "C1", "hillclimb": "C2", "ecn-shifter": "C3",
-              "static": "C7"}
+    colors = {"tpe": "C0", "local-tpe": "C5", "random": "C1", "hillclimb": "C2",
+              "ecn-shifter": "C3", "static": "C7"}
     for m in METHODS:
         runs = [s for s in studies if s["scenario"] == scenario and s["method"] == m
                 and not s["screen"]]

@@ -202,7 +202,8 @@ class BudgetSpec(BaseModel):
 class SamplerSpec(BaseModel):
     model_config = _STRICT
     # hillclimb, ecn-shifter: the benchmark's alternative tuners (tuner/samplers.py)
-    name: Literal["tpe", "random", "cmaes", "gp", "qmc", "hillclimb", "ecn-shifter"] = "tpe"
+    name: Literal["tpe", "local-tpe", "random", "cmaes", "gp", "qmc", "hillclimb",
+                  "ecn-shifter"] = "tpe"
     seed: int | None = Field(default=0, ge=0, le=2**32 - 1)  # numpy's seed range
     startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
 

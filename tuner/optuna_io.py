@@ -64,6 +64,10 @@ def make_sampler(spec: SamplerSpec, multi: bool, *,
     if spec.name == "tpe":
         return optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.startup_trials,
                                           multivariate=True, constant_liar=True)
+    if spec.name == "local-tpe":
+        from tuner.samplers import LocalStartTPESampler
+
+        return LocalStartTPESampler(seed=spec.seed, startup=spec.startup_trials)
     if spec.name == "random":
         return optuna.samplers.RandomSampler(seed=spec.seed)
     if spec.name == "hillclimb":

@@ -154,3 +154,22 @@ def test_make_sampler_selects_both() -> None:
     s = optuna_io.make_sampler(SamplerSpec(name="ecn-shifter"), multi=True,
                                pfc_alarm_us_per_s=1500)
     assert isinstance(s, EcnShifterSampler) and s.alarm == 1500
+
+
+# TPE with local start-up -------------------------------------------------------------------
+def test_local_tpe_starts_with_hill_climb_steps_then_models_every_trial() -> None:
+    from tuner.samplers import LocalStartTPESampler
+
+    study = _study(LocalStartTPESampler(seed=1, startup=4))
+    good = dict(BASE, kmin_bytes=200_000, kmax_ratio=4.0, pmax_percent=20, rpg_min_dec_fac=30)
+    _add(study, good, score=0.5)
+    for _ in range(2):  # proposals 3 and 4: hill-climb steps from the best feasible trial
+        p = _ask(study)
+        assert sum(p[k] != pytest.approx(good[k]) for k in DISTS) == 1, p
+    moved = []
+    for _ in range(4):  # then TPE: a draw from its model moves several coordinates at once
+        p = _ask(study)
+        moved.append(sum(p[k] != pytest.approx(good[k]) for k in DISTS))
+    assert max(moved) >= 2, moved
+    assert optuna_io.make_sampler(SamplerSpec(name="local-tpe", seed=0, startup_trials=6),
+                                  False).startup == 6  # type: ignore[attr-defined]

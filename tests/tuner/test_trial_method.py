@@ -86,7 +86,7 @@ def test_a_genuine_storm_is_rolled_back_and_a_start_up_burst_is_not(tmp_path: Pa
     exp, text = quick_with(BURST, tmp_path / "burst")
     res = StudyRunner(exp, text, build_cluster(exp), study_name="burst").run()
     (trial,) = [o for o in res.trials if not o.is_baseline]
-    assert trial.values["rpg_time_reset"] == 30
+    assert trial.values["rpg_time_reset"] == 25
     assert not trial.verdict.startswith("rolled_back"), trial.verdict
     assert trial.metrics["pause_us_per_s"] > 0  # it did pause: priced by the score, not fatal
 

@@ -15,14 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # storage incast at 80 % in the RoCE priority), measured with rocesim:
 # STORM recovers the senders' rate every 2 µs (rpg_time_reset), so the incast senders are never
 # held back: they stay paused 80 % of every half-measurement window and the AlltoAll finishes 2
-# of its 4 iterations before the 20 ms cap. BURST pauses 85 % of the first 2.5 ms (the start-up
-# of the incast), 44 % of a half-measurement window, and its collectives finish in 11.6 ms.
+# of its 4 iterations before the 20 ms cap. BURST pauses 36 % of its first 2.5 ms (the start-up
+# of the incast), 17 % of a half-measurement window, and its collectives finish in 14 ms.
 STORM = {"kmin_bytes": 26334, "kmax_bytes": 124000, "pmax_percent": 26, "rpg_time_reset": 2,
          "rpg_ai_rate": 4, "rpg_hai_rate": 73, "rpg_min_dec_fac": 51,
          "min_time_between_cnps": 65}
-BURST = {"kmin_bytes": 14874, "kmax_bytes": 42147, "pmax_percent": 19, "rpg_time_reset": 30,
-         "rpg_ai_rate": 4, "rpg_hai_rate": 230, "rpg_min_dec_fac": 27,
-         "min_time_between_cnps": 30}
+BURST = {"kmin_bytes": 22761, "kmax_bytes": 35185, "pmax_percent": 56, "rpg_time_reset": 25,
+         "rpg_ai_rate": 1, "rpg_hai_rate": 52, "rpg_min_dec_fac": 24,
+         "min_time_between_cnps": 1}
 
 
 def quick_with(values: dict[str, int], results: Path, *, trials: int = 1, screen: bool = False,
