@@ -829,12 +829,4 @@ def default_study_name(exp: Experiment) -> str:
     return f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
 
 
-def write_json(path: Any, data: Any) -> None:
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-
-
 __all__ = ["Interrupted", "StudyRunner", "TunerError", "default_study_name", "score_config"]

@@ -283,7 +283,7 @@ class Asked:
 def enqueue(study: optuna.Study, params: dict[str, Any], role: str) -> None:
     with warnings.catch_warnings():  # warm starts may sit outside the searched ranges
         warnings.simplefilter("ignore")
-        study.enqueue_trial(params, user_attrs={"role": role}, skip_if_exists=False)
+        study.enqueue_trial(params, user_attrs={"role": role})
 
 
 def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
