@@ -10,6 +10,18 @@ import click
 from tuner.cli import handle_errors
 
 
+def overridden(exp: Any, *, trials: int | None, results: str | None, no_mlflow: bool) -> Any:
+    """The experiment with the command line's ``--trials``, ``--results`` and ``--no-mlflow``."""
+    update: dict[str, object] = {}
+    if trials is not None:
+        update["budget"] = exp.budget.model_copy(update={"trials": trials})
+    if results is not None:
+        update["results_dir"] = results
+    if no_mlflow:
+        update["tracking"] = exp.tracking.model_copy(update={"enabled": False})
+    return exp.model_copy(update=update) if update else exp
+
+
 def execute(exp_text: str, source: str, *, study: str | None, resume: bool, trials: int | None,
             keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool,
             runner_options: dict[str, Any] | None = None) -> Any:
@@ -23,16 +35,8 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     from tuner.loop import default_study_name
     from tuner.tracking import redact
 
-    exp = parse_experiment(exp_text, source)
-    update: dict[str, object] = {}
-    if trials is not None:
-        update["budget"] = exp.budget.model_copy(update={"trials": trials})
-    if results is not None:
-        update["results_dir"] = results
-    if no_mlflow:
-        update["tracking"] = exp.tracking.model_copy(update={"enabled": False})
-    if update:
-        exp = exp.model_copy(update=update)
+    exp = overridden(parse_experiment(exp_text, source), trials=trials, results=results,
+                     no_mlflow=no_mlflow)
     name = study or default_study_name(exp)
     console = Console(stderr=False)
     check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched

@@ -72,6 +72,7 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     """
     from safety.lock import hold
     from tuner import optuna_io
+    from tuner.cli.run import overridden
     from tuner.experiment import parse_experiment
     from tuner.input_checks import check_inputs, read_text_file
     from tuner.lease import LeaseKeeper, SliceLeases
@@ -81,15 +82,8 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
 
     text = read_text_file(experiment, "experiment file")
     source = str(experiment)
-    exp = parse_experiment(text, source)
-    update: dict[str, object] = {}
-    if trials is not None:
-        update["budget"] = exp.budget.model_copy(update={"trials": trials})
-    if results is not None:
-        update["results_dir"] = results
-    if no_mlflow:
-        update["tracking"] = exp.tracking.model_copy(update={"enabled": False})
-    exp = exp.model_copy(update=update) if update else exp
+    exp = overridden(parse_experiment(text, source), trials=trials, results=results,
+                     no_mlflow=no_mlflow)
     check_inputs(exp, source)
     name = study or exp.name
     mine = for_slice(exp, slice_name)
