@@ -184,6 +184,10 @@ class Launcher(BaseModel):
     min_probe_overlap: float = Field(default=0.9, ge=0, le=1)
     # Extra seconds after the first result row before the probe starts.
     probe_delay_s: float = Field(default=0.0, ge=0, le=600)
+    # Seconds the measured pass allows for starting the probe pairs: SSH, up to 3 s for the
+    # servers to listen (perftest's banner rarely comes through a pipe before the end), QP
+    # set-up. A site with fast logins may lower it; too low fails trials on probe overlap.
+    probe_start_s: float = Field(default=5.0, ge=0.5, le=600)
 
     @field_validator("nccl_tests_dir")
     @classmethod

@@ -13,7 +13,9 @@ from tuner.errors import MeasurementError
 from tuner.inventory import parse_inventory
 from tuner.ssh.measure import absent_counter_notes, part_result
 from tuner.ssh.plan import (
+    RTT_GUESS_US,
     background_flows,
+    cycle_s,
     join,
     nccl_command,
     overlap,
@@ -121,6 +123,16 @@ def test_sizing_from_the_timed_pass() -> None:
     assert sized_iterations(part, 100.0, 1.0) == 5000  # 1 s = 2 x 5000 x 100 us
     assert sized_iterations(part, 1e6, 1.0) == 5  # never below the workload's iterations
     assert sized_iterations(part, float("nan"), 1.0) == 5
+
+
+def test_a_cycle_leaves_room_for_starting_the_probe(inv: Any) -> None:
+    probe = ProbePart(interval_us=50)
+    planned = inv.launcher.perftest_iterations * (50 + RTT_GUESS_US) / 1e6
+    # 7 rows after the first span 3 planned probe runs plus the probe start-up (default 5 s)
+    assert cycle_s(inv, probe) == pytest.approx((3 * planned + 5.0) / 7)
+    fast = inv.model_copy(update={"launcher": inv.launcher.model_copy(
+        update={"probe_start_s": 2.0, "probe_delay_s": 1.0})})
+    assert cycle_s(fast, probe) == pytest.approx((3 * planned + 3.0) / 7)
 
 
 def test_overlap_is_the_share_of_the_probe_inside_the_traffic() -> None:

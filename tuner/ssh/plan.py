@@ -28,10 +28,9 @@ BINARIES = {"all_reduce": "all_reduce_perf", "alltoall": "alltoall_perf",
 PROBE_PORT = 18515  # perftest's default port; probe pair k listens on PROBE_PORT + k
 BW_PORT = 18715  # background flow k listens on BW_PORT + k
 RTT_GUESS_US = 10.0  # per-sample round trip assumed when planning (loaded RTTs run longer)
-WINDOW_FACTOR = 3.0  # collectives run this many planned probe durations after the first row
-# plus this, for starting the probe pairs: SSH, up to 3 s for the servers to listen (perftest's
-# banner rarely comes through a pipe before the end), QP connection set-up.
-PROBE_START_S = 5.0
+# Collectives run this many planned probe durations after the first row, plus the inventory's
+# launcher.probe_start_s for starting the probe pairs.
+WINDOW_FACTOR = 3.0
 MAX_ITERATIONS = 10_000_000
 
 
@@ -223,7 +222,7 @@ def sized_iterations(part: CollectivePart, t_iter_us: float, cycle_s: float) -> 
 def cycle_s(inv: Inventory, probe: ProbePart) -> float:
     """One cycle of the measured pass: the rows after the first span WINDOW_FACTOR planned
     probe durations, the probe's start-up and ``probe_delay_s``."""
-    window = (WINDOW_FACTOR * planned_probe_s(inv, probe) + PROBE_START_S
+    window = (WINDOW_FACTOR * planned_probe_s(inv, probe) + inv.launcher.probe_start_s
               + inv.launcher.probe_delay_s)
     return window / (inv.launcher.nccl_cycles - 1)
 
