@@ -143,7 +143,7 @@ def test_stop_start_and_kill_sessions(emulated_cluster: EmulatedCluster) -> None
     assert emulated_cluster.kill_sessions("host1") >= 1
     assert "never" not in stdout.read().decode()
     client.close()
-    deadline = time.monotonic() + 3  # SIGKILL is asynchronous
+    deadline = time.monotonic() + 10  # SIGKILL is asynchronous (slow on a loaded machine)
     while [p for p in os.listdir("/proc") if p.isdigit() and _is_sleep_of(
             int(p), emulated_cluster.root)]:
         assert time.monotonic() < deadline, "session processes survived kill_sessions"
