@@ -33,9 +33,10 @@ def command(old: str, experiment: Path, top: int, from_storage: str | None, stud
     confirmed candidates follow, re-measured under the new mix; the summary gives the old
     winner's paired result on the new mix and what the re-tune recovered over it.
     """
+    from tuner import optuna_io
     from tuner.cli.run import execute
     from tuner.errors import ConfigError
-    from tuner.lifecycle.retune import lineage, summarize, warm_points
+    from tuner.lifecycle.retune import lineage, summarize, summary_for_tracking, warm_points
     from tuner.lifecycle.winner import open_study
 
     prior, url = open_study(old, from_storage, None)
@@ -47,21 +48,26 @@ def command(old: str, experiment: Path, top: int, from_storage: str | None, stud
     link = lineage(prior, url)
     res = execute(text, str(experiment), study=study, resume=False, trials=trials,
                   keep_best=False, results=results, no_mlflow=no_mlflow, quiet=quiet,
-                  runner_options={"warm": points, "lineage": link})
-    from tuner import optuna_io
-
+                  runner_options={"warm": points, "lineage": link,
+                                  "summarize": summary_for_tracking},
+                  prepare=lambda exp: _same_store(exp, link["retuned_from_tracking"]))
     summary = summarize(optuna_io.load_study(res.study, res.storage))
     for line in summary.lines():
         click.echo(line)
     if res.parent_run_id and res.tracking_uri:
-        _log(res, summary.metrics())
+        old_run = link["retuned_from_run"]
+        where = ("the same store" if link["retuned_from_tracking"] == res.tracking_uri
+                 else link["retuned_from_tracking"] or "no MLflow store (not logged)")
+        click.echo(f"  MLflow: parent run {res.parent_run_id} in {res.tracking_uri} "
+                   f"(metrics retune_*, summary.json 'retune'), linked by tag "
+                   f"ecntune.retuned_from_run to {old_run or '-'} in {where}")
 
 
-def _log(res: object, metrics: dict[str, float]) -> None:
-    """The summary on the new study's MLflow parent run (next to the lineage tags)."""
-    from tuner.tracking import Tracker
-
-    tracker = Tracker(res.tracking_uri, "", ".", enabled=True)  # type: ignore[attr-defined]
-    client = tracker.client()
-    for k, v in metrics.items():
-        client.log_metric(res.parent_run_id, k, float(v))  # type: ignore[attr-defined]
+def _same_store(exp: object, store: str) -> object:
+    """The new study logs where the old one did (so the two parent runs link in one MLflow
+    UI), unless the experiment names its own ``tracking.uri``."""
+    t = exp.tracking  # type: ignore[attr-defined]
+    if not store or not t.enabled or t.uri is not None:
+        return exp
+    return exp.model_copy(  # type: ignore[attr-defined]
+        update={"tracking": t.model_copy(update={"uri": store})})
