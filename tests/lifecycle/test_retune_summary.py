@@ -13,7 +13,15 @@ import pytest
 
 from objectives.score import equivalent_percent
 from tuner.experiment import parse_experiment
-from tuner.lifecycle.retune import OLD_WINNER, lineage, old_tracking_uri, summarize
+from tuner.lifecycle.retune import (
+    OLD_WINNER,
+    lineage,
+    old_tracking_uri,
+    resumed,
+    same_store,
+    summarize,
+    summary_for_tracking,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,12 +145,21 @@ def test_old_tracking_store(tmp_path: Path) -> None:
 
 
 def test_retune_logs_where_the_old_study_did() -> None:
-    from tuner.cli.retune import _same_store
-
     text = (ROOT / "experiments/moe-mix.yaml").read_text()
     exp = parse_experiment(text, "moe-mix.yaml")
-    assert _same_store(exp, "sqlite:////old/mlflow.db").tracking_uri == \
-        "sqlite:////old/mlflow.db"
-    assert _same_store(exp, "") is exp  # the old study did not log
+    assert same_store(exp, "sqlite:////old/mlflow.db").tracking_uri == "sqlite:////old/mlflow.db"
+    assert same_store(exp, "") is exp  # the old study did not log
     own = parse_experiment(text + "tracking: {uri: 'sqlite:////own.db'}\n", "moe-mix.yaml")
-    assert _same_store(own, "sqlite:////old/mlflow.db").tracking_uri == "sqlite:////own.db"
+    assert same_store(own, "sqlite:////old/mlflow.db").tracking_uri == "sqlite:////own.db"
+
+
+def test_resume_keeps_a_retune_one() -> None:
+    """``ecntune resume`` of a re-tune: the old choice is still confirmed alongside (its label),
+    the summary still logged; any other study resumes as before."""
+    st = _study(f"warm:{OLD_WINNER}", [0.1], [0.5])
+    opts = resumed(st)
+    assert opts["warm"] == [(OLD_WINNER, {"kmin_bytes": 2000})]
+    assert opts["lineage"]["retuned_from"] == "nc-1"
+    assert opts["summarize"] is summary_for_tracking
+    plain = optuna.create_study(direction="maximize")
+    assert resumed(plain) == {}

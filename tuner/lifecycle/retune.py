@@ -118,6 +118,30 @@ def lineage(old: Any, url: str) -> dict[str, str]:
             "retuned_from_tracking": old_tracking_uri(old, url)}
 
 
+def same_store(exp: Any, store: str) -> Any:
+    """The experiment logging to MLflow ``store`` unless it names its own ``tracking.uri``: a
+    re-tune logs where the old study did (so the two parent runs link in one MLflow UI), and a
+    resumed study where it started."""
+    t = exp.tracking
+    if not store or not t.enabled or t.uri is not None:
+        return exp
+    return exp.model_copy(update={"tracking": t.model_copy(update={"uri": store})})
+
+
+def resumed(st: Any) -> dict[str, Any]:
+    """``StudyRunner`` options that ``ecntune resume`` passes for a re-tune study (none for any
+    other): its old-study points (still confirmed alongside, never screened) and its summary."""
+    if not st.user_attrs.get("lineage"):
+        return {}
+    from tuner import optuna_io
+
+    roles = [(str(t.user_attrs.get("role", "")), t) for t in optuna_io.trials(st)]
+    warm = [(role.removeprefix("warm:"), dict(t.user_attrs.get("values", {})))
+            for role, t in roles if role.startswith("warm:old-")]  # incl. warm:old-winner
+    return {"warm": warm, "lineage": dict(st.user_attrs["lineage"]),
+            "summarize": summary_for_tracking}
+
+
 def _pct(c: CandidateCheck) -> str:
     return (f"{c.improvement_percent:+.1f} % (95 % interval {c.ci95_low:+.1f} % to "
             f"{c.ci95_high:+.1f} %, {len(c.diffs)} paired repeats)")
