@@ -193,13 +193,17 @@ class StudyRunner:
                  tracker: Tracker | None = None, keep_best: bool = False,
                  on_event: Event | None = None,
                  warm: list[tuple[str, dict[str, int]]] | None = None,
-                 lineage: dict[str, str] | None = None) -> None:
+                 lineage: dict[str, str] | None = None,
+                 summarize: Callable[[Any], tuple[dict[str, float], dict[str, Any]]] | None = None
+                 ) -> None:
         self.exp = exp
         # A re-tune (tuner/lifecycle/retune.py): points measured right after trial 0 (each
         # "warm:<label>", always confirmed against the baseline at the end when it completes
         # as a candidate) and the old study it descends from (study attrs + MLflow tags).
         self.warm = list(warm or [])
         self.lineage = dict(lineage or {})
+        # (parent-run metrics, summary.json block) of the finished study (retune's summary)
+        self.summarize = summarize
         self.exp_yaml = exp_yaml
         self.cluster = cluster
         self.study_name = study_name
@@ -342,6 +346,7 @@ class StudyRunner:
                                        params, tags, texts)
         if rid and not self.study.user_attrs.get("mlflow_parent_run_id"):
             self.study.set_user_attr("mlflow_parent_run_id", rid)
+            self.study.set_user_attr("mlflow_tracking_uri", exp.tracking_uri)  # for a re-tune
 
     def backfill(self) -> int:
         """Log finished trials MLflow does not have yet (tracking was down). Returns count.
@@ -800,6 +805,12 @@ class StudyRunner:
                             if isinstance(v, int | float) and not isinstance(v, bool)
                             and v is not None})
             metrics["confirmed"] = float(conf["confirmed"])
+            if self.summarize is not None:
+                try:
+                    more, summary["retune"] = self.summarize(self.study)
+                    metrics.update(more)
+                except Exception as exc:  # a summary must never cost the study's run
+                    summary["retune"] = {"error": f"{type(exc).__name__}: {exc}"}
         status = "FAILED" if failed else ("KILLED" if interrupted else "FINISHED")
         if not interrupted:
             self._log_report()

@@ -98,4 +98,4 @@ def test_retune_links_and_summarises(old: str, tmp_path: Path, store: Path) -> N
         assert "retune_old_winner_percent" in run.data.metrics  # type: ignore[attr-defined]
     else:  # nothing beat new-cluster's vendor defaults: the old choice is its baseline
         assert f"warm:{OLD_WINNER}" not in roles  # equal to moe-mix's deployed defaults
-        assert "it is what runs now (trial 0, the baseline)" in summary
+        assert "it is what runs now (trial 0, the baseline" in summary

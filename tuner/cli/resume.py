@@ -73,5 +73,11 @@ def command(study: str | None, storage: str | None, results: str | None,
         from tuner.input_checks import read_text_file
 
         text, source = read_text_file(experiment, "experiment file"), str(experiment)
+    from tuner import optuna_io
+    from tuner.lifecycle.retune import resumed, same_store
+
+    st = optuna_io.load_study(name, url)  # logs where it started; a re-tune stays one
+    store = str(st.user_attrs.get("mlflow_tracking_uri") or "")
     execute(text, source, study=name, resume=True, trials=trials, keep_best=keep_best,
-            results=results, no_mlflow=no_mlflow, quiet=quiet)
+            results=results, no_mlflow=no_mlflow, quiet=quiet, runner_options=resumed(st),
+            prepare=lambda exp: same_store(exp, store))

@@ -29,39 +29,38 @@ def command(old: str, experiment: Path, top: int, from_storage: str | None, stud
             trials: int | None, results: str | None, no_mlflow: bool, quiet: bool) -> None:
     """Re-tune for the mix in EXPERIMENT, starting from STUDY's confirmed winners.
 
-    The new study's trial 0 measures the canary as deployed; the old winner and its best
-    confirmed candidates follow, re-measured under the new mix; the summary gives the old
-    winner's paired result on the new mix and what the re-tune recovered over it.
+    The new study's trial 0 measures the canary as deployed; the old study's choice (its
+    confirmed winner, or its baseline) and its best confirmed candidates follow, re-measured
+    under the new mix; the summary gives the old choice's paired result on the new mix and what
+    the re-tune recovered over it. It logs to the old study's MLflow store unless EXPERIMENT
+    names one (the two parent runs are linked by tag).
     """
+    from tuner import optuna_io
     from tuner.cli.run import execute
     from tuner.errors import ConfigError
-    from tuner.lifecycle.retune import lineage, summarize, warm_points
+    from tuner.lifecycle import retune as rt
     from tuner.lifecycle.winner import open_study
 
     prior, url = open_study(old, from_storage, None)
-    points = warm_points(prior, top)
+    points = rt.warm_points(prior, top)
     try:
         text = experiment.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{experiment}: cannot read experiment file: {exc.strerror}") from None
-    link = lineage(prior, url)
+    link = rt.lineage(prior, url)
     res = execute(text, str(experiment), study=study, resume=False, trials=trials,
                   keep_best=False, results=results, no_mlflow=no_mlflow, quiet=quiet,
-                  runner_options={"warm": points, "lineage": link})
-    from tuner import optuna_io
-
-    summary = summarize(optuna_io.load_study(res.study, res.storage))
+                  runner_options={"warm": points, "lineage": link,
+                                  "summarize": rt.summary_for_tracking},
+                  prepare=lambda exp: rt.same_store(exp, link["retuned_from_tracking"]))
+    summary = rt.summarize(optuna_io.load_study(res.study, res.storage))
     for line in summary.lines():
         click.echo(line)
     if res.parent_run_id and res.tracking_uri:
-        _log(res, summary.metrics())
+        old_run = link["retuned_from_run"]
+        where = ("the same store" if link["retuned_from_tracking"] == res.tracking_uri
+                 else link["retuned_from_tracking"] or "no MLflow store (not logged)")
+        click.echo(f"  MLflow: parent run {res.parent_run_id} in {res.tracking_uri} "
+                   f"(metrics retune_*, summary.json 'retune'), linked by tag "
+                   f"ecntune.retuned_from_run to {old_run or '-'} in {where}")
 
-
-def _log(res: object, metrics: dict[str, float]) -> None:
-    """The summary on the new study's MLflow parent run (next to the lineage tags)."""
-    from tuner.tracking import Tracker
-
-    tracker = Tracker(res.tracking_uri, "", ".", enabled=True)  # type: ignore[attr-defined]
-    client = tracker.client()
-    for k, v in metrics.items():
-        client.log_metric(res.parent_run_id, k, float(v))  # type: ignore[attr-defined]

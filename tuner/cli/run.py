@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ def overridden(exp: Any, *, trials: int | None, results: str | None, no_mlflow: 
 
 def execute(exp_text: str, source: str, *, study: str | None, resume: bool, trials: int | None,
             keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool,
-            runner_options: dict[str, Any] | None = None) -> Any:
+            runner_options: dict[str, Any] | None = None,
+            prepare: Callable[[Any], Any] | None = None) -> Any:
     """Shared by ``run``, ``resume`` and ``retune``: build everything, run, print the result
-    (returned too). ``runner_options`` go to ``StudyRunner`` (retune: warm, lineage)."""
+    (returned too). ``runner_options`` go to ``StudyRunner`` (retune: warm, lineage);
+    ``prepare`` adjusts the parsed experiment (retune: log to the old study's MLflow store)."""
     from rich.console import Console
 
     from safety.lock import hold
@@ -37,6 +40,8 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
 
     exp = overridden(parse_experiment(exp_text, source), trials=trials, results=results,
                      no_mlflow=no_mlflow)
+    if prepare is not None:
+        exp = prepare(exp)
     name = study or default_study_name(exp)
     console = Console(stderr=False)
     check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched

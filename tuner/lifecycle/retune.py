@@ -14,13 +14,22 @@ the same fresh replicates, so
   replicates*: per replicate ``d_new - d_old`` (both are paired score differences against the
   same baseline measurement, so the baseline cancels), its mean and bootstrap interval.
 
+When the old choice equals the deployed settings it is trial 0, the reference of every paired
+number, and what the re-tune recovered is its winner's own confirmed improvement.
+
 The link: study attribute ``lineage`` and MLflow tags ``ecntune.retuned_from`` (old study),
-``ecntune.retuned_from_trial``, ``ecntune.retuned_from_run`` (old parent run id).
+``ecntune.retuned_from_trial``, ``ecntune.retuned_from_choice`` (``winner`` or ``baseline``:
+what the old study chose), ``ecntune.retuned_from_evidence`` (its paired number for that
+choice), ``ecntune.retuned_from_run`` (old parent run id) and ``ecntune.retuned_from_tracking``
+(the store it is in; the new study logs there too unless its experiment names a store). The
+summary goes to the CLI, the parent run's ``retune_*`` metrics and the ``retune`` block of its
+summary.json.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import NoWinner
@@ -58,53 +67,162 @@ def warm_points(old: Any, top: int = 3) -> list[tuple[str, dict[str, int]]]:
             *((f"old-{c.trial}", dict(values[c.trial])) for c in others[:max(0, top - 1)])]
 
 
+def choice_evidence(old: Any) -> tuple[str, str]:
+    """What the old choice is (``"winner"`` or ``"baseline"``) and the old study's paired
+    evidence for it, as one line: why a re-tune starts where it starts."""
+    from tuner import study as studies
+
+    conf = studies.confirmation(old)
+    win = studies.winner(old)
+    if win is not None and conf is not None and conf.best is not None:
+        b = conf.best
+        return "winner", (f"its confirmed winner, trial {win.number}: {_pct(b)} on its own mix")
+    if conf is None or conf.best is None:
+        return "baseline", "its baseline (no candidate was confirmed against it)"
+    b = conf.best
+    return "baseline", (f"its baseline: nothing beat it on its own mix (best candidate, trial "
+                        f"{b.trial}: {_pct(b)}" + (f", {b.problem}" if b.problem else "") + ")")
+
+
+def old_tracking_uri(old: Any, url: str) -> str:
+    """The MLflow store the old study logged to ("" when it did not log): the URI it recorded,
+    else (studies from before that attribute) its experiment's ``tracking.uri``, else the
+    default next to its Optuna database."""
+    if not old.user_attrs.get("mlflow_parent_run_id"):
+        return ""
+    uri = old.user_attrs.get("mlflow_tracking_uri")
+    if uri:
+        return str(uri)
+    import yaml
+
+    try:
+        stored = yaml.safe_load(str(old.user_attrs.get("experiment_yaml") or "")) or {}
+        uri = (stored.get("tracking") or {}).get("uri")
+    except (yaml.YAMLError, AttributeError):
+        uri = None
+    if uri:
+        return str(uri)
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and url.endswith("/optuna.db"):
+        db = Path(url[len(prefix):]).with_name("mlflow.db")
+        return f"{prefix}{db}" if db.exists() else ""
+    return ""
+
+
 def lineage(old: Any, url: str) -> dict[str, str]:
+    choice, evidence = choice_evidence(old)
     return {"retuned_from": old.study_name, "retuned_from_storage": url,
             "retuned_from_trial": str(old_choice(old)[0]),
-            "retuned_from_run": str(old.user_attrs.get("mlflow_parent_run_id") or "")}
+            "retuned_from_choice": choice, "retuned_from_evidence": evidence,
+            "retuned_from_run": str(old.user_attrs.get("mlflow_parent_run_id") or ""),
+            "retuned_from_tracking": old_tracking_uri(old, url)}
+
+
+def same_store(exp: Any, store: str) -> Any:
+    """The experiment logging to MLflow ``store`` unless it names its own ``tracking.uri``: a
+    re-tune logs where the old study did (so the two parent runs link in one MLflow UI), and a
+    resumed study where it started."""
+    t = exp.tracking
+    if not store or not t.enabled or t.uri is not None:
+        return exp
+    return exp.model_copy(update={"tracking": t.model_copy(update={"uri": store})})
+
+
+def resumed(st: Any) -> dict[str, Any]:
+    """``StudyRunner`` options that ``ecntune resume`` passes for a re-tune study (none for any
+    other): its old-study points (still confirmed alongside, never screened) and its summary."""
+    if not st.user_attrs.get("lineage"):
+        return {}
+    from tuner import optuna_io
+
+    roles = [(str(t.user_attrs.get("role", "")), t) for t in optuna_io.trials(st)]
+    warm = [(role.removeprefix("warm:"), dict(t.user_attrs.get("values", {})))
+            for role, t in roles if role.startswith("warm:old-")]  # incl. warm:old-winner
+    return {"warm": warm, "lineage": dict(st.user_attrs["lineage"]),
+            "summarize": summary_for_tracking}
+
+
+def _pct(c: CandidateCheck) -> str:
+    return (f"{c.improvement_percent:+.1f} % (95 % interval {c.ci95_low:+.1f} % to "
+            f"{c.ci95_high:+.1f} %, {len(c.diffs)} paired repeats)")
 
 
 @dataclass(frozen=True)
 class RetuneSummary:
     old_study: str
     new_study: str
-    old_trial: int | None  # the old winner's trial in the new study (None: it is trial 0)
-    old_check: CandidateCheck | None  # old winner vs the deployed settings, new mix
+    old_trial: int | None  # the old choice's trial in the new study (None: it is trial 0)
+    old_check: CandidateCheck | None  # old choice vs the deployed settings, new mix
     old_note: str  # why there is no check, or ""
     new_trial: int | None
     new_check: CandidateCheck | None
-    recovered_percent: float | None  # new winner vs old winner, same replicates
+    recovered_percent: float | None  # new winner vs old choice, same replicates
     recovered_ci: tuple[float, float] | None
     pairs: int
     old_metrics: dict[str, float]  # the old choice measured under the new mix
     new_metrics: dict[str, float]  # the re-tune winner (or the best candidate) likewise
     best_unconfirmed: CandidateCheck | None = None  # when nothing was confirmed
+    old_choice: str = ""  # what the old study chose: "winner" | "baseline" ("" not recorded)
+    old_evidence: str = ""  # the old study's paired evidence for that choice
+    old_run: str = ""  # the old study's MLflow parent run
+    recovered_note: str = ""  # why there is no recovered number, or ""
 
     def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+        """The MLflow parent-run metrics of the re-tune (``retune_*``)."""
+        out: dict[str, float] = {"retune_old_is_baseline": float(self.old_trial is None)}
+        out.update({f"retune_old_{k}": v for k, v in self.old_metrics.items() if k in _SHOWN})
         if self.old_check is not None:
             out.update({"retune_old_winner_percent": self.old_check.improvement_percent,
                         "retune_old_winner_ci95_low": self.old_check.ci95_low,
                         "retune_old_winner_ci95_high": self.old_check.ci95_high})
+        if self.new_check is not None:
+            out.update({f"retune_new_{k}": v for k, v in self.new_metrics.items()
+                        if k in _SHOWN})
         if self.recovered_percent is not None and self.recovered_ci is not None:
             out.update({"retune_recovered_percent": self.recovered_percent,
                         "retune_recovered_ci95_low": self.recovered_ci[0],
-                        "retune_recovered_ci95_high": self.recovered_ci[1]})
+                        "retune_recovered_ci95_high": self.recovered_ci[1],
+                        "retune_recovered_pairs": float(self.pairs)})
         return out
 
-    def lines(self) -> list[str]:
-        def pct(c: CandidateCheck) -> str:
-            return (f"{c.improvement_percent:+.1f} % (95 % interval {c.ci95_low:+.1f} % to "
-                    f"{c.ci95_high:+.1f} %, {len(c.diffs)} paired repeats)")
+    def as_dict(self) -> dict[str, Any]:
+        """The ``retune`` block of the parent run's summary.json."""
+        def check(c: CandidateCheck | None) -> dict[str, Any] | None:
+            return None if c is None else {
+                "trial": c.trial, "improvement_percent": c.improvement_percent,
+                "ci95_low": c.ci95_low, "ci95_high": c.ci95_high,
+                "paired_repeats": len(c.diffs), "problem": c.problem, "confirmed": c.confirmed}
 
+        rec = None
+        if self.recovered_percent is not None and self.recovered_ci is not None:
+            rec = {"percent": self.recovered_percent, "ci95_low": self.recovered_ci[0],
+                   "ci95_high": self.recovered_ci[1], "pairs": self.pairs}
+        return {
+            "from_study": self.old_study, "from_run": self.old_run,
+            "old_choice": self.old_choice, "old_evidence": self.old_evidence,
+            "old_on_new_mix": {"trial": self.old_trial if self.old_trial is not None else 0,
+                               "is_baseline": self.old_trial is None,
+                               "metrics": self.old_metrics, "paired": check(self.old_check),
+                               "note": self.old_note},
+            "new_winner": None if self.new_check is None else {
+                "trial": self.new_trial, "metrics": self.new_metrics,
+                "paired": check(self.new_check)},
+            "best_unconfirmed": check(self.best_unconfirmed),
+            "recovered": rec, "recovered_note": self.recovered_note}
+
+    def lines(self) -> list[str]:
         out = [f"re-tune of study {self.old_study} as {self.new_study} (paired, confirmed):"]
+        if self.old_evidence:
+            out.append(f"  old choice: {self.old_evidence}")
         if self.old_trial is None:
             out.append("  old choice on the new mix: it is what runs now (trial 0, the "
-                       f"baseline): {_measured(self.old_metrics)}")
+                       f"baseline every paired number below is relative to): "
+                       f"{_measured(self.old_metrics)}")
         elif self.old_check is not None:
             out.append(f"  old choice on the new mix (trial {self.old_trial}): "
                        f"{_measured(self.old_metrics)}; vs the deployed settings "
-                       f"{pct(self.old_check)}")
+                       f"{_pct(self.old_check)}"
+                       + (f", {self.old_note}" if self.old_note else ""))
         else:
             out.append(f"  old choice on the new mix (trial {self.old_trial}): "
                        f"{_measured(self.old_metrics)}; {self.old_note}")
@@ -113,18 +231,23 @@ class RetuneSummary:
                        "deployed settings on paired repeats)")
             if self.best_unconfirmed is not None:
                 b = self.best_unconfirmed
-                out.append(f"  best candidate, unconfirmed (trial {b.trial}): {pct(b)}"
+                out.append(f"  best candidate, unconfirmed (trial {b.trial}): {_pct(b)}"
                            + (f", {b.problem}" if b.problem else ""))
         else:
             out.append(f"  re-tune winner (trial {self.new_trial}): "
                        f"{_measured(self.new_metrics)}; vs the deployed settings "
-                       f"{pct(self.new_check)}")
+                       f"{_pct(self.new_check)}")
         if self.recovered_percent is not None and self.recovered_ci is not None:
             lo, hi = self.recovered_ci
-            out.append(f"  recovered by the re-tune (new winner vs old winner, same "
+            out.append(f"  recovered by the re-tune (new winner vs old choice, same "
                        f"replicates): {self.recovered_percent:+.1f} % (95 % interval "
                        f"{lo:+.1f} % to {hi:+.1f} %, {self.pairs} pairs)")
+        elif self.recovered_note:
+            out.append(f"  recovered by the re-tune: not measured ({self.recovered_note})")
         return out
+
+
+_SHOWN = ("busbw_norm", "p99_us", "pause_us_per_s")
 
 
 def _measured(m: dict[str, float]) -> str:
@@ -138,11 +261,31 @@ def _measured(m: dict[str, float]) -> str:
     return ", ".join(parts) or "no metrics recorded"
 
 
-def summarize(new: Any) -> RetuneSummary:
-    """The summary of a finished re-tune study (see the module docstring)."""
+def _recovered(old: Any, old_check: CandidateCheck | None, new_check: CandidateCheck | None
+               ) -> tuple[float | None, tuple[float, float] | None, int, str]:
+    """(percent, interval, pairs, why not): the new winner against the old choice."""
     import numpy as np
 
     from objectives.score import bootstrap_ci, equivalent_percent
+
+    if new_check is None:
+        return None, None, 0, "no confirmed winner on the new mix"
+    if old is None:  # the old choice is the baseline: recovered is the winner's own check
+        return (new_check.improvement_percent, (new_check.ci95_low, new_check.ci95_high),
+                len(new_check.diffs), "")
+    if new_check.trial == old.number:
+        return None, None, 0, "the old choice is the re-tune's winner: nothing to recover"
+    if old_check is None or not old_check.diffs:
+        return None, None, 0, "the old choice has no paired repeats on the new mix"
+    n = min(len(new_check.diffs), len(old_check.diffs))
+    d = [a - b for a, b in zip(new_check.diffs[:n], old_check.diffs[:n], strict=True)]
+    lo, hi = bootstrap_ci(d, seed=len(d))
+    return (equivalent_percent(float(np.mean(d))),
+            (equivalent_percent(lo), equivalent_percent(hi)), n, "")
+
+
+def summarize(new: Any) -> RetuneSummary:
+    """The summary of a finished re-tune study (see the module docstring)."""
     from tuner import study as studies
 
     ln = dict(new.user_attrs.get("lineage", {}))
@@ -158,21 +301,9 @@ def summarize(new: Any) -> RetuneSummary:
         note = old_check.problem
     win = studies.winner(new)
     new_check = checks.get(win.number) if win is not None else None
-    rec = rec_ci = None
-    pairs = 0
-    if new_check is not None:
-        if old is None:  # the old winner is the baseline: recovered = the new winner's gain
-            d = list(new_check.diffs)
-        elif old_check is not None and old_check.diffs and new_check.trial != old.number:
-            n = min(len(new_check.diffs), len(old_check.diffs))
-            d = [a - b for a, b in zip(new_check.diffs[:n], old_check.diffs[:n], strict=True)]
-        else:
-            d = []
-        if d:
-            lo, hi = bootstrap_ci(d, seed=len(d))
-            rec = equivalent_percent(float(np.mean(d)))
-            rec_ci = (equivalent_percent(lo), equivalent_percent(hi))
-            pairs = len(d)
+    rec, rec_ci, pairs, why = _recovered(old, old_check, new_check)
+    if conf is None:
+        why = "no confirmation ran (interrupted study, or budget.confirm_repeats 0)"
     base = studies.baseline(new)
     shown = win or (next((o for o in studies.outcomes(new) if o.number == conf.best.trial),
                          None) if conf is not None and conf.best is not None else None)
@@ -183,4 +314,14 @@ def summarize(new: Any) -> RetuneSummary:
         recovered_percent=rec, recovered_ci=rec_ci, pairs=pairs,
         old_metrics=dict(ref.metrics) if (ref := old or base) is not None else {},
         new_metrics=dict(shown.metrics) if shown is not None else {},
-        best_unconfirmed=conf.best if conf is not None and win is None else None)
+        best_unconfirmed=conf.best if conf is not None and win is None else None,
+        old_choice=str(ln.get("retuned_from_choice", "")),
+        old_evidence=str(ln.get("retuned_from_evidence", "")),
+        old_run=str(ln.get("retuned_from_run", "")), recovered_note=why)
+
+
+def summary_for_tracking(new: Any) -> tuple[dict[str, float], dict[str, Any]]:
+    """(parent-run metrics, summary.json block) of a re-tune study (``StudyRunner``'s
+    ``summarize`` hook: logged with the study's own summary, in the same batch)."""
+    s = summarize(new)
+    return s.metrics(), s.as_dict()
