@@ -325,3 +325,51 @@ def test_nvue_confirm_rolls_back_after_tuner_sigkill_then_reboots_and_recover(
                        f"({', '.join(dirty_before)}), restored and verified them",
                        dirty_targets=len(dirty), trials_lost=lost, restore_s=restore_s,
                        backend="ssh (emulated)")
+
+
+@slow
+@pytest.mark.timeout(300)
+def test_recover_at_once_rolls_back_a_dead_tuners_pending_nvue_confirm(
+        emu, tmp_path, reliability) -> None:
+    """The tuner is SIGKILLed while its NVUE apply waits for confirmation (both timers far
+    off); ``ecntune recover`` runs at once: it takes over the dead tuner's locks, rolls its
+    NVUE apply back (NVUE takes no other apply while one waits) and restores the rest."""
+    import subprocess
+
+    from tests.faults.conftest import ECNTUNE
+    from tests.faults.emu_helpers import experiment, run_holding_first_trial, sigkill_when
+
+    exp = experiment(emu, tmp_path, trials=5, deadman=600)
+    results = tmp_path / "results"
+    journal = Journal(results / "journal.jsonl")
+    proc, entry = run_holding_first_trial(emu, exp, journal)
+    t_kill = sigkill_when(proc, lambda: not settled_diff(emu, entry.settings))
+    assert emu.state(NVUE).get("confirm")  # NVUE's 600 s window is still open
+    out = subprocess.run([*ECNTUNE, "recover", str(exp)], capture_output=True, text=True,
+                         timeout=120)
+    restore_s = time.monotonic() - t_kill
+    assert out.returncode == 0, out.stderr
+    assert "took over the lock" in out.stdout and "verified by read-back" in out.stdout
+    assert not emu.state(NVUE).get("confirm")
+    dirty = off_baseline(read_canary(emu), entry.baseline)
+    assert dirty == [] and journal.dirty() is None
+    lost = lost_trials(results)
+    assert lost == 0
+    reliability.record("tuner SIGKILLed mid-trial, `ecntune recover` at once (NVUE's apply "
+                       "still waiting for confirmation, timers far off)",
+                       "`recover` took over the dead tuner's target locks, rolled its NVUE "
+                       "apply back (`nv config apply --confirm-no`), restored and verified "
+                       "the journalled baseline on every target",
+                       dirty_targets=len(dirty), trials_lost=lost, restore_s=restore_s,
+                       backend="ssh (emulated)")
+
+
+def settled_diff(emu: EmulatedCluster, want: Settings) -> dict:
+    """Where the canary's read-back differs from ``want`` (everything while a switch is half
+    way through a change)."""
+    from tuner.errors import ApplyError
+
+    try:
+        return read_canary(emu).diff(want)
+    except ApplyError:
+        return {"unsettled": True}
