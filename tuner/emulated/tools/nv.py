@@ -5,8 +5,13 @@ Config is a tree (``nv config show`` shape) with a pending and an applied revisi
 ``nv unset qos congestion-control <profile>``, ``nv set|unset interface <swp> qos
 congestion-control [profile <name>]`` (CL >= 5.4), all staged; ``nv config apply [-y]``
 (pending -> applied, all or nothing, refused when a profile has min >= max or an interface
-names a profile that does not exist; ``default-global`` cannot be removed); ``nv config diff``;
-``nv config show -o json``. Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
+names a profile that does not exist; ``default-global`` cannot be removed; with auto-save,
+``state["auto_save"]``, on by default since CL 5.9, also the startup revision); ``nv config
+apply --confirm [<time>]`` / ``--confirm-status`` / ``[<rev>] --confirm-yes|--confirm-no``
+(see ``cmd_apply``; the rollback timer is ``tuner.emulated.nvued``); ``nv config revision -o
+json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``. Not
+documented by NVUE, and so chosen conservatively here: the ``--confirm-status`` text, and that
+no other apply is taken while one waits for confirmation. Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
 (bytes as ``40000 B``), ``qos roce`` and ``interface <swp> qos roce status`` (human units,
 ``146.48 KB``, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
 counters qos``.
