@@ -376,3 +376,68 @@ def settled_diff(emu: EmulatedCluster, want: Settings) -> dict:
         return read_canary(emu).diff(want)
     except ApplyError:
         return {"unsettled": True}
+
+
+@slow
+@pytest.mark.timeout(300)
+def test_nvue_window_shorter_than_the_trial_fails_the_trial(emu, tmp_path, reliability) -> None:
+    """NVUE's window is not renewable: one that runs out mid-trial (1 s here) rolls the switch
+    back under the measurement, which then is not of the trial's settings -- the trial fails
+    instead of being scored, and the study goes on."""
+    from tests.faults.emu_helpers import experiment
+    from tuner.cluster import build_cluster
+    from tuner.experiment import load_experiment
+    from tuner.loop import StudyRunner
+
+    exp_path = experiment(emu, tmp_path, trials=2, deadman=5)
+    text = exp_path.read_text().replace("deadman_timeout_s: 5,",
+                                        "deadman_timeout_s: 5, nvue_confirm_s: 1,")
+    exp_path.write_text(text)
+    exp = load_experiment(exp_path)
+    baseline = read_canary(emu)
+    with build_cluster(exp) as cluster:
+        StudyRunner(exp, text, cluster, study_name="faults").run()  # type: ignore[arg-type]
+    import optuna
+
+    study = optuna.load_study(study_name="faults",
+                              storage=f"sqlite:///{exp.results_path / 'optuna.db'}")
+    trials = study.get_trials(deepcopy=False)
+    first = trials[1].user_attrs
+    assert first.get("verdict") == "failed:measurement", first
+    assert "dead-man timer fired on ['leaf1']" in str(first.get("detail")), first
+    dirty = off_baseline(read_canary(emu), baseline)
+    assert dirty == []
+    lost = lost_trials(exp.results_path)
+    assert lost == 0
+    reliability.record("NVUE's confirm window shorter than a trial (`nvue_confirm_s: 1`)",
+                       "NVUE rolled the switch back mid-measurement; the check after the "
+                       "measurement (`nv config revision -o json`: nothing in state `confirm`) "
+                       "failed the trial instead of scoring it, baseline verified, study went "
+                       "on",
+                       dirty_targets=len(dirty), trials_lost=lost, restore_s=None,
+                       backend="ssh (emulated)")
+
+
+@slow
+def test_a_kept_state_is_confirmed_on_nvue(emulated_cluster: EmulatedCluster) -> None:
+    """A change the tuner ends on (a kept winner) is confirmed on NVUE (``--confirm-yes``):
+    nothing waits for a rollback any more and, with auto-save, it is the startup revision."""
+    from tuner.cluster.deadman import DeadmanCluster
+    from tuner.cluster.ssh import SshCluster
+    from tuner.inventory import load_inventory
+
+    emu = emulated_cluster
+    inner = SshCluster(load_inventory(emu.inventory_path))
+    cluster = DeadmanCluster(inner, 30, nvue_confirm_s=600)
+    try:
+        base = cluster.snapshot()
+        trial = _trial(base)
+        cluster.apply(trial)
+        assert emu.state(NVUE).get("confirm")  # waiting, not saved
+        assert kmin(emu, "startup") == base.switches["leaf1"].kmin_bytes
+    finally:
+        cluster.close()  # ends on the verified trial: keep it
+    assert not emu.state(NVUE).get("confirm")
+    cc = emu.state(NVUE)["startup"]["qos"]["congestion-control"]
+    assert int(cc["ECNTUNE_CANARY"]["traffic-class"]["3"]["min-threshold"]) == \
+        trial.switches["leaf1"].kmin_bytes

@@ -273,8 +273,8 @@ class DeadmanCluster(Cluster):
         if len(self.fired) > seen:
             raise MeasurementError(
                 f"dead-man timer fired on {sorted(set(self.fired[seen:]))} during the trial "
-                f"(renewals missed for {self.timeout_s:g} s): the measurement is not of the "
-                "trial's settings")
+                f"(renewals missed for {self.timeout_s:g} s, or NVUE's {self.nvue_confirm_s} s "
+                "confirm window ran out): the measurement is not of the trial's settings")
         return result
 
     def _check_nvue(self) -> None:
