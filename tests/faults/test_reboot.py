@@ -381,35 +381,32 @@ def settled_diff(emu: EmulatedCluster, want: Settings) -> dict:
 @slow
 @pytest.mark.timeout(300)
 def test_nvue_window_shorter_than_the_trial_fails_the_trial(emu, tmp_path, reliability) -> None:
-    """NVUE's window is not renewable: one that runs out mid-trial (1 s here) rolls the switch
-    back under the measurement, which then is not of the trial's settings -- the trial fails
-    instead of being scored, and the study goes on."""
-    from tests.faults.emu_helpers import experiment
-    from tuner.cluster import build_cluster
-    from tuner.experiment import load_experiment
-    from tuner.loop import StudyRunner
+    """NVUE's window is not renewable: one that runs out mid-trial (6 s here, the trial's
+    measurement held for 15 s) rolls the switch back under the measurement, which then is not
+    of the trial's settings -- the trial fails instead of being scored; the study goes on."""
+    window = 6
 
-    exp_path = experiment(emu, tmp_path, trials=2, deadman=5)
-    text = exp_path.read_text().replace("deadman_timeout_s: 5,",
-                                        "deadman_timeout_s: 5, nvue_confirm_s: 1,")
-    exp_path.write_text(text)
-    exp = load_experiment(exp_path)
-    baseline = read_canary(emu)
-    with build_cluster(exp) as cluster:
-        StudyRunner(exp, text, cluster, study_name="faults").run()  # type: ignore[arg-type]
+    def hold_first_trial(n: int) -> None:
+        if n == 2:  # measurement 1 is the baseline
+            emu.inject(emu.host_names[0], hang={"mpirun": 15})
+            threading.Timer(15.0, emu.clear_faults, [emu.host_names[0]]).start()
+
+    verdicts, error, exp_path, baseline = run_study(emu, tmp_path, at_measure=hold_first_trial,
+                                                    nvue_confirm_s=window)
+    assert error is None, error
     import optuna
 
-    study = optuna.load_study(study_name="faults",
-                              storage=f"sqlite:///{exp.results_path / 'optuna.db'}")
-    trials = study.get_trials(deepcopy=False)
-    first = trials[1].user_attrs
+    results = exp_path.parent / "results"
+    study = optuna.load_study(study_name="faults", storage=f"sqlite:///{results / 'optuna.db'}")
+    first = study.trials[1].user_attrs
     assert first.get("verdict") == "failed:measurement", first
-    assert "dead-man timer fired on ['leaf1']" in str(first.get("detail")), first
+    assert f"dead-man timer fired on ['{NVUE}']" in str(first.get("detail")), first
     dirty = off_baseline(read_canary(emu), baseline)
     assert dirty == []
-    lost = lost_trials(exp.results_path)
+    lost = lost_trials(results)
     assert lost == 0
-    reliability.record("NVUE's confirm window shorter than a trial (`nvue_confirm_s: 1`)",
+    reliability.record(f"NVUE's confirm window shorter than a trial (`nvue_confirm_s: {window}`, "
+                       "measurement held 15 s)",
                        "NVUE rolled the switch back mid-measurement; the check after the "
                        "measurement (`nv config revision -o json`: nothing in state `confirm`) "
                        "failed the trial instead of scoring it, baseline verified, study went "
