@@ -73,14 +73,17 @@ def _test_exists(nodeid: str) -> bool:
     path, _, name = nodeid.partition("::")
     name = name.split("[", 1)[0]
     try:
-        return f"def {name}(" in (ROOT / path).read_text()
+        return not name or f"def {name}(" in (ROOT / path).read_text()
     except OSError:
         return False
 
 
-def kept_rows(old_doc: str, replaced: list[str]) -> tuple[list[str], int]:
+def kept_rows(old_doc: str, replaced: list[str],
+              results: dict[str, tuple[str, float]] | None = None,
+              recorded: set[str] | None = None) -> tuple[list[str], int]:
     """Table lines of an earlier report to keep as they are: every row but those of the
-    re-run tests (``replaced``: files or node ids) and of tests that no longer exist.
+    re-run tests (``replaced``: files or node ids) and of tests that no longer exist. A re-run
+    test that did not pass and recorded nothing keeps its row, marked as not passing.
     Returns (lines, index where the re-run rows go)."""
     table = old_doc.split("|---|", 1)[1].split("\n", 1)[1].split("\n\n", 1)[0]
     kept: list[str] = []
@@ -91,7 +94,13 @@ def kept_rows(old_doc: str, replaced: list[str]) -> tuple[list[str], int]:
             any(nodeid == r or nodeid.startswith(r.rstrip("/") + ("" if "::" in r else "::"))
                 or nodeid.startswith(r + "[") for r in replaced)
             or not _test_exists(nodeid))
-        if gone:
+        state = (results or {}).get(nodeid or "", ("passed", 0.0))[0]
+        if gone and state != "passed" and nodeid not in (recorded or set()) \
+                and _test_exists(nodeid or ""):
+            cells = line.split(" | ")
+            kept.append(" | ".join([*cells[:2], f"**{state.upper()}**", "?", "?", "?",
+                                    cells[-1]]))
+        elif gone:
             at = len(kept) if at is None else at
         else:
             kept.append(line)
@@ -212,11 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     kept, kept_from = None, ""
     if args.only:
         old = args.out.read_text(encoding="utf-8")
-        kept = kept_rows(old, args.only)
-        when = re.search(r"Generated ([0-9: -]+UTC)", old)
-        tmp = Path(tempfile.mkdtemp(prefix="ecntune-reliability-"))
-        records, junit = tmp / "records.jsonl", tmp / "junit.xml"
-        rc = run_suite(records, junit, "not browser", args.only)
+        when = re.search(r"^Generated (.+)\.$", old, re.M)
+        if args.records and args.junit:
+            records, junit, rc = args.records, args.junit, 0
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="ecntune-reliability-"))
+            records, junit = tmp / "records.jsonl", tmp / "junit.xml"
+            rc = run_suite(records, junit, "not browser", args.only)
+        recorded = {json.loads(x)["nodeid"] for x in records.read_text().splitlines()
+                    if x.strip()} if records.exists() else set()
+        kept = kept_rows(old, args.only, verdicts(junit), recorded)
         command = f"python bench/reliability.py --only {' '.join(args.only)}"
         kept_from = when.group(1) if when else "an earlier run"
     elif args.records and args.junit:
