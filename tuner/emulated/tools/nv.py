@@ -11,7 +11,8 @@ apply --confirm [<time>]`` / ``--confirm-status`` / ``[<rev>] --confirm-yes|--co
 (see ``cmd_apply``; the rollback timer is ``tuner.emulated.nvued``); ``nv config revision -o
 json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``. Not
 documented by NVUE, and so chosen conservatively here: the ``--confirm-status`` text, and that
-no other apply is taken while one waits for confirmation. Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
+no other apply is taken while one waits for confirmation.
+Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
 (bytes as ``40000 B``), ``qos roce`` and ``interface <swp> qos roce status`` (human units,
 ``146.48 KB``, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
 counters qos``.
