@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/reliability.py            # whole suite, slow tests included
     .venv/bin/python bench/reliability.py --records R.jsonl --junit J.xml   # re-render only
+    .venv/bin/python bench/reliability.py --only tests/faults/test_reboot.py   # these rows
+
+``--only`` runs just the given tests (files or node ids) and replaces their rows in the
+existing table -- and drops rows whose test no longer exists -- keeping every other row as it
+was; the header says which rows come from which run.
 
 Every fault test records (``tests/faults/conftest.py``) what it measured -- canary targets left
 off the baseline, completed trials lost, time from the fault to the verified restore -- in a
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITES = ["tests/faults", "tests/inputs"]
 
 
-def run_suite(records: Path, junit: Path, marker: str) -> int:
+def run_suite(records: Path, junit: Path, marker: str, tests: list[str] | None = None) -> int:
     env = {**os.environ, "ECNTUNE_RELIABILITY_JSON": str(records)}
-    cmd = [sys.executable, "-m", "pytest", *SUITES, "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", *(tests or SUITES), "-q", "-p", "no:cacheprovider",
            "-m", marker, f"--junitxml={junit}"]
     print("+", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
@@ -54,13 +60,64 @@ def _fmt_s(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1f} s"
 
 
-def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str) -> str:
+_NODEID = re.compile(r"`pytest (?:-m slow )?'?(tests/[^'`]+?)'?`")
+
+
+def _row_nodeid(line: str) -> str | None:
+    m = _NODEID.search(line.rsplit("|", 2)[-2]) if line.count("|") > 2 else None
+    return m.group(1) if m else None
+
+
+def _test_exists(nodeid: str) -> bool:
+    """The test function of a row's node id is still in its file."""
+    path, _, name = nodeid.partition("::")
+    name = name.split("[", 1)[0]
+    try:
+        return not name or f"def {name}(" in (ROOT / path).read_text()
+    except OSError:
+        return False
+
+
+def kept_rows(old_doc: str, replaced: list[str],
+              results: dict[str, tuple[str, float]] | None = None,
+              recorded: set[str] | None = None) -> tuple[list[str], int]:
+    """Table lines of an earlier report to keep as they are: every row but those of the
+    re-run tests (``replaced``: files or node ids) and of tests that no longer exist. A re-run
+    test that did not pass and recorded nothing keeps its row, marked as not passing.
+    Returns (lines, index where the re-run rows go)."""
+    table = old_doc.split("|---|", 1)[1].split("\n", 1)[1].split("\n\n", 1)[0]
+    kept: list[str] = []
+    at: int | None = None
+    for line in table.splitlines():
+        nodeid = _row_nodeid(line)
+        gone = nodeid is not None and (
+            any(nodeid == r or nodeid.startswith(r.rstrip("/") + ("" if "::" in r else "::"))
+                or nodeid.startswith(r + "[") for r in replaced)
+            or not _test_exists(nodeid))
+        state = (results or {}).get(nodeid or "", ("passed", 0.0))[0]
+        if gone and state != "passed" and nodeid not in (recorded or set()) \
+                and _test_exists(nodeid or ""):
+            cells = line.split(" | ")
+            kept.append(" | ".join([*cells[:2], f"**{state.upper()}**", "?", "?", "?",
+                                    cells[-1]]))
+        elif gone:
+            at = len(kept) if at is None else at
+        else:
+            kept.append(line)
+    inputs = next((i for i, ln in enumerate(kept) if "malformed" in ln), len(kept))
+    return kept, inputs if at is None else at
+
+
+def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str,
+           kept: tuple[list[str], int] | None = None, kept_from: str = "") -> str:
     lines = [
         "# Reliability: fault injection",
         "",
         "Produced by `bench/reliability.py` from the fault-injection suite (`tests/faults`, "
         "`tests/inputs`); do not edit by hand.",
-        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}`.",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{command}`"
+        + (f" (the rows of those tests; every other row as generated {kept_from})."
+           if kept is not None else "."),
         "",
         "Every row is one test that injected the fault into a real run (real `ecntune` "
         "processes or the real cluster stack; the SSH rows against the emulated cluster: one "
@@ -79,6 +136,7 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
     ]
     seen: set[str] = set()
     bad = 0
+    head = len(lines)
     for r in rows:
         state = results.get(r["nodeid"], ("not run", 0.0))[0]
         seen.add(r["nodeid"])
@@ -108,7 +166,14 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
             "| `pytest tests/inputs/test_hostile_inputs.py` |")
     missing = [k for k, (s, _) in results.items() if s == "failed" and k not in seen
                and k not in inputs]
-    lines += ["", f"Rows: {len(rows) + (1 if inputs else 0)}; rows not passing: {bad}."]
+    n_rows = len(rows) + (1 if inputs else 0)
+    if kept is not None:
+        old, at = kept
+        lines[head:head] = old[:at]
+        lines += old[at:]
+        n_rows += len(old)
+        bad += sum(1 for ln in old if "**FAILED" in ln or "**NOT RUN" in ln)
+    lines += ["", f"Rows: {n_rows}; rows not passing: {bad}."]
     if missing:
         lines += ["", "Other failing tests of the suite: " + ", ".join(f"`{m}`" for m in
                                                                       missing)]
@@ -125,9 +190,13 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
         "`kill_sessions` (SSH dropped), `inject(hang=...)` (a hung `mpirun`), "
         "`inject(pfc_storm=..., lossless_drops=..., link_down=...)` (counters and link state), "
         "`rotate_host_key`; the tuner itself SIGKILLed with only the dead-man timers left to "
-        "heal the canary (`safety/deadman.py`); `reboot` (the target's processes die and its "
-        "`/run` empties, device settings stay); a runtime directory pre-created by `nobody`; "
-        "a second tuner with its own results folder.",
+        "heal the canary (`safety/deadman.py`), or only NVUE's own `nv config apply --confirm` "
+        "window; `reboot` (the target's processes die, its `/run` empties and each device "
+        "boots from its own source: SONiC from the saved `config_db.json`, NVUE from the "
+        "startup revision, an mlx5 NIC from the firmware's DCQCN values plus enabled boot "
+        "units -- or, the worst case, keeps everything), with a baseline its boot source does "
+        "not hold; a runtime directory pre-created by `nobody`; a second tuner with its own "
+        "results folder.",
         "* the journal and the lock: a torn last record (the file cut in the middle of its "
         "last line), a 16 KiB tmpfs under the journal that fills up mid-study, two `ecntune "
         "run` processes on one results folder.",
@@ -145,9 +214,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--junit", type=Path, help="existing junit XML (with --records)")
     ap.add_argument("--fast", action="store_true", help="default-run tests only (no slow)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
+    ap.add_argument("--only", nargs="+", metavar="TEST",
+                    help="run only these tests (files or node ids) and replace their rows")
     args = ap.parse_args(argv)
     marker = "not slow and not browser" if args.fast else "not browser"
-    if args.records and args.junit:
+    kept, kept_from = None, ""
+    if args.only:
+        old = args.out.read_text(encoding="utf-8")
+        when = re.search(r"^Generated (.+)\.$", old, re.M)
+        if args.records and args.junit:
+            records, junit, rc = args.records, args.junit, 0
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="ecntune-reliability-"))
+            records, junit = tmp / "records.jsonl", tmp / "junit.xml"
+            rc = run_suite(records, junit, "not browser", args.only)
+        recorded = {json.loads(x)["nodeid"] for x in records.read_text().splitlines()
+                    if x.strip()} if records.exists() else set()
+        kept = kept_rows(old, args.only, verdicts(junit), recorded)
+        command = f"python bench/reliability.py --only {' '.join(args.only)}"
+        kept_from = when.group(1) if when else "an earlier run"
+    elif args.records and args.junit:
         records, junit, rc = args.records, args.junit, 0
         command = "bench/reliability.py --records ... --junit ..."
     else:
@@ -158,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [json.loads(x) for x in records.read_text().splitlines() if x.strip()] \
         if records.exists() else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(rows, verdicts(junit), command), encoding="utf-8")
+    args.out.write_text(render(rows, verdicts(junit), command, kept, kept_from), encoding="utf-8")
     print(f"wrote {args.out} ({len(rows)} fault rows); pytest exit code {rc}")
     return rc
 

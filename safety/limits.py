@@ -44,6 +44,11 @@ class SafetyLimits(BaseModel):
     # Dead-man timer on every changed target (SSH backend): restores the baseline by itself
     # unless renewed within this time (0 = off). See safety/deadman.py.
     deadman_timeout_s: float = Field(default=60.0, ge=0, le=3600)
+    # Cumulus NVUE: trial applies use NVUE's own commit-confirm (`nv config apply --confirm
+    # <n>s`), which rolls back by itself this long after the apply unless confirmed -- it
+    # outlives the tuner and is not renewed, so it must cover a whole trial (0 = off; 600 is
+    # NVUE's default). See tuner/cluster/deadman.py.
+    nvue_confirm_s: float = Field(default=600.0, ge=0, le=86400)
 
 
 class Violation(BaseModel):

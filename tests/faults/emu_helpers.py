@@ -51,3 +51,42 @@ def host_knobs(emu, host: str) -> dict[str, int | None]:
 
 def off_baseline(current, baseline) -> list[str]:
     return sorted({k.split(".", 1)[0] for k in current.diff(baseline)})
+
+
+def run_holding_first_trial(emu, exp: Path, journal):
+    """Start ``ecntune run exp``; once it journals its first change, make that trial's
+    measurement hang (``mpirun`` sleeps) so the change stays applied. Returns (process,
+    journal entry); the process is killed if that never happens."""
+    import subprocess
+
+    from tests.faults.conftest import ECNTUNE, wait_until
+
+    proc = subprocess.Popen([*ECNTUNE, "run", str(exp), "--quiet", "--no-mlflow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: journal.path.exists(), 120, 0.01), proc.communicate()
+        emu.inject(emu.host_names[0], hang={"mpirun": 60})
+        entry = journal.dirty()
+        assert entry is not None
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, entry
+
+
+def sigkill_when(proc, ready) -> float:
+    """SIGKILL the tuner once ``ready()`` holds; returns the (monotonic) time of the kill."""
+    import signal
+    import time
+
+    from tests.faults.conftest import wait_until
+
+    try:
+        assert wait_until(ready, 60, 0.02)
+        proc.send_signal(signal.SIGKILL)
+        t_kill = time.monotonic()
+        proc.wait(timeout=10)
+        return t_kill
+    finally:
+        if proc.poll() is None:
+            proc.kill()

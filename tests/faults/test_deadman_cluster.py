@@ -260,3 +260,37 @@ def test_second_tuner_is_refused_by_the_target(setup) -> None:
     second.apply(trial(42))
     assert values(fake) == [42, 42]
     second.disarm()
+
+
+def test_nvue_trial_apply_waits_for_confirmation_and_rolls_back_with_confirm_no() -> None:
+    """The NVUE driver's commit-confirm steps (pure): a trial applies with ``--confirm <n>s``;
+    going back is NVUE's own rollback, with the plain write only if nothing waits any more;
+    another write while one waits rolls back first. Every command line parses in ``sh``."""
+    import copy
+
+    from tests.ssh.conftest import BASE_INVENTORY
+    from tests.ssh.test_drivers_pure import _nv_read, _nv_tree
+    from tuner.drivers import NvueDriver
+    from tuner.drivers.nvue import CONFIRM_NO
+    from tuner.inventory import parse_inventory
+    from tuner.settings import EcnSettings
+
+    inv = parse_inventory(copy.deepcopy(BASE_INVENTORY))
+    drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    # default-global with the values the status sample displays (153.00 KB, 1.43 MB)
+    row = {"min-threshold": 156672, "max-threshold": 1500000, "probability": 100}
+    base = drv.parse(_nv_read(_nv_tree({}, {"default-global": row})))
+    trial = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
+    assert drv.write_steps(base, trial)[-1] == "nv config apply -y >&2"
+    drv.confirm_s = 600
+    assert drv.write_steps(base, trial)[-1] == "nv config apply --confirm 600s -y >&2"
+    drv.confirm_s, drv.confirm_base = None, base  # the trial waits for confirmation
+    (back,) = drv.write_steps(trial, base)
+    assert back.startswith("{ nv config apply --confirm-no >&2 || { nv unset interface swp1 ")
+    assert back.endswith("nv config apply -y >&2; }; }")
+    drv.confirm_s = 600
+    other = EcnSettings(kmin_bytes=50000, kmax_bytes=300000, pmax_percent=50)
+    steps = drv.write_steps(trial, other)
+    assert steps[0] == CONFIRM_NO and steps[-1] == "nv config apply --confirm 600s -y >&2"
+    for cmd in (drv.write_command(trial, base), drv.write_command(trial, other)):
+        assert subprocess.run(["sh", "-n", "-c", cmd]).returncode == 0, cmd

@@ -17,7 +17,14 @@ import pytest
 
 from safety.journal import Journal
 from tests.faults.conftest import ECNTUNE, lost_trials, wait_until
-from tests.faults.emu_helpers import experiment, host_knobs, off_baseline, read_canary
+from tests.faults.emu_helpers import (
+    experiment,
+    host_knobs,
+    off_baseline,
+    read_canary,
+    run_holding_first_trial,
+    sigkill_when,
+)
 from tuner.errors import ApplyError
 from tuner.settings import Settings
 
@@ -38,28 +45,14 @@ def test_deadman_restores_after_tuner_sigkill_without_recover(emu, tmp_path: Pat
     exp = experiment(emu, tmp_path, trials=5, deadman=3)
     results = tmp_path / "results"
     journal = Journal(results / "journal.jsonl")
-    proc = subprocess.Popen([*ECNTUNE, "run", str(exp), "--quiet", "--no-mlflow"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        # once the first change is journalled, make its measurement hang (mpirun sleeps)
-        assert wait_until(lambda: journal.path.exists(), 120, 0.01), proc.communicate()
-        emu.inject(emu.host_names[0], hang={"mpirun": 60})
-        entry = journal.dirty()
-        assert entry is not None
-        want = entry.settings.nics[f"{emu.host_names[1]}/mlx5_0"].rpg_time_reset
+    proc, entry = run_holding_first_trial(emu, exp, journal)
+    want = entry.settings.nics[f"{emu.host_names[1]}/mlx5_0"].rpg_time_reset
 
-        def applied() -> bool:
-            return host_knobs(emu, emu.host_names[1]).get("rpg_time_reset") == want
+    def applied() -> bool:  # the switches go last: every target reads back the trial
+        return (host_knobs(emu, emu.host_names[1]).get("rpg_time_reset") == want
+                and not settled(emu).diff(entry.settings))
 
-        assert wait_until(applied, 60, 0.02)
-        # the switches go last: kill only once every target reads back the trial's values
-        assert wait_until(lambda: not settled(emu).diff(entry.settings), 30, 0.1)
-        proc.send_signal(signal.SIGKILL)
-        t_kill = time.monotonic()
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    t_kill = sigkill_when(proc, applied)
     dirty = off_baseline(read_canary(emu), entry.baseline)
     assert dirty, "the trial's settings should still be on the canary right after the kill"
 

@@ -3,16 +3,14 @@
 
 * another local user pre-created a target's runtime directory (the ``/tmp`` attack);
 * a second tuner on "another machine" (its own results folder, so no local lock) while the
-  first one has a change armed;
-* a target that reboots in the middle of a trial (its timer and runtime files vanish).
+  first one has a change armed.
+(A target that reboots mid-trial: tests/faults/test_reboot.py.)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -21,7 +19,6 @@ import pytest
 from safety.journal import Journal
 from tests.faults.conftest import ECNTUNE, lost_trials, wait_until
 from tests.faults.emu_helpers import experiment, host_knobs, off_baseline, read_canary
-from tests.faults.test_ssh_study_faults import run_study
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -106,48 +103,3 @@ def test_second_tuner_on_another_machine_is_refused_by_the_targets(emu, tmp_path
                        trials_lost=lost_trials(first_dir / "results")
                        + lost_trials(second_dir / "results", measured_only=True),
                        restore_s=None, backend="ssh (emulated)")
-
-
-def test_target_reboot_mid_trial(emu, tmp_path: Path, reliability) -> None:
-    host = emu.host_names[1]
-    t_fault: list[float] = []
-
-    def reboot_during_first_trial(n: int) -> None:
-        if n == 2:  # measurement 1 is the baseline
-            emu.inject(emu.host_names[0], hang={"mpirun": 60})
-
-            def reboot() -> None:
-                t_fault.append(time.time())
-                emu.reboot(host)
-                emu.clear_faults(emu.host_names[0])
-            threading.Timer(1.0, reboot).start()
-
-    verdicts, error, exp_path, baseline = run_study(emu, tmp_path,
-                                                    at_measure=reboot_during_first_trial)
-    assert error is None, error
-    assert t_fault
-    assert verdicts.split(",")[1] == "failed:measurement", verdicts
-    import optuna
-
-    results = exp_path.parent / "results"
-    study = optuna.load_study(study_name="faults", storage=f"sqlite:///{results / 'optuna.db'}")
-    detail = str(study.trials[1].user_attrs.get("detail", ""))
-    assert f"dead-man timer gone on ['{host}/mlx5_0']" in detail, detail
-    journal = Journal(results / "journal.jsonl")
-    ends = [e for e in journal.entries() if e.trial == 1]
-    assert ends and ends[0].closed and journal.dirty() is None
-    restored_at = max(ends[0].began_at, t_fault[0])
-    records = [json.loads(x) for x in (results / "journal.jsonl").read_text().splitlines()]
-    restore_s = next(r["at"] for r in records if r.get("id") == ends[0].id
-                     and r.get("outcome") == "restored") - restored_at
-    dirty = off_baseline(read_canary(emu), baseline)
-    assert dirty == []
-    lost = lost_trials(results)
-    assert lost == 0
-    reliability.record("a target rebooting mid-trial (timer and runtime files gone, device "
-                       "settings kept)",
-                       "the next renewal answered `missing`: measurement stopped at its next "
-                       "poll, trial failed:measurement, baseline restored and verified at "
-                       "once, study went on",
-                       dirty_targets=len(dirty), trials_lost=lost, restore_s=restore_s,
-                       backend="ssh (emulated)")

@@ -68,13 +68,17 @@ def first_restore_after(results: Path, t_fault: float) -> float | None:
 
 
 def run_study(emu, tmp_path: Path, *, before_apply=None, at_measure=None,
-              time_limit_s: float = 120) -> tuple[str, Exception | None, Path, Any]:
+              time_limit_s: float = 120, nvue_confirm_s: float | None = None
+              ) -> tuple[str, Exception | None, Path, Any]:
     from tuner.cluster import build_cluster
     from tuner.experiment import load_experiment
     from tuner.loop import StudyRunner
 
     exp_path = experiment(emu, tmp_path, trials=2, deadman=5)
     text = exp_path.read_text().replace("time_limit_s: 120", f"time_limit_s: {time_limit_s}")
+    if nvue_confirm_s is not None:
+        text = text.replace("deadman_timeout_s: 5,",
+                            f"deadman_timeout_s: 5, nvue_confirm_s: {nvue_confirm_s},")
     exp_path.write_text(text)
     exp = load_experiment(exp_path)
     baseline = read_canary(emu)

@@ -108,6 +108,9 @@ def test_persist_survives_a_reboot_on_every_platform(emulated_cluster: EmulatedC
     emu = emulated_cluster
     for h in emu.host_names:  # boot units of an earlier test are not factory state
         shutil.rmtree(emu.target_dir(h) / "etc", ignore_errors=True)
+    # NVUE with auto-save off (Cumulus Linux <= 5.8): there `nv config save` is what persists;
+    # with auto-save on, the write below would already be the startup configuration.
+    emu.edit_state("leaf1", lambda s: s.update(auto_save=False))
     with Fleet(load_inventory(emu.inventory_path)) as fleet:
         want = {k: (WIN_NIC if fleet.is_nic(k) else WIN_ECN) for k in fleet.keys}
         assert all(o.error is None for o in fleet.fan(lambda d: d.write(want[d.target]))

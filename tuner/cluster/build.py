@@ -29,5 +29,6 @@ def build_cluster(exp: Experiment) -> Cluster:
 
         # Commit-confirm: every change is armed with a dead-man timer on its targets.
         return DeadmanCluster(SshCluster.from_fabric(exp.fabric, name=exp.name),
-                              exp.safety.deadman_timeout_s)
+                              exp.safety.deadman_timeout_s,
+                              nvue_confirm_s=exp.safety.nvue_confirm_s)
     raise ConfigError(f"fabric.backend: value {exp.fabric.backend!r} -- not available")

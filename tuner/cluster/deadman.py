@@ -14,6 +14,16 @@ target rebooted, or its files were removed) means the change is unprotected: the
 stopped at its next monitor poll and the trial fails, so the loop restores at once.
 ``close`` after a verified state (a completed restore, or a kept winner) disarms the timers --
 the "confirm"; after a failed restore it leaves them armed, so the targets still heal.
+
+Cumulus NVUE has a dead-man of its own, and it is used as a second layer (``nvue_confirm_s``):
+a trial's apply is ``nv config apply --confirm <n>s``, which NVUE rolls back by itself unless
+confirmed -- a platform feature that needs neither the tuner nor the runtime directory and,
+unconfirmed, is not saved as the startup configuration even with auto-save on (a plain apply
+is: the reboot hazard). The NVUE timer cannot be renewed, so it must outlast a trial; the
+shell timer keeps the fast, renewed heal, and its restore on NVUE is ``--confirm-no``. The
+restore of a trial rolls the confirm back (``--confirm-no``), a kept winner confirms it
+(``--confirm-yes``, in ``close``); a measurement after which NVUE no longer holds the apply
+(its window ran out) fails like one during which a shell timer fired.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from safety.deadman import DeadmanTimer, parse_reply
 from tuner.cluster.base import Cluster
+from tuner.drivers.nvue import CONFIRM_NO, NvueDriver
 from tuner.errors import ApplyError, MeasurementError, RollbackError, TunerError
 
 if TYPE_CHECKING:
@@ -37,6 +48,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _SAFE_HOST = re.compile(r"[^A-Za-z0-9_.-]+")
+# The shell timer's restore on NVUE: roll the unconfirmed apply back (status 1, logged in the
+# timer's .log, when NVUE's own timer already did).
+NVUE_ROLLBACK = "nv config apply --confirm-no"
+NVUE_ROLLBACK_QUIET = CONFIRM_NO
 
 
 class DeadmanRefused(TunerError):
@@ -52,9 +67,10 @@ class DeadmanCluster(Cluster):
     """``inner`` (an SSH cluster) with dead-man timers around every change."""
 
     def __init__(self, inner: Any, timeout_s: float, *, directory: str | None = None,
-                 renew_every_s: float | None = None) -> None:
+                 renew_every_s: float | None = None, nvue_confirm_s: float = 0) -> None:
         self.inner = inner
         self.timeout_s = float(timeout_s)
+        self.nvue_confirm_s = int(round(nvue_confirm_s))
         self.directory = directory
         self.renew_every_s = renew_every_s or max(0.5, self.timeout_s / 3)
         self.armed: dict[str, DeadmanTimer] = {}
@@ -80,13 +96,30 @@ class DeadmanCluster(Cluster):
         res = self.inner.pool.fan_out(lambda c: fn(by_conn[c.name]), list(by_conn))
         return {by_conn[name]: o for name, o in res.items()}
 
+    def _nvue(self) -> dict[str, NvueDriver]:
+        """NVUE drivers whose trial applies use NVUE's commit-confirm."""
+        if self.nvue_confirm_s <= 0:
+            return {}
+        return {k: d for k, d in self.inner.drivers().items() if isinstance(d, NvueDriver)}
+
+    def _confirm_nvue(self) -> None:
+        """Keep what the canary holds on NVUE (``--confirm-yes``); on a failure NVUE rolls it
+        back by itself at the end of its window."""
+        for k, drv in self._nvue().items():
+            try:
+                drv.confirm()
+            except TunerError as exc:
+                log.warning("%s: NVUE confirm failed (%s): NVUE rolls the change back within "
+                            "%d s", k, exc, self.nvue_confirm_s)
+
     def arm(self, before: Settings, settings: Settings) -> list[str]:
         """Arm a timer on every target ``settings`` changes; returns their keys."""
         drivers = self.inner.drivers()
         old, new = _parts(before), _parts(settings)
         keys = [k for k in new if k in old and old[k] != new[k]]
         timers = {k: DeadmanTimer.new(k, self.directory, self.who) for k in keys}
-        restore = {k: drivers[k].write_command(new[k], old[k]) for k in keys}
+        restore = {k: (NVUE_ROLLBACK if k in self._nvue() else
+                       drivers[k].write_command(new[k], old[k])) for k in keys}
         res = self._fan(lambda k: parse_reply(
             self._run(k, timers[k].arm_command([restore[k]], self.timeout_s))), keys)
         ok = {k: timers[k] for k, o in res.items() if o.error is None and o.value[0] == "armed"}
@@ -182,6 +215,9 @@ class DeadmanCluster(Cluster):
             self.verified = True
             return
         self.arm(before, settings)
+        nvue = self._nvue()
+        for drv in nvue.values():  # this change only: NVUE rolls it back unless confirmed
+            drv.confirm_s = self.nvue_confirm_s
         try:
             self.inner.apply(settings)
         except RollbackError:  # targets may be dirty: the timers stay armed and heal them
@@ -190,12 +226,16 @@ class DeadmanCluster(Cluster):
         except ApplyError:  # all-or-nothing: the inner backend put everything back
             self.disarm()
             raise
+        finally:
+            for drv in nvue.values():
+                drv.confirm_s = None
         self.verified = True
 
     def close(self) -> None:
         try:
             if self.armed and self.verified:
-                self.disarm()  # the tuner ends on a state it verified: confirm
+                self._confirm_nvue()  # the tuner ends on a state it verified: confirm
+                self.disarm()
             elif self.armed:
                 log.warning("leaving dead-man timers armed on %s: they restore the baseline "
                             "within %g s", sorted(self.armed), self.timeout_s)
@@ -228,13 +268,28 @@ class DeadmanCluster(Cluster):
         result = self.inner.measure(workload, guard, replicate=replicate)
         if self.armed:
             self.renew()
+            self._check_nvue()
         guard.check()
         if len(self.fired) > seen:
             raise MeasurementError(
                 f"dead-man timer fired on {sorted(set(self.fired[seen:]))} during the trial "
-                f"(renewals missed for {self.timeout_s:g} s): the measurement is not of the "
-                "trial's settings")
+                f"(renewals missed for {self.timeout_s:g} s, or NVUE's {self.nvue_confirm_s} s "
+                "confirm window ran out): the measurement is not of the trial's settings")
         return result
+
+    def _check_nvue(self) -> None:
+        """An NVUE apply no longer waiting for confirmation was rolled back by NVUE (its
+        window ran out mid-trial): the targets went back to the baseline, as when a shell
+        timer fires."""
+        pending = {k: d for k, d in self._nvue().items() if d.confirm_base is not None}
+        res = self._fan(lambda k: pending[k].confirm_pending(), list(pending))
+        for k, o in res.items():
+            if o.error is None and not o.value:
+                log.warning("%s: NVUE rolled the trial back by itself (--confirm %d s ran "
+                            "out)", k, self.nvue_confirm_s)
+                self.fired.append(k)
+            elif o.error is not None:
+                log.warning("%s: cannot read NVUE's revisions: %s", k, o.error)
 
     def take_over_locks(self, wait_s: float | None = None) -> list[str]:
         """``recover``: release target locks left by a tuner that is gone. A lock whose timer
@@ -259,6 +314,8 @@ class DeadmanCluster(Cluster):
                     busy[k] = rest
                 elif word == "taken":
                     lines.append(f"{k}: took over the lock of a tuner that is gone ({rest})")
+                    if k in self._nvue():  # its unconfirmed NVUE apply, as its timer would
+                        self._run(k, NVUE_ROLLBACK_QUIET)
                 elif word == "unsafe":
                     raise RollbackError(f"{k}: dead-man runtime directory refused: {rest}")
             dead = {k for k, rest in busy.items() if k not in claim and _dead_here(rest)}

@@ -23,7 +23,7 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from tuner.drivers.base import Driver, Runner
+from tuner.drivers.base import Driver, Runner, WriteError
 from tuner.errors import ApplyError
 from tuner.settings import EcnSettings
 from tuner.ssh.shell import q
@@ -38,6 +38,14 @@ GLOBAL = "default-global"
 DEFAULTS = {"ecn": "enable", "min-threshold": 150000, "max-threshold": 1500000,
             "probability": 100}
 CONFIG = "nv config show -o json"
+# Commit-confirm (NVUE reference, "nv config apply": ``--confirm <time>`` rolls back unless
+# confirmed; the keep/abort words are those of the NAPALM Cumulus driver, which runs
+# ``nv config apply <rev> --confirm-yes|--confirm-no`` and reads pending ones from
+# ``nv config revision -o json``, state ``confirm``).
+CONFIRM_YES = "nv config apply --confirm-yes >&2"
+CONFIRM_NO_RAW = "nv config apply --confirm-no >&2"
+CONFIRM_NO = f"{{ {CONFIRM_NO_RAW} || true; }}"
+REVISIONS = "nv config revision -o json"
 PORT_MARK = "==ecntune:port:{}=="
 
 
@@ -108,6 +116,10 @@ class NvueDriver(Driver[EcnSettings]):
         self.switch = switch
         self.tree: dict[str, Any] | None = None  # applied config of the last read
         self.on_canary = False  # the canary ports used the canary profile at the last read
+        # Commit-confirm (``tuner.cluster.deadman``): the next write applies with
+        # ``--confirm <confirm_s>s``; ``confirm_base`` is what NVUE rolls back to meanwhile.
+        self.confirm_s: int | None = None
+        self.confirm_base: EcnSettings | None = None
 
     @property
     def canary(self) -> str:
@@ -130,6 +142,18 @@ class NvueDriver(Driver[EcnSettings]):
         Back to default-global's values: unbind the canary ports, remove the profile. Otherwise
         set every field of the canary profile (thresholds in the min < max-safe order), bind the
         canary ports to it, apply."""
+        base = self.confirm_base
+        if base is not None and settings == base:
+            # Back from an unconfirmed apply of ours: NVUE's own rollback (``--confirm-no``)
+            # restores the revision before it. Only if nothing waits for confirmation (a
+            # reboot, or NVUE's timer, got there first) are the values written again.
+            plain = self._steps(current, settings, confirm=False)
+            return [f"{{ {CONFIRM_NO_RAW} || {{ {' && '.join(plain)}; }}; }}"]
+        if base is not None:  # NVUE takes no other apply while one waits: roll back first
+            return [CONFIRM_NO, *self._steps(base, settings, confirm=bool(self.confirm_s))]
+        return self._steps(current, settings, confirm=bool(self.confirm_s))
+
+    def _steps(self, current: EcnSettings, settings: EcnSettings, confirm: bool) -> list[str]:
         canary = q("wred_profile", self.canary)
         ports = [q("switch_port", p) for p in self.switch.canary_ports]
         if settings == self.original_settings():
@@ -140,7 +164,42 @@ class NvueDriver(Driver[EcnSettings]):
             steps += [f"nv set interface {p} qos congestion-control profile {canary}"
                       for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
-        return [*steps, "nv config apply -y >&2"]
+        apply = (f"nv config apply --confirm {int(self.confirm_s or 0)}s -y >&2" if confirm
+                 else "nv config apply -y >&2")
+        return [*steps, apply]
+
+    def write(self, settings: EcnSettings) -> EcnSettings:
+        """As ``Driver.write``; an apply with ``--confirm`` leaves ``confirm_base`` (what NVUE
+        rolls back to) until ``confirm`` or a later write rolls it back."""
+        base = self.confirm_base
+        try:
+            before = super().write(settings)
+        except WriteError as exc:
+            if self.confirm_s and base is None and isinstance(exc.before, EcnSettings):
+                self.confirm_base = exc.before  # the apply may be pending
+            raise
+        origin = before if base is None else base
+        self.confirm_base = origin if self.confirm_s and settings != origin else None
+        return before
+
+    def confirm(self) -> None:
+        """Keep the unconfirmed apply (``--confirm-yes``): NVUE stops its rollback timer and,
+        with auto-save on, saves the revision as the startup configuration."""
+        if self.confirm_base is None:
+            return
+        self.runner.run(CONFIRM_YES)
+        self.confirm_base = None
+
+    def confirm_pending(self) -> bool:
+        """Whether an apply still waits for confirmation (``nv config revision -o json``: a
+        revision in state ``confirm``); False means NVUE rolled it back by itself."""
+        text = self.runner.run(REVISIONS).stdout
+        try:
+            revs = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ApplyError(f"{self.target}: `{REVISIONS}` printed no JSON: {exc}") from None
+        return isinstance(revs, dict) and any(
+            isinstance(v, dict) and v.get("state") == "confirm" for v in revs.values())
 
     def needs_write(self, current: EcnSettings, settings: EcnSettings) -> bool:
         """Also when the canary profile holds default-global's values: restoring unbinds."""

@@ -25,6 +25,7 @@ from tuner.emulated import hosts as hostmod
 from tuner.emulated import state as st
 from tuner.emulated import switches as swmod
 from tuner.emulated._scripts import BASHENV_SH, SESSION_SH
+from tuner.emulated.nvued import ENV_DAEMON
 from tuner.errors import ConfigError, TunerError
 
 SSHD = "/usr/sbin/sshd"
@@ -294,12 +295,38 @@ class EmulatedCluster:
     def start_target(self, target: str) -> None:
         self._start_sshd([target], 10.0)
 
-    def reboot(self, target: str) -> None:
-        """The target restarts: its sshd and every process of it (dead-man timers too) die and
-        its /run (a tmpfs) comes back empty; the device settings stay, as NVUE's auto-saved
-        startup configuration would keep them."""
+    def reboot(self, target: str, *, keep_settings: bool = False) -> None:
+        """The target restarts: its sshd and every process of it (dead-man timers, NVUE's
+        confirm timer) die, its /run (a tmpfs) comes back empty, and the device settings come
+        back the way the platform boots them (docs/real-cluster.md, "A target that reboots"):
+
+        * SONiC: CONFIG_DB is loaded from the saved ``/etc/sonic/config_db.json``
+          (``saved_config_db``; ``config save`` writes it, a runtime ``ecnconfig`` does not);
+        * Cumulus NVUE: the startup revision (``/etc/nvue.d/startup.yaml``) is applied; with
+          auto-save (the default since CL 5.9) a plain ``nv config apply`` had written it, an
+          unconfirmed ``--confirm`` apply had not;
+        * mlx5 host: the DCQCN files hold the firmware's values again (``factory_dcqcn``), then
+          every enabled systemd unit under ``<root>/<host>/etc/systemd/system`` runs its
+          ``ExecStart=`` lines (``ecntune promote --persist``'s boot unit).
+
+        ``keep_settings``: the worst case -- every device comes back with what it held (a
+        trial's values persisted somewhere ecntune cannot see)."""
         self.stop_target(target)
+        for pid in _procs.pids_with_env(st.ENV_ROOT, str(self.root), ENV_DAEMON, target):
+            _procs.kill(pid, signal.SIGKILL)
         self._clear_run(target)
+        tdir = self._tdir(target)
+        with st.locked(tdir):
+            s = st.load_state(tdir)
+            s.pop("confirm", None)  # the confirm timer died with the switch
+            if not keep_settings and s.get("platform") == "sonic":
+                s["config_db"] = st.json_copy(s["saved_config_db"])
+            elif not keep_settings and s.get("platform") == "nvue":
+                s["applied"] = st.json_copy(s["startup"])
+                s["pending"] = st.json_copy(s["startup"])
+            st.write_json(tdir / "state.json", s)
+        if not keep_settings and s["kind"] == "host":
+            hostmod.boot(tdir, s)
         self.start_target(target)
 
     def _clear_run(self, target: str) -> None:

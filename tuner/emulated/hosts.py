@@ -107,6 +107,30 @@ def init_host(tdir: Path, state: dict[str, Any], defaults: dict[str, int]) -> No
     (ib / "traffic_class").write_text("Global tclass=106\n")
 
 
+def boot(tdir: Path, state: dict[str, Any]) -> list[str]:
+    """A host boots: the DCQCN files hold the firmware's values (runtime writes are gone),
+    then each enabled unit's ``ExecStart=`` lines run in order, as systemd runs them (argv
+    split like a shell word list, no shell of our own). Returns the units that ran."""
+    import shlex
+    import subprocess
+
+    values = {**EXTRA_DEFAULTS, **state["factory_dcqcn"]}
+    for knob, rel in knob_relpaths(state).items():
+        _put(tdir / rel, values[knob])
+    ran = []
+    wants = tdir / "etc/systemd/system/multi-user.target.wants"
+    for link in sorted(wants.glob("*.service")) if wants.is_dir() else []:
+        unit = tdir / "etc/systemd/system" / link.name
+        if not unit.is_file():
+            continue
+        for line in unit.read_text().splitlines():
+            if line.startswith("ExecStart="):
+                subprocess.run(shlex.split(line.removeprefix("ExecStart=")), timeout=30,
+                               check=False, stdin=subprocess.DEVNULL)
+        ran.append(link.name)
+    return ran
+
+
 def _put(path: Path, value: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{value}\n")

@@ -74,6 +74,11 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
+def json_copy(data: Any) -> Any:
+    """A deep copy of a JSON value."""
+    return json.loads(json.dumps(data))
+
+
 def write_json(path: Path, data: Any) -> None:
     """Atomic replace: a reader sees the old or the new file, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from tuner.drivers import NIC_LAYOUTS, SonicDriver, detect_command, switch_driver
+from tuner.drivers import NIC_LAYOUTS, NvueDriver, SonicDriver, detect_command, switch_driver
+from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
 from tuner.ssh.plan import background_flows, nccl_command, probe_flows
@@ -41,6 +42,24 @@ def _preflight(h: object) -> str:
     from tuner.preflight_facts import host_command
 
     return host_command(h)  # type: ignore[arg-type]
+
+
+def _nvue_confirm(sw: NvueDriver, name: str, sudo: bool) -> list[Planned]:
+    """NVUE's commit-confirm around a trial (``safety.nvue_confirm_s``, default 600 s)."""
+    sw.confirm_s = 600
+    trial = sw.write_command(EcnSettings(), LOW)
+    sw.confirm_s, sw.confirm_base = None, EcnSettings()
+    back = sw.write_command(LOW, EcnSettings())
+    sw.confirm_base = None
+    return [
+        Planned(name, "a trial's write (dead-man timers on): as above, applied with NVUE's "
+                "commit-confirm (example values)", trial, sudo),
+        Planned(name, "after every measurement of a trial: is the apply still waiting for "
+                "confirmation (state `confirm`)?", REVISIONS, sudo),
+        Planned(name, "put a trial back: NVUE's own rollback, the plain write only if nothing "
+                "waits any more", back, sudo),
+        Planned(name, "keep a winner (`--keep-best`, at the end)", CONFIRM_YES, sudo),
+    ]
 
 
 def catalog(inv: Inventory) -> list[Planned]:
@@ -84,6 +103,7 @@ def catalog(inv: Inventory) -> list[Planned]:
                                s.sudo))
         else:
             out.append(Planned(s.name, "counters", sw.counters_command(), s.sudo))
+            out += _nvue_confirm(sw, s.name, s.sudo)
     la = inv.launcher
     launcher = next(h for h in inv.hosts if h.name == la.host)
     hosts = {h.name: h for h in inv.hosts}

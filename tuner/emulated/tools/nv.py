@@ -5,8 +5,14 @@ Config is a tree (``nv config show`` shape) with a pending and an applied revisi
 ``nv unset qos congestion-control <profile>``, ``nv set|unset interface <swp> qos
 congestion-control [profile <name>]`` (CL >= 5.4), all staged; ``nv config apply [-y]``
 (pending -> applied, all or nothing, refused when a profile has min >= max or an interface
-names a profile that does not exist; ``default-global`` cannot be removed); ``nv config diff``;
-``nv config show -o json``. Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
+names a profile that does not exist; ``default-global`` cannot be removed; with auto-save,
+``state["auto_save"]``, on by default since CL 5.9, also the startup revision); ``nv config
+apply --confirm [<time>]`` / ``--confirm-status`` / ``[<rev>] --confirm-yes|--confirm-no``
+(see ``cmd_apply``; the rollback timer is ``tuner.emulated.nvued``); ``nv config revision -o
+json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``. Not
+documented by NVUE, and so chosen conservatively here: the ``--confirm-status`` text, and that
+no other apply is taken while one waits for confirmation.
+Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
 (bytes as ``40000 B``), ``qos roce`` and ``interface <swp> qos roce status`` (human units,
 ``146.48 KB``, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
 counters qos``.
@@ -15,9 +21,12 @@ counters qos``.
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
 from typing import Any
 
+from tuner.emulated import nvued
 from tuner.emulated import state as st
 from tuner.emulated import switches as swmod
 from tuner.emulated.tools._base import Target, target
@@ -143,30 +152,136 @@ def _set_cc(conf: dict[str, Any], words: list[str], unset: bool, bad: NvError) -
             row[field] = value
 
 
-def cmd_apply(t: Target) -> None:
-    fail = t.faults.get("nv_apply_fail")
-    if fail:
-        raise NvError(f"Error: {fail}")
+def confirm_seconds(raw: str) -> int:
+    """``--confirm <time>``: a bare number is minutes (the NVUE reference: ``--confirm 60``
+    "requires you to confirm within one hour"); ``s``/``m``/``h`` suffixes as in ``--confirm
+    300s`` (the NAPALM Cumulus driver's ``--confirm {revert_in}s``)."""
+    m = re.fullmatch(r"([0-9]{1,6})([smh]?)", raw)
+    if not m or int(m.group(1)) == 0:
+        raise NvError(f"Error: Invalid Command: '{raw}' is not a confirm time "
+                      "(<minutes> or <n>s|m|h)")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
+
+
+def parse_apply(args: list[str]) -> tuple[str, int | None, str | None]:
+    """``nv config apply [<revision>] [-y|--y|--assume-yes|--assume-no] [-m <message>]
+    [--confirm [<time>] | --confirm-status | --confirm-yes | --confirm-no]`` ->
+    (action, confirm seconds, revision). Anything else is refused like NVUE refuses it."""
+    action, seconds, rev = "apply", None, None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-y", "--y", "--assume-yes", "--assume-no"):
+            pass
+        elif a == "-m" and i + 1 < len(args):
+            i += 1
+        elif a == "--confirm":
+            action = "confirm"
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            seconds = 600  # "If you do not confirm within ten minutes"
+            if nxt is not None and not nxt.startswith("-"):
+                seconds = confirm_seconds(nxt)
+                i += 1
+        elif a in ("--confirm-status", "--confirm-yes", "--confirm-no") and action == "apply":
+            action = a[2:]
+        elif not a.startswith("-") and rev is None and i == 0:
+            rev = a
+        else:
+            raise NvError(f"Error: Invalid Command: nv config apply {' '.join(args)}")
+        i += 1
+    if rev is not None and action not in ("confirm-yes", "confirm-no"):
+        raise NvError("Error: this stand-in applies the pending revision only")
+    return action, seconds, rev
+
+
+def _validate(conf: dict[str, Any]) -> None:
+    for name in _cc(conf):
+        for tc in _cc(conf)[name].get("traffic-class", {}):
+            row = swmod.nvue_tc(conf, name, tc) or {}
+            if int(row["min-threshold"]) >= int(row["max-threshold"]):
+                raise NvError(
+                    f"Error: Config invalid at qos.congestion-control.{name}."
+                    f"traffic-class.{tc}: min-threshold must be less than max-threshold")
+    for port in conf.get("interface", {}):
+        prof = swmod.nvue_port_profile(conf, port)
+        if prof not in _cc(conf):
+            raise NvError(f"Error: Config invalid at interface.{port}.qos.congestion-control"
+                          f".profile: '{prof}' is not a congestion-control profile")
+
+
+def cmd_apply(t: Target, args: list[str]) -> None:
+    """Pending -> applied, all or nothing. With auto-save on (``state["auto_save"]``, the
+    default since Cumulus Linux 5.9) a plain apply also becomes the startup configuration; an
+    apply with ``--confirm`` is saved only once confirmed (``--confirm-yes``), and rolls back to
+    the previous revision at its deadline (``tuner.emulated.nvued``) or on ``--confirm-no``."""
+    action, seconds, rev = parse_apply(args)
     with st.locked(t.dir):
         s = st.load_state(t.dir)
+        pending = s.get("confirm")
+        if action == "confirm-status":
+            if not pending:
+                print("no apply is waiting for confirmation")
+                return
+            left = max(0, int(pending["deadline"] - time.time()))
+            print(f"revision {pending['rev']}: {left} s left before the automatic rollback")
+            return
+        if action in ("confirm-yes", "confirm-no"):
+            if not pending or (rev is not None and rev != str(pending["rev"])):
+                raise NvError("Error: no configuration apply is waiting for confirmation"
+                              + (f" as revision {rev}" if rev else ""))
+            if action == "confirm-yes":
+                s.pop("confirm")
+                if s.get("auto_save", True):
+                    s["startup"] = st.json_copy(s["applied"])
+            else:
+                nvued.rollback(s, int(pending["rev"]))
+            st.write_json(t.dir / "state.json", s)
+            print(f"{'confirmed' if action == 'confirm-yes' else 'rolled back'} "
+                  f"[rev_id: {pending['rev']}]")
+            return
+        if pending:  # one unconfirmed apply at a time
+            raise NvError(f"Error: revision {pending['rev']} is waiting for confirmation "
+                          "(nv config apply --confirm-yes|--confirm-no)")
+        fail = t.faults.get("nv_apply_fail")
+        if fail:
+            raise NvError(f"Error: {fail}")
         conf = s["pending"]
-        for name in _cc(conf):
-            for tc in _cc(conf)[name].get("traffic-class", {}):
-                row = swmod.nvue_tc(conf, name, tc) or {}
-                if int(row["min-threshold"]) >= int(row["max-threshold"]):
-                    raise NvError(
-                        f"Error: Config invalid at qos.congestion-control.{name}."
-                        f"traffic-class.{tc}: min-threshold must be less than max-threshold")
-        for port in conf.get("interface", {}):
-            prof = swmod.nvue_port_profile(conf, port)
-            if prof not in _cc(conf):
-                raise NvError(f"Error: Config invalid at interface.{port}.qos.congestion-control"
-                              f".profile: '{prof}' is not a congestion-control profile")
+        _validate(conf)
         changed = s["pending"] != s["applied"]
-        s["applied"] = json.loads(json.dumps(conf))
-        s["rev_id"] = int(s.get("rev_id", 1)) + (1 if changed else 0)
+        previous = s["applied"]
+        s["applied"] = st.json_copy(conf)
+        s["rev_id"] = int(s.get("rev_id", 1)) + (1 if changed or seconds else 0)
+        if action == "confirm":
+            deadline = time.time() + int(seconds or 600)
+            s["confirm"] = {"rev": s["rev_id"], "deadline": deadline, "previous": previous}
+            _start_timer(t, s["rev_id"], deadline)
+        elif s.get("auto_save", True):
+            s["startup"] = st.json_copy(s["applied"])
         st.write_json(t.dir / "state.json", s)
     print(f"applied [rev_id: {s['rev_id']}]")
+
+
+def _start_timer(t: Target, rev: int, deadline: float) -> None:
+    """The rollback timer lives in the switch's NVUE daemon, not in this SSH session."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != st.ENV_NAME}
+    env[nvued.ENV_DAEMON] = t.name
+    subprocess.Popen([sys.executable, "-m", "tuner.emulated.nvued", str(t.dir), str(rev),
+                      repr(deadline)], env=env, start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+
+
+def cmd_revision(t: Target) -> None:
+    """``nv config revision -o json``: the applied revision and its state (``confirm`` while
+    it waits for confirmation; ``applied_and_saved`` once it is the startup one)."""
+    s = t.state
+    rev = int(s.get("rev_id", 1))
+    st_word = ("confirm" if s.get("confirm") else
+               "applied_and_saved" if s.get("startup") == s["applied"] else "applied")
+    print(json.dumps({str(rev): {"state": st_word}}, indent=2))
 
 
 def cmd_diff(t: Target) -> None:
@@ -352,6 +467,13 @@ def main(argv: list[str]) -> int:
     if t.state.get("platform") != "nvue":
         print("bash: nv: command not found", file=sys.stderr)
         return 127
+    if argv[:2] == ["config", "apply"]:
+        try:
+            cmd_apply(t, argv[2:])
+        except NvError as e:
+            print(str(e), file=sys.stderr)
+            return 1
+        return 0
     as_json, rev, words = False, "applied", []
     it = iter(argv)
     for a in it:
@@ -366,8 +488,8 @@ def main(argv: list[str]) -> int:
     try:
         if words[:1] in (["set"], ["unset"]):
             cmd_set(t, words[1:], unset=words[0] == "unset")
-        elif words == ["config", "apply"]:
-            cmd_apply(t)
+        elif words == ["config", "revision"] and as_json:
+            cmd_revision(t)
         elif words == ["config", "diff"]:
             cmd_diff(t)
         elif words == ["config", "show"]:
