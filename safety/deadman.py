@@ -219,6 +219,15 @@ class DeadmanTimer:
         return (f"if [ -e {f}.armed ]; then echo armed; elif [ -e {f}.firing ]; then "
                 f"echo firing; elif [ -e {f}.fired ]; then echo fired; else echo expired; fi")
 
+    def holder_command(self) -> str:
+        """Who holds the target's lock, read only: ``free``, or ``held <token> <state> <host>
+        <pid>`` (state as in ``locked``: armed, firing, fired or expired)."""
+        return (f"{self._prologue(absent='free')}"
+                f"[ -d {self._lock} ] || {{ echo free; exit 0; }}; "
+                f"o=$(cat {self._lock}/owner 2>/dev/null); "
+                f"echo held \"${{o:-?}}\" $({self._owner_state('$o')}) "
+                f"$(cat {self._lock}/who 2>/dev/null)")
+
     def status_command(self) -> str:
         return (f"{self._prologue()}if [ -e {self._f('armed')} ]; then echo armed; "
                 f"else {self._state_words()}; fi")

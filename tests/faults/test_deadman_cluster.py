@@ -238,13 +238,17 @@ def test_timer_gone_mid_trial_stops_the_trial_at_once(setup, tmp_path: Path) -> 
 
 
 def test_second_tuner_is_refused_by_the_target(setup) -> None:
-    """A second tuner snapshots the first one's trial as its 'baseline' (the hole); its arm is
-    refused by the targets' locks, so it changes nothing; once the first is gone and its
-    timers fired, ``recover`` takes the locks over."""
+    """A second tuner would snapshot the first one's trial as its 'baseline': the targets'
+    locks refuse it before it reads one, and an arm would be refused too, so it changes
+    nothing; once the first is gone and its timers fired, ``recover`` takes the locks over."""
     first, fake = setup(timeout_s=1.0)
     first.apply(trial(17))
     second = DeadmanCluster(fake, 1.0, directory=first.directory, renew_every_s=0.3)
-    second.snapshot()
+    with pytest.raises(DeadmanRefused, match="locked .* armed .*nothing was applied"):
+        second.snapshot()
+    assert second.baseline is None
+    first.refuse_if_held()  # its own armed change never refuses the tuner that holds it
+    second.baseline = fake.read_back()  # had it read one anyway, the arm is refused
     with pytest.raises(DeadmanRefused, match="locked .* armed"):
         second.apply(trial(42))
     assert values(fake) == [17, 17] and fake.applied == 1
@@ -260,6 +264,21 @@ def test_second_tuner_is_refused_by_the_target(setup) -> None:
     second.apply(trial(42))
     assert values(fake) == [42, 42]
     second.disarm()
+
+
+def test_a_canary_moved_under_the_study_is_never_changed(setup) -> None:
+    """Another tuner (or a hand change) moved the canary after the study read its baseline: a
+    trial there would be scored against the wrong baseline and its restore would overwrite
+    their change, so nothing is applied; moving back to the study's baseline still works."""
+    dc, fake = setup(timeout_s=1.0)
+    for f in fake.files.values():
+        f.write_text("55\n")
+    with pytest.raises(DeadmanRefused, match="changed since this study read its baseline "
+                                             r"\(h0/mlx5_0.rpg_time_reset"):
+        dc.apply(trial(17))
+    assert values(fake) == [55, 55] and fake.applied == 0 and dc.armed == {}
+    dc.apply(dc.baseline)
+    assert values(fake) == [300, 300]
 
 
 def test_nvue_trial_apply_waits_for_confirmation_and_rolls_back_with_confirm_no() -> None:

@@ -204,9 +204,16 @@ class DeadmanCluster(Cluster):
                 self.verified = True
             return
         before = self.inner.read_back()
-        if before != settings and self.baseline is not None and before != self.baseline:
-            log.warning("the canary is not on the study's baseline (%s): applying without a "
-                        "dead-man timer", ", ".join(sorted(before.diff(self.baseline))[:5]))
+        if (self.baseline is not None and settings != self.baseline
+                and before not in (settings, self.baseline)):
+            # Someone else moved the canary since the study's snapshot (another tuner, a hand
+            # change): a trial on top of it would be measured against the wrong baseline and
+            # its restore would overwrite their change. Stop before touching anything.
+            raise DeadmanRefused(
+                "the canary changed since this study read its baseline ("
+                + ", ".join(sorted(before.diff(self.baseline))[:5])
+                + "): another tuner or a hand change? nothing was applied; find who, then "
+                "`ecntune recover` or start a new study")
         if before == settings or before != self.baseline:
             # Only a move away from the study's baseline snapshot is armed: a timer restores
             # "what the target holds now", which must be the known-good state -- never the
@@ -247,9 +254,31 @@ class DeadmanCluster(Cluster):
         return self.inner.describe()
 
     def snapshot(self) -> Settings:
-        """The baseline; changes away from it are the ones armed with timers."""
+        """The baseline; changes away from it are the ones armed with timers.
+
+        A target whose lock is held by another tuner's armed change refuses the study here,
+        before its baseline is read: that "baseline" would be the other tuner's trial."""
+        if self.timeout_s > 0:
+            self.refuse_if_held()
         self.baseline = self.inner.snapshot()
         return self.baseline
+
+    def refuse_if_held(self) -> None:
+        """``DeadmanRefused`` when any canary target is locked by a change that may still be
+        restored (its timer armed or firing); stale locks are left to ``recover``."""
+        keys = list(self.inner.drivers())
+        probe = {k: DeadmanTimer.new(k, self.directory) for k in keys}
+        res = self._fan(lambda k: self._run(k, probe[k].holder_command()).split(), keys)
+        with self._lock:
+            mine = {t.token for t in self.armed.values()}
+        held = {k: o.value for k, o in res.items()
+                if o.error is None and o.value[:1] == ["held"] and o.value[1:2] != []
+                and o.value[1] not in mine and o.value[2:3] in (["armed"], ["firing"])}
+        if held:
+            raise DeadmanRefused(
+                "; ".join(f"{k}: locked {' '.join(v[1:])}" for k, v in sorted(held.items()))
+                + ": another tuner has a change armed on this canary; nothing was applied "
+                "(`ecntune recover` takes over the lock of a tuner that is gone)")
 
     def read_back(self) -> Settings:
         return self.inner.read_back()
