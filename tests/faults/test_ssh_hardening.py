@@ -96,9 +96,10 @@ def test_second_tuner_on_another_machine_is_refused_by_the_targets(emu, tmp_path
     assert dirty == []
     reliability.record("a second tuner on another machine (own results folder) while the "
                        "first has a change armed",
-                       "every changed target refused the second tuner's arm (`locked <token> "
-                       f"armed`): nothing applied, exit 3 after {refused_s:.1f} s (pre-flight "
-                       "and baseline included); the first finished normally",
+                       "the canary's locks, held by the first tuner's armed change, refused "
+                       "the second tuner before it read a baseline (`locked <token> armed`): "
+                       f"nothing applied, exit 3 after {refused_s:.1f} s (pre-flight "
+                       "included); the first finished normally",
                        dirty_targets=len(dirty),
                        trials_lost=lost_trials(first_dir / "results")
                        + lost_trials(second_dir / "results", measured_only=True),
