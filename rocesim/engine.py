@@ -233,8 +233,8 @@ class Simulation:
         self.nic_tot = np.zeros((n_links, 2))
         self.nic_nq = np.zeros(n_links)
         self.sh_used = np.zeros(n_sw)
-        self.slot_out = np.zeros(n_links, dtype=np.int64)
-        self.slot_hist = np.zeros(n_links, dtype=np.int64)
+        self.slot_out = np.zeros(n_links, dtype=np.uint32)
+        self.slot_hist = np.zeros(n_links, dtype=np.uint32)
         self.pmark = np.zeros((n_links, 2))
         self.qprev = np.zeros((n_links, 2))
         self.qseen = np.zeros((n_links, 2))
@@ -248,13 +248,21 @@ class Simulation:
         self.ts_rate = np.zeros((TS_POINTS, n_links), dtype=np.float32)
         self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
-        K.count_ingress(self.live, int(self.n_live[0]), self.f_hops, self.f_path, self.f_pair,
-                        self.f_cls, self.pair_stamp, self.nfl, -(2**62))
         self.state = self._pack()
+        fl = self.state[3]
+        K.count_ingress(fl.live, int(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
+                        fl.pair_stamp, self.nfl, -(2**62))
 
     def _pack(self) -> tuple[S.LinkState, S.SwitchState, S.NicState, S.FlowState,
                              S.GroupState, S.ProbeState, S.SeriesState, S.Scratch]:
-        """The kernel's named structures, by keyword (they share the arrays above)."""
+        """The kernel's named structures, by keyword (they share the arrays above).
+
+        Arrays of non-negative indices reach the kernel as unsigned views: numba indexes with
+        a signed integer only after testing it for a negative (wrap-around) value, which cost
+        up to half the time of the per-flow loops."""
+        def u32(a: np.ndarray) -> np.ndarray:
+            return a.view(np.uint32)
+
         topo = self.fabric.topo
         reserve, resume, a_x, s_x, a_l = self.sw_params
         links = S.LinkState(
@@ -271,15 +279,15 @@ class Simulation:
             ack_pkt=float(max(1, topo.ack_packet_bytes)))
         nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
-            path=self.f_path, hops=self.f_hops, cls=self.f_cls, src=self.f_src,
-            dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
+            path=u32(self.f_path), hops=self.f_hops, cls=u32(self.f_cls), src=u32(self.f_src),
+            dst=u32(self.f_dst), pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
             group=self.f_group, rd=self.f_rd,
             rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
             quantum=self.f_quantum,
-            pair=self.f_pair, ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
+            pair=u32(self.f_pair), ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
             transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
-            live=self.live, n_live=self.n_live, pair_stamp=self.pair_stamp,
-            nic_idx=self.nic_idx, nic_ptr=self.nic_ptr)
+            live=u32(self.live), n_live=self.n_live, pair_stamp=self.pair_stamp,
+            nic_idx=u32(self.nic_idx), nic_ptr=self.nic_ptr)
         groups = S.GroupState(
             iters=self.g_iters, iter=self.g_iter, start=self.g_start, times=self.g_times,
             f0=self.g_f0a, f1=self.g_f1a, cur=self.g_cur)
@@ -318,18 +326,17 @@ class Simulation:
             ranks = [fab.nic_index(r) for r in col.ranks]
             n = len(ranks)
             f0 = len(src)
-            if col.op == "alltoall":
+            if col.op == "alltoall":  # i -> j for every i != j, qps_per_connection each
                 per = col.size_bytes / n / col.qps_per_connection * wire
-                for i in range(n):
-                    for j in range(n):
-                        if i == j:
-                            continue
-                        for _ in range(col.qps_per_connection):
-                            src.append(ranks[i])
-                            dst.append(ranks[j])
-                            pred.append(-1)
-                            chunk.append(math.inf)
-                            size.append(per)
+                r = np.array(ranks, dtype=np.int64)
+                a, b = np.nonzero(~np.eye(n, dtype=bool))
+                qps = col.qps_per_connection
+                m = a.size * qps
+                src.extend(np.repeat(r[a], qps).tolist())
+                dst.extend(np.repeat(r[b], qps).tolist())
+                pred.extend([-1] * m)
+                chunk.extend([math.inf] * m)
+                size.extend([per] * m)
             elif col.algo == "tree":
                 self._tree_flows(col, ranks, wire, src, dst, pred, pred2, quantum, chunk,
                                 size)
@@ -434,8 +441,8 @@ class Simulation:
         extra = int(min(512, max(16, 2**22 // max(n_f, 1))))
         ring2 = int(self.f_rd.max(initial=1)) + 2 + extra
         ring3 = int(self.f_rev.max(initial=1)) + 2
-        self.ff = np.zeros((n_f, S.NFF))
-        self.fi = np.zeros((n_f, S.NFI), dtype=np.int64)
+        self.ff = np.zeros((n_f, S.NFF), order="F")
+        self.fi = np.zeros((n_f, S.NFI), dtype=np.int32, order="F")
         line_f = self.npar[self.f_src, S.P_MAX_RATE] if n_f else np.zeros(0)
         self.ff[:, S.RC] = line_f
         self.ff[:, S.RT] = line_f
@@ -455,7 +462,7 @@ class Simulation:
         self.n_live = np.array([n_f], dtype=np.int64)
         # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
         for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_ack", "f_group",
-                     "f_path", "f_hops", "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring",
+                     "f_path", "f_hops", "f_rd", "f_rev", "f_pair", "ce_ring", "cnp_ring",
                      "nic_idx"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
