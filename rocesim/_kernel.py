@@ -551,13 +551,13 @@ def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> Non
         s = lk.dst_sw[ln]
         if s < 0:
             continue
-        for c in range(2):
+        for c in range(sw.n_cls):
             occ = lk.ing[ln, c] - sw.reserve
             if occ > 0.0:
                 sh_used[s] += occ
     for ln in range(n_links):
         s = lk.dst_sw[ln]
-        for c in range(2):
+        for c in range(sw.n_cls):
             if s < 0 or sw.cls_lossless[c] == 0:
                 lk.xoff_hist[slot, ln, c] = 0
                 continue
@@ -599,12 +599,18 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
     lc = lk.counters
     wire_pkt = sw.wire_pkt
     for ln in range(lk.cap.shape[0]):
-        hs = (slot - lk.delay[ln]) % ring
+        # (slot - delay) % ring and (t + delay) % ring, without an integer division per link
+        hs = slot - lk.delay[ln]
+        if hs < 0:
+            hs += ring
         x.slot_hist[ln] = hs
-        x.slot_out[ln] = (t + lk.delay[ln]) % ring
+        so = slot + lk.delay[ln]
+        if so >= ring:
+            so -= ring
+        x.slot_out[ln] = so
         p0 = lk.xoff_hist[hs, ln, 0]
         p1 = lk.xoff_hist[hs, ln, 1]
-        for c in range(2):
+        for c in range(sw.n_cls):
             pc = p0 if c == 0 else p1
             if pc != 0:
                 if lk.paused_since[ln, c] < 0.0:
@@ -636,7 +642,7 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
         lc[ln, 0, C_TX] += s0
         lc[ln, 1, C_TX] += s1
         qprev = lk.qprev
-        for c in range(2):
+        for c in range(sw.n_cls):
             # The queue a packet sees within the step: the mean of the backlog left by the
             # previous step and the backlog this step leaves (arrivals spread over the
             # step), so a line-rate flow through an idle port sees ~0, not a step's bytes.

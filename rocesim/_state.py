@@ -68,6 +68,7 @@ class SwitchState(NamedTuple):
     static_xoff: float        # static XOFF cap, 0 = none
     alpha_lossy: float        # dynamic threshold factor of the lossy class
     cls_lossless: np.ndarray  # [class] 1 if PFC protects it
+    n_cls: int                # data classes in use: 1 (RoCE only, class 1 stays idle) or 2
     w_roce: float             # WRR weight of the RoCE class
     wd_detect: float          # PFC watchdog detection time, µs
     wire_pkt: float           # wire bytes of one full data packet

@@ -274,6 +274,7 @@ class Simulation:
         switches = S.SwitchState(
             buffer=self.sw_buffer, sh_used=self.sh_used, reserve=reserve, resume=resume,
             alpha_xoff=a_x, static_xoff=s_x, alpha_lossy=a_l, cls_lossless=self.cls_lossless,
+            n_cls=2 if self._class1_used() else 1,
             w_roce=float(topo.wrr_weight_roce), wd_detect=float(topo.pfcwd_detect_us),
             wire_pkt=float(topo.wire_bytes), ack_ratio=topo.ack_bytes / topo.wire_bytes,
             ack_pkt=float(max(1, topo.ack_packet_bytes)))
