@@ -527,14 +527,15 @@ def reaction_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState) 
 def react(f: int, slot3: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
     """``reaction_point`` for flow ``f`` (``slot3``: this step's slot of ``cnp_ring``)."""
     ff, fi, par = fl.ff, fl.fi, nic.par
-    n = fl.src[f]
     k = fl.cnp_ring[slot3, f]
     if k > 0:
+        n = fl.src[f]
         fl.cnp_ring[slot3, f] = 0
         nic.ctr[n, N_CNP_HANDLED] += k
         rp_cnp(ff, fi, f, par, n, now)
     if fi[f, ACTIVE] == 0:
         return
+    n = fl.src[f]
     rp_alpha(ff, fi, f, par, n, dt)
     rp_rate(ff, fi, f, par, n, now, dt)
 
@@ -752,21 +753,21 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
         if lk.src_nic[ln] < 0:
             continue  # a switch port: no QPs start there
         for i in range(ptr[ln], ptr[ln + 1]):
-            offer(idx[i], dt, fl, x)
+            offer(idx[i], ln, dt, fl, x)
         nic_arbiter(ln, dt, lk, sw, fl, x)
         for i in range(ptr[ln], ptr[ln + 1]):
-            send(idx[i], lk, fl, x)
+            send(idx[i], ln, lk, fl, x)
 
 
 @njit(cache=True, inline="always")
-def offer(f: int, dt: float, fl: FlowState, x: Scratch) -> None:
-    """What flow ``f`` offers its NIC port this step (``OFFER``), added to the port's total."""
+def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> None:
+    """What flow ``f`` offers its NIC port ``ln`` this step (``OFFER``), added to the port's
+    total."""
     ff = fl.ff
     ff[f, OFFER] = 0.0
     rem = ff[f, REMAIN]
     if rem <= 0.0:
         return
-    ln = fl.path[f, 0]
     c = fl.cls[f]
     if x.serve_frac[ln, c] != 0.0:  # NIC egress paused for this priority
         return
@@ -809,13 +810,12 @@ def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowStat
 
 
 @njit(cache=True, inline="always")
-def send(f: int, lk: LinkState, fl: FlowState, x: Scratch) -> None:
-    """Flow ``f`` puts what its port granted (``OFFER``) on the wire."""
+def send(f: int, ln: int, lk: LinkState, fl: FlowState, x: Scratch) -> None:
+    """Flow ``f`` puts what its port ``ln`` granted (``OFFER``) on the wire."""
     ff = fl.ff
     b = ff[f, OFFER]
     if b <= 0.0:
         return
-    ln = fl.path[f, 0]
     c = fl.cls[f]
     ff[f, REMAIN] -= b
     ff[f, SENT] += b
