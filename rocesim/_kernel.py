@@ -55,6 +55,7 @@ from rocesim._state import (
     P_MIN_CNP_GAP,
     P_MIN_DEC,
     P_MIN_RATE,
+    P_RELEASE,
     P_RRMP,
     P_THRESHOLD,
     P_TIME_RESET,
@@ -382,7 +383,8 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
     always, by the timer only with ``clamp_tgt_rate_after_time_inc`` (mlxconfig
     CLAMP_TGT_RATE_AFTER_TIME_INC: "the target rate should be updated if the transmission rate
     was increased due to the timer, and not only due to the byte counter"). Otherwise the
-    timer and byte-counter increase events (``_increase``).
+    timer and byte-counter increase events (``_increase``), after which a flow back at
+    ``rpg_max_rate`` releases its limiter if ``P_RELEASE`` (``Topology.release_limiter``).
     """
     period = par[n, P_RRMP]
     tick = now - ff[f, TCUT] >= period - 1e-9
@@ -406,11 +408,13 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
         fi[f, CUTPEND] = 0
     else:
         ff[f, TTIMER] += dt
+        increased = False
         if ff[f, TTIMER] >= par[n, P_TIME_RESET] - 1e-9:
             ff[f, TTIMER] -= par[n, P_TIME_RESET]
             fi[f, TSTAGE] += 1
             fi[f, INCSINCE] |= 1
             _increase(ff, fi, f, par, n)
+            increased = True
         br = par[n, P_BYTE_RESET]
         if br > 0.0:
             guard = 0
@@ -420,6 +424,15 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
                 fi[f, INCSINCE] |= 2
                 _increase(ff, fi, f, par, n)
                 guard += 1
+                increased = True
+        # ``Topology.release_limiter``: an increase that brings the flow back to full rate,
+        # with no cut pending, de-allocates the limiter; the next CNP allocates a fresh one
+        # (``rp_cnp``). Full rate: within 1 Mb/s (the NIC's rates are whole Mb/s; halving the
+        # gap to RT reaches the float maximum only after ~50 increase events).
+        top = par[n, P_MAX_RATE] - 0.125
+        if (increased and par[n, P_RELEASE] != 0.0 and fi[f, CUTPEND] == 0
+                and ff[f, RC] >= top and ff[f, RT] >= top):
+            fi[f, ACTIVE] = 0
 
 
 # ==================================================================== phases of one step

@@ -25,8 +25,8 @@ ACK_FLOW = -2
 # NIC parameter columns (NicState.par, kernel units).
 (P_TIME_RESET, P_BYTE_RESET, P_THRESHOLD, P_MAX_RATE, P_AI, P_HAI, P_GD_FAC, P_MIN_DEC,
  P_MIN_RATE, P_FIRST_RATE, P_G, P_ALPHA_RTT, P_RRMP, P_INIT_ALPHA, P_CLAMP, P_CLAMP_TI,
- P_MIN_CNP_GAP, P_LINE, P_CNP_PER_PORT) = range(19)
-NP_COLS = 19
+ P_MIN_CNP_GAP, P_LINE, P_CNP_PER_PORT, P_RELEASE) = range(20)
+NP_COLS = 20
 # NIC counter columns (NicState.ctr).
 N_ECN_MARKED, N_CNP_SENT, N_CNP_HANDLED = range(3)
 # Link counter columns (LinkState.counters, per class), float64.

@@ -39,7 +39,8 @@ Not modelled: retransmission timing (go-back-N / selective repeat: a dropped byt
 sent again, without a timeout), NIC receive-side pauses (host PCIe back-pressure; NIC
 ``tx_prio3_pause`` stays 0), adaptive routing and flowlets, PFC deadlocks, PFC watchdog actions
 (storms are reported, not acted upon), queueing of CNPs behind other CNPs, multicast, the
-NIC scheduler's per-packet jitter, DCQCN limiter de-allocation, GPU/NVLink time.
+NIC scheduler's per-packet jitter, GPU/NVLink time; DCQCN limiter de-allocation only with
+``Topology.release_limiter`` (off by default).
 """
 
 from __future__ import annotations
@@ -224,6 +225,7 @@ class Simulation:
             p[S.P_MIN_CNP_GAP] = d.min_time_between_cnps
             p[S.P_LINE] = line
             p[S.P_CNP_PER_PORT] = 1.0 if d.cnp_moderation == 1 else 0.0
+            p[S.P_RELEASE] = 1.0 if topo.release_limiter else 0.0
         self.nic_ctr = np.zeros((n_nics, 3), dtype=np.int64)
         self.nic_tcnp = np.full(n_nics, -1e18)
         self._build_flows(line)
