@@ -252,13 +252,16 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
 
 @njit(cache=True, error_model="numpy")
 def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray, c: int,
-               cap: float) -> None:
+               cap: float, buf: np.ndarray) -> None:
     """Max-min share of ``cap`` among the offers (``OFFER`` column) of flows idx[i0:i1] in
-    class ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L."""
+    class ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L.
+    The positive offers are copied once into ``buf`` (in flow order, so the sums are the
+    same) for the iterations to scan."""
     n = 0
     for i in range(i0, i1):
         f = idx[i]
         if f_cls[f] == c and ff[f, OFFER] > 0.0:
+            buf[n] = ff[f, OFFER]
             n += 1
     if n == 0:
         return
@@ -266,13 +269,8 @@ def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndar
     for _ in range(16):
         sat = 0.0
         unsat = 0
-        for i in range(i0, i1):
-            f = idx[i]
-            if f_cls[f] != c:
-                continue
-            x = ff[f, OFFER]
-            if x <= 0.0:
-                continue
+        for k in range(n):
+            x = buf[k]
             if x <= level:
                 sat += x
             else:
@@ -819,9 +817,9 @@ def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowStat
     x.serve_bytes[ln, 1] = 1.0
     # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
     if s0 < d0 * (1.0 - 1e-12):
-        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0)
+        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0, x.wf)
     if s1 < d1 * (1.0 - 1e-12):
-        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1)
+        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1, x.wf)
 
 
 @njit(cache=True, error_model="numpy", inline="always")

@@ -166,3 +166,4 @@ class Scratch(NamedTuple):
     burst: np.ndarray         # [link, class, (a, r, kmax, mean bytes)] microburst model
     slot_out: np.ndarray      # [link] transit slot of bytes sent this step
     slot_hist: np.ndarray     # [link] xoff_hist slot in force at the link's sender
+    wf: np.ndarray            # [most QPs on one NIC port] offers the NIC arbiter levels

@@ -306,7 +306,7 @@ class Simulation:
             serve_frac=self.serve_frac, serve_bytes=self.serve_bytes, nic_tot=self.nic_tot,
             nic_nq=self.nic_nq,
             pmark=self.pmark, qseen=self.qseen, burst=self.burst, slot_out=self.slot_out,
-            slot_hist=self.slot_hist)
+            slot_hist=self.slot_hist, wf=np.zeros(max(1, int(np.diff(self.nic_ptr).max()))))
         return links, switches, nics, flows, groups, probes, series, scratch
 
     def _build_flows(self, line: float) -> None:
