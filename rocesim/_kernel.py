@@ -6,7 +6,9 @@ side stays readable. One step is a fixed sequence of phase functions (``run``), 
 function of the structures it reads and writes, so that each can be driven alone in a test.
 Units inside the kernel: time in µs, data in wire bytes, rates in bytes/µs. numba is used
 because per-step Python overhead dominates small scenarios (see bench/rocesim_bench.py, which
-reports it); ``cache=True`` keeps the JIT cost to the first run on a machine.
+reports it); ``cache=True`` keeps the JIT cost to the first run on a machine, and
+``error_model="numpy"`` drops the divide-by-zero test before every division (the kernel
+never divides by zero; S2 ~10 % faster).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from rocesim._state import (
     P_MIN_CNP_GAP,
     P_MIN_DEC,
     P_MIN_RATE,
+    P_RELEASE,
     P_RRMP,
     P_THRESHOLD,
     P_TIME_RESET,
@@ -88,7 +91,7 @@ _S11 = np.uint64(11)
 _INV53 = 1.0 / 9007199254740992.0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _uniform(rng: np.ndarray) -> float:
     """splitmix64: a per-simulation generator, so interleaved simulations stay deterministic."""
     rng[0] = rng[0] + _GOLD
@@ -99,7 +102,7 @@ def _uniform(rng: np.ndarray) -> float:
     return float(z >> _S11) * _INV53
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     if n <= 0 or p <= 0.0:
         return 0
@@ -112,7 +115,7 @@ def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> float:
     if on == 0 or q <= kmin:
         return 0.0
@@ -124,7 +127,7 @@ def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> floa
 BURST_MAX = 32
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _burst_params(rho: float, n: int) -> tuple:
     """Packet-level backlog a departing packet sees on top of the fluid queue.
 
@@ -145,7 +148,7 @@ def _burst_params(rho: float, n: int) -> tuple:
     return float(n), rho, kmax
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _burst_steps(n: float, rho: float) -> tuple:
     """P(B >= k) = a^(k^2) b^k with a = exp(-2/n), b = exp(-2(1 - rho)) (``_burst_params``):
     returns (P(B >= 1), a^3, a^2, b), so that P(B >= k + 1) = P(B >= k) g_k b with
@@ -155,7 +158,7 @@ def _burst_steps(n: float, rho: float) -> tuple:
     return a * b, a * a * a, a * a, b
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _burst_mean(n: float, rho: float, kmax: int) -> float:
     """E[B] in packets: the sum of P(B >= k) over k >= 1 (terms below 1e-12 dropped)."""
     if kmax <= 0:
@@ -171,7 +174,7 @@ def _burst_mean(n: float, rho: float, kmax: int) -> float:
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int,
                      pkt: float) -> float:
     """Expected RED marking probability over the burst backlog distribution."""
@@ -195,7 +198,7 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int
     return p
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _burst_sample(rng: np.ndarray, n: float, rho: float, kmax: int) -> int:
     if kmax <= 0:
         return 0
@@ -209,7 +212,7 @@ def _burst_sample(rng: np.ndarray, n: float, rho: float, kmax: int) -> int:
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def count_ingress(live: np.ndarray, n_live: int, f_hops: np.ndarray, f_path: np.ndarray,
                   f_pair: np.ndarray, f_cls: np.ndarray, pair_stamp: np.ndarray,
                   nfl: np.ndarray, stamp: int) -> None:
@@ -225,7 +228,7 @@ def count_ingress(live: np.ndarray, n_live: int, f_hops: np.ndarray, f_path: np.
                 nfl[f_path[f, h], f_cls[f]] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple:
     """Work-conserving weighted round robin between two data classes on one link.
 
@@ -247,15 +250,18 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
     return s0, s1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray, c: int,
-               cap: float) -> None:
+               cap: float, buf: np.ndarray) -> None:
     """Max-min share of ``cap`` among the offers (``OFFER`` column) of flows idx[i0:i1] in
-    class ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L."""
+    class ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L.
+    The positive offers are copied once into ``buf`` (in flow order, so the sums are the
+    same) for the iterations to scan."""
     n = 0
     for i in range(i0, i1):
         f = idx[i]
         if f_cls[f] == c and ff[f, OFFER] > 0.0:
+            buf[n] = ff[f, OFFER]
             n += 1
     if n == 0:
         return
@@ -263,13 +269,8 @@ def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndar
     for _ in range(16):
         sat = 0.0
         unsat = 0
-        for i in range(i0, i1):
-            f = idx[i]
-            if f_cls[f] != c:
-                continue
-            x = ff[f, OFFER]
-            if x <= 0.0:
-                continue
+        for k in range(n):
+            x = buf[k]
             if x <= level:
                 sat += x
             else:
@@ -286,7 +287,7 @@ def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndar
             ff[f, OFFER] = level
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -> None:
     """One DCQCN increase event (timer or byte counter), ConnectX stage semantics.
 
@@ -319,7 +320,7 @@ def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -
 
 
 # ==================================================================== DCQCN reaction point
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _restart_increase(ff: np.ndarray, fi: np.ndarray, f: int) -> None:
     """A cut (or the limiter's allocation) restarts the increase timer, byte counter and
     stages."""
@@ -329,7 +330,7 @@ def _restart_increase(ff: np.ndarray, fi: np.ndarray, f: int) -> None:
     fi[f, BSTAGE] = 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float) -> None:
     """CNPs reach flow ``f``'s reaction point. The first one allocates the NIC's rate limiter
     (``initial_alpha_value``; ``rate_to_set_on_first_cnp`` if set, else the rate stays) and
@@ -355,7 +356,7 @@ def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now:
         fi[f, CUTPEND] = 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
              dt: float) -> None:
     """α update every ``dce_tcp_rtt``: α <- (1 - g) α + g if a CNP arrived in the period, else
@@ -371,7 +372,7 @@ def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
         fi[f, CNPPERIOD] = 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float,
             dt: float) -> None:
     """The rate-decrease timer ticks every ``rate_reduce_monitor_period`` from the first CNP;
@@ -382,7 +383,8 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
     always, by the timer only with ``clamp_tgt_rate_after_time_inc`` (mlxconfig
     CLAMP_TGT_RATE_AFTER_TIME_INC: "the target rate should be updated if the transmission rate
     was increased due to the timer, and not only due to the byte counter"). Otherwise the
-    timer and byte-counter increase events (``_increase``).
+    timer and byte-counter increase events (``_increase``), after which a flow back at
+    ``rpg_max_rate`` releases its limiter if ``P_RELEASE`` (``Topology.release_limiter``).
     """
     period = par[n, P_RRMP]
     tick = now - ff[f, TCUT] >= period - 1e-9
@@ -406,11 +408,13 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
         fi[f, CUTPEND] = 0
     else:
         ff[f, TTIMER] += dt
+        increased = False
         if ff[f, TTIMER] >= par[n, P_TIME_RESET] - 1e-9:
             ff[f, TTIMER] -= par[n, P_TIME_RESET]
             fi[f, TSTAGE] += 1
             fi[f, INCSINCE] |= 1
             _increase(ff, fi, f, par, n)
+            increased = True
         br = par[n, P_BYTE_RESET]
         if br > 0.0:
             guard = 0
@@ -420,114 +424,136 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
                 fi[f, INCSINCE] |= 2
                 _increase(ff, fi, f, par, n)
                 guard += 1
+                increased = True
+        # ``Topology.release_limiter``: an increase that brings the flow back to full rate,
+        # with no cut pending, de-allocates the limiter; the next CNP allocates a fresh one
+        # (``rp_cnp``). Full rate: within 1 Mb/s (the NIC's rates are whole Mb/s; halving the
+        # gap to RT reaches the float maximum only after ~50 increase events).
+        top = par[n, P_MAX_RATE] - 0.125
+        if (increased and par[n, P_RELEASE] != 0.0 and fi[f, CUTPEND] == 0
+                and ff[f, RC] >= top and ff[f, RT] >= top):
+            fi[f, ACTIVE] = 0
 
 
 # ==================================================================== phases of one step
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
+def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
+    """``arrivals`` for flow ``f``."""
+    ff, transit, path = fl.ff, fl.transit, fl.path
+    if ff[f, INFL] <= 0.0:
+        return
+    c = fl.cls[f]
+    hops = fl.hops[f]
+    for h in range(hops):
+        x = transit[slot, f, h]
+        if x <= 0.0:
+            continue
+        transit[slot, f, h] = 0.0
+        ln = path[f, h]
+        if h + 1 < hops:
+            s = lk.dst_sw[ln]
+            occ = lk.ing[ln, c] - sw.reserve
+            drop = 0.0
+            if sw.cls_lossless[c] != 0:
+                lim = lk.xoff_thr[ln, c] + lk.hroom[ln]
+                if lk.xoff[ln, c] != 0 and occ + x > lim:
+                    drop = occ + x - lim
+                    if drop > x:
+                        drop = x
+            else:
+                free = sw.buffer[s] - sw.sh_used[s]
+                lim = sw.alpha_lossy * free
+                if occ + x > lim:
+                    drop = min(x, occ + x - lim)
+            if drop > 0.0:
+                x -= drop
+                ff[f, INFL] -= drop
+                ff[f, REMAIN] += drop  # resent by the sender (retransmission model)
+                ff[f, SENT] -= drop
+                lk.counters[ln, c, C_DROP_BYTES] += drop
+                lk.counters[ln, c, C_DROPS] += drop / sw.wire_pkt
+            if x > 0.0:
+                fl.back[f, h + 1] += x
+                lk.q[path[f, h + 1], c] += x
+                lk.ing[ln, c] += x
+        else:
+            ff[f, DELIV] += x
+            ff[f, TOTDEL] += x
+            ff[f, INFL] -= x
+            if fl.ack[f] >= 0:  # the receiver acknowledges what it got, on the way back
+                ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
     """Bytes that left a link ``delay`` steps ago reach its far end: the next switch egress
     queue (per-(ingress, priority) accounting; headroom overflow drops the lossless class, the
     dynamic threshold the lossy one) or the receiver."""
-    ff, transit, path = fl.ff, fl.transit, fl.path
-    wire_pkt = sw.wire_pkt
     for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
-        if ff[f, INFL] <= 0.0:
-            continue
-        c = fl.cls[f]
-        hops = fl.hops[f]
-        for h in range(hops):
-            x = transit[slot, f, h]
-            if x <= 0.0:
-                continue
-            transit[slot, f, h] = 0.0
-            ln = path[f, h]
-            if h + 1 < hops:
-                s = lk.dst_sw[ln]
-                occ = lk.ing[ln, c] - sw.reserve
-                drop = 0.0
-                if sw.cls_lossless[c] != 0:
-                    lim = lk.xoff_thr[ln, c] + lk.hroom[ln]
-                    if lk.xoff[ln, c] != 0 and occ + x > lim:
-                        drop = occ + x - lim
-                        if drop > x:
-                            drop = x
-                else:
-                    free = sw.buffer[s] - sw.sh_used[s]
-                    lim = sw.alpha_lossy * free
-                    if occ + x > lim:
-                        drop = min(x, occ + x - lim)
-                if drop > 0.0:
-                    x -= drop
-                    ff[f, INFL] -= drop
-                    ff[f, REMAIN] += drop  # resent by the sender (retransmission model)
-                    ff[f, SENT] -= drop
-                    lk.counters[ln, c, C_DROP_BYTES] += drop
-                    lk.counters[ln, c, C_DROPS] += drop / wire_pkt
-                if x > 0.0:
-                    fl.back[f, h + 1] += x
-                    lk.q[path[f, h + 1], c] += x
-                    lk.ing[ln, c] += x
-            else:
-                ff[f, DELIV] += x
-                ff[f, TOTDEL] += x
-                ff[f, INFL] -= x
-                if fl.ack[f] >= 0:  # the receiver acknowledges what it got, on the way back
-                    ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
+        arrive(fl.live[jf], slot, lk, sw, fl)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None:
     """Marked packets reach the receiver NIC, which sends CNPs: one per marked packet, or at
     most one per ``min_time_between_cnps`` from the port (``cnp_moderation`` 1) or from each
     flow (2); each reaches the sender ``rev`` steps later."""
-    ce_ring, cnp_ring = fl.ce_ring, fl.cnp_ring
-    slot2 = t % ce_ring.shape[0]
-    ring3 = cnp_ring.shape[0]
+    slot2 = t % fl.ce_ring.shape[0]
     for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
-        m = ce_ring[slot2, f]
-        if m == 0:
-            continue
-        ce_ring[slot2, f] = 0
-        nd = fl.dst[f]
-        nic.ctr[nd, N_ECN_MARKED] += m
-        gap = nic.par[nd, P_MIN_CNP_GAP]
-        k = 0
-        if gap <= 0.0:
-            k = m
-        elif nic.par[nd, P_CNP_PER_PORT] != 0.0:
-            if now - nic.tcnp[nd] >= gap:
-                k = 1
-                nic.tcnp[nd] = now
-        elif now - fl.ff[f, TNPCNP] >= gap:
+        notify(fl.live[jf], t, slot2, now, nic, fl)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def notify(f: int, t: int, slot2: int, now: float, nic: NicState, fl: FlowState) -> None:
+    """``notification_point`` for flow ``f`` (``slot2``: this step's slot of ``ce_ring``)."""
+    m = fl.ce_ring[slot2, f]
+    if m == 0:
+        return
+    fl.ce_ring[slot2, f] = 0
+    nd = fl.dst[f]
+    nic.ctr[nd, N_ECN_MARKED] += m
+    gap = nic.par[nd, P_MIN_CNP_GAP]
+    k = 0
+    if gap <= 0.0:
+        k = m
+    elif nic.par[nd, P_CNP_PER_PORT] != 0.0:
+        if now - nic.tcnp[nd] >= gap:
             k = 1
-            fl.ff[f, TNPCNP] = now
-        if k > 0:
-            nic.ctr[nd, N_CNP_SENT] += k
-            cnp_ring[(t + fl.rev[f]) % ring3, f] += k
+            nic.tcnp[nd] = now
+    elif now - fl.ff[f, TNPCNP] >= gap:
+        k = 1
+        fl.ff[f, TNPCNP] = now
+    if k > 0:
+        nic.ctr[nd, N_CNP_SENT] += k
+        fl.cnp_ring[(t + fl.rev[f]) % fl.cnp_ring.shape[0], f] += k
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def reaction_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
     """The sender NIC runs DCQCN per flow: CNPs, α, cuts, increases (``rp_*``)."""
-    cnp_ring, ff, fi, par = fl.cnp_ring, fl.ff, fl.fi, nic.par
-    slot3 = t % cnp_ring.shape[0]
+    slot3 = t % fl.cnp_ring.shape[0]
     for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
+        react(fl.live[jf], slot3, now, dt, nic, fl)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def react(f: int, slot3: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
+    """``reaction_point`` for flow ``f`` (``slot3``: this step's slot of ``cnp_ring``)."""
+    ff, fi, par = fl.ff, fl.fi, nic.par
+    k = fl.cnp_ring[slot3, f]
+    if k > 0:
         n = fl.src[f]
-        k = cnp_ring[slot3, f]
-        if k > 0:
-            cnp_ring[slot3, f] = 0
-            nic.ctr[n, N_CNP_HANDLED] += k
-            rp_cnp(ff, fi, f, par, n, now)
-        if fi[f, ACTIVE] == 0:
-            continue
-        rp_alpha(ff, fi, f, par, n, dt)
-        rp_rate(ff, fi, f, par, n, now, dt)
+        fl.cnp_ring[slot3, f] = 0
+        nic.ctr[n, N_CNP_HANDLED] += k
+        rp_cnp(ff, fi, f, par, n, now)
+    if fi[f, ACTIVE] == 0:
+        return
+    n = fl.src[f]
+    rp_alpha(ff, fi, f, par, n, dt)
+    rp_rate(ff, fi, f, par, n, now, dt)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> None:
     """PFC per (switch ingress port, priority): XOFF above min(static, α x free shared buffer),
     XON ``resume`` below; pause frames at XOFF, per refresh period and at XON."""
@@ -539,13 +565,13 @@ def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> Non
         s = lk.dst_sw[ln]
         if s < 0:
             continue
-        for c in range(2):
+        for c in range(sw.n_cls):
             occ = lk.ing[ln, c] - sw.reserve
             if occ > 0.0:
                 sh_used[s] += occ
     for ln in range(n_links):
         s = lk.dst_sw[ln]
-        for c in range(2):
+        for c in range(sw.n_cls):
             if s < 0 or sw.cls_lossless[c] == 0:
                 lk.xoff_hist[slot, ln, c] = 0
                 continue
@@ -576,7 +602,7 @@ def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> Non
             lk.xoff_hist[slot, ln, c] = lk.xoff[ln, c]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState,
             x: Scratch) -> None:
     """Every link serves its queues: pauses seen one link delay after the far end sent them,
@@ -587,12 +613,18 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
     lc = lk.counters
     wire_pkt = sw.wire_pkt
     for ln in range(lk.cap.shape[0]):
-        hs = (slot - lk.delay[ln]) % ring
+        # (slot - delay) % ring and (t + delay) % ring, without an integer division per link
+        hs = slot - lk.delay[ln]
+        if hs < 0:
+            hs += ring
         x.slot_hist[ln] = hs
-        x.slot_out[ln] = (t + lk.delay[ln]) % ring
+        so = slot + lk.delay[ln]
+        if so >= ring:
+            so -= ring
+        x.slot_out[ln] = so
         p0 = lk.xoff_hist[hs, ln, 0]
         p1 = lk.xoff_hist[hs, ln, 1]
-        for c in range(2):
+        for c in range(sw.n_cls):
             pc = p0 if c == 0 else p1
             if pc != 0:
                 if lk.paused_since[ln, c] < 0.0:
@@ -624,7 +656,7 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
         lc[ln, 0, C_TX] += s0
         lc[ln, 1, C_TX] += s1
         qprev = lk.qprev
-        for c in range(2):
+        for c in range(sw.n_cls):
             # The queue a packet sees within the step: the mean of the backlog left by the
             # previous step and the backlog this step leaves (arrivals spread over the
             # step), so a line-rate flow through an idle port sees ~0, not a step's bytes.
@@ -650,62 +682,67 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
             qprev[ln, c] = q_end
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, fl: FlowState,
             x: Scratch) -> None:
     """Switch queues dequeue each flow's share; dequeued packets are CE-marked with the
     queue's probability (one Bernoulli draw per whole packet) and the marks start towards the
     receiver, delayed by the cables and the downstream queues (capped by the ring)."""
-    ff, path, back, pacc = fl.ff, fl.path, fl.back, fl.pacc
-    ring2 = fl.ce_ring.shape[0]
-    wire_pkt = sw.wire_pkt
-    inv_pkt = 1.0 / wire_pkt
     for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
-        if ff[f, INFL] <= 0.0:
+        mark(fl.live[jf], t, dt, rng, lk, sw, fl, x)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState,
+         fl: FlowState, x: Scratch) -> None:
+    """``marking`` for flow ``f``."""
+    ff, path, back, pacc = fl.ff, fl.path, fl.back, fl.pacc
+    if ff[f, INFL] <= 0.0:
+        return
+    wire_pkt = sw.wire_pkt
+    c = fl.cls[f]
+    hops = fl.hops[f]
+    for h in range(1, hops):
+        xb = back[f, h]
+        if xb <= 0.0:
             continue
-        c = fl.cls[f]
-        hops = fl.hops[f]
-        for h in range(1, hops):
-            xb = back[f, h]
-            if xb <= 0.0:
-                continue
-            ln = path[f, h]
-            fr = x.serve_frac[ln, c]
-            if fr <= 0.0:
-                continue
-            out = xb * fr if fr < 1.0 else xb
-            back[f, h] = xb - out
-            lk.ing[path[f, h - 1], c] -= out
-            fl.transit[x.slot_out[ln], f, h] += out
-            pm = x.pmark[ln, c]
-            if pm <= 0.0:
-                continue  # no marking: skip the per-packet accounting
-            pkt = wire_pkt if fl.pred[f] != ACK_FLOW else sw.ack_pkt
-            acc = pacc[f, h] + out
-            if acc >= pkt:
-                npk = int(acc * inv_pkt) if pkt == wire_pkt else int(acc / pkt)
-                pacc[f, h] = acc - npk * pkt
-                m = _binomial(rng, npk, pm)
-                if m > 0:
-                    lk.counters[ln, c, C_MARKS] += m
-                    if fl.pred[f] == ACK_FLOW:
-                        continue  # a marked ACK counts, but the NP answers data only
-                    # the marked packet still crosses the downstream queues (their current
-                    # delay, capped by the ring) and cables before the NP sees it
-                    qd = 0.0
-                    for h2 in range(h + 1, hops):
-                        l2 = path[f, h2]
-                        qd += x.qseen[l2, c] / lk.cap[l2]
-                    dly = fl.rd[f, h] + int(qd / dt)
-                    if dly > ring2 - 1:
-                        dly = ring2 - 1
-                    fl.ce_ring[(t + dly) % ring2, f] += m
-            else:
-                pacc[f, h] = acc
+        ln = path[f, h]
+        fr = x.serve_frac[ln, c]
+        if fr <= 0.0:
+            continue
+        out = xb * fr if fr < 1.0 else xb
+        back[f, h] = xb - out
+        lk.ing[path[f, h - 1], c] -= out
+        fl.transit[x.slot_out[ln], f, h] += out
+        pm = x.pmark[ln, c]
+        if pm <= 0.0:
+            continue  # no marking: skip the per-packet accounting
+        pkt = wire_pkt if fl.pred[f] != ACK_FLOW else sw.ack_pkt
+        acc = pacc[f, h] + out
+        if acc >= pkt:
+            npk = int(acc * (1.0 / wire_pkt)) if pkt == wire_pkt else int(acc / pkt)
+            pacc[f, h] = acc - npk * pkt
+            m = _binomial(rng, npk, pm)
+            if m > 0:
+                lk.counters[ln, c, C_MARKS] += m
+                if fl.pred[f] == ACK_FLOW:
+                    continue  # a marked ACK counts, but the NP answers data only
+                # the marked packet still crosses the downstream queues (their current
+                # delay, capped by the ring) and cables before the NP sees it
+                ring2 = fl.ce_ring.shape[0]
+                qd = 0.0
+                for h2 in range(h + 1, hops):
+                    l2 = path[f, h2]
+                    qd += x.qseen[l2, c] / lk.cap[l2]
+                dly = fl.rd[f, h] + int(qd / dt)
+                if dly > ring2 - 1:
+                    dly = ring2 - 1
+                fl.ce_ring[(t + dly) % ring2, f] += m
+        else:
+            pacc[f, h] = acc
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
     """What flow ``f`` may forward of predecessor ``pr``'s deliveries: all of it, or only
     whole ``quantum`` chunks (store and forward per chunk, NCCL Tree) until ``pr`` is done."""
@@ -716,70 +753,92 @@ def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
     return d
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch) -> None:
     """NICs inject each flow at min(DCQCN rate, offered load, ring credit), share the port
-    max-min between QPs (the NIC's arbiter) and stop while the port is paused."""
-    ff = fl.ff
-    for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
-        ff[f, OFFER] = 0.0
-        rem = ff[f, REMAIN]
-        if rem <= 0.0:
-            continue
-        ln = fl.path[f, 0]
-        c = fl.cls[f]
-        if x.serve_frac[ln, c] != 0.0:  # NIC egress paused for this priority
-            continue
-        r = ff[f, RC]
-        if fl.cap[f] < r:
-            r = fl.cap[f]
-        b = r * dt
-        if rem < b:
-            b = rem
-        pr = fl.pred[f]
-        if pr >= 0:  # at most ``chunk`` ahead of what the predecessor(s) delivered
-            credit = _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT]
-            pr = fl.pred2[f]
-            if pr >= 0:
-                credit = min(credit, _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT])
-            if credit < b:
-                b = credit
-        if b <= 0.0:
-            continue
-        ff[f, OFFER] = b
-        x.nic_tot[ln, c] += b
-        if c == 0:
-            x.nic_nq[ln] += 1.0
+    max-min between QPs (the NIC's arbiter) and stop while the port is paused.
+
+    Port by port, over the port's live QPs (``nic_idx``, in flow order): a QP's offer and send
+    touch only its own state and its port's, so a port's QPs stay in cache from offer to send
+    and the result is that of all offers, then all arbiters, then all sends."""
+    idx, ptr = fl.nic_idx, fl.nic_ptr
     for ln in range(lk.cap.shape[0]):
         if lk.src_nic[ln] < 0:
-            continue
-        d0 = x.nic_tot[ln, 0]
-        d1 = x.nic_tot[ln, 1]
-        s0, s1 = _wrr(lk.cap[ln] * dt, d0, d1, sw.w_roce, 0, 0)
-        x.serve_bytes[ln, 0] = 1.0
-        x.serve_bytes[ln, 1] = 1.0
-        # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
-        if s0 < d0 * (1.0 - 1e-12):
-            _waterfill(ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0)
-        if s1 < d1 * (1.0 - 1e-12):
-            _waterfill(ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1)
-    for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
-        b = ff[f, OFFER]
-        if b <= 0.0:
-            continue
-        ln = fl.path[f, 0]
-        c = fl.cls[f]
-        ff[f, REMAIN] -= b
-        ff[f, SENT] += b
-        ff[f, INFL] += b
-        ff[f, BYTECNT] += b
-        fl.transit[x.slot_out[ln], f, 0] += b
-        lk.counters[ln, c, C_TX] += b
+            continue  # a switch port: no QPs start there
+        for i in range(ptr[ln], ptr[ln + 1]):
+            offer(idx[i], ln, dt, fl, x)
+        nic_arbiter(ln, dt, lk, sw, fl, x)
+        for i in range(ptr[ln], ptr[ln + 1]):
+            send(idx[i], ln, lk, fl, x)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
+def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> None:
+    """What flow ``f`` offers its NIC port ``ln`` this step (``OFFER``), added to the port's
+    total."""
+    ff = fl.ff
+    ff[f, OFFER] = 0.0
+    rem = ff[f, REMAIN]
+    if rem <= 0.0:
+        return
+    c = fl.cls[f]
+    if x.serve_frac[ln, c] != 0.0:  # NIC egress paused for this priority
+        return
+    r = ff[f, RC]
+    if fl.cap[f] < r:
+        r = fl.cap[f]
+    b = r * dt
+    if rem < b:
+        b = rem
+    pr = fl.pred[f]
+    if pr >= 0:  # at most ``chunk`` ahead of what the predecessor(s) delivered
+        credit = _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT]
+        pr = fl.pred2[f]
+        if pr >= 0:
+            credit = min(credit, _received(ff, fl, pr, f) + fl.chunk[f] - ff[f, SENT])
+        if credit < b:
+            b = credit
+    if b <= 0.0:
+        return
+    ff[f, OFFER] = b
+    x.nic_tot[ln, c] += b
+    if c == 0:
+        x.nic_nq[ln] += 1.0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowState,
+                x: Scratch) -> None:
+    """NIC port ``ln`` serves its QPs' offers: WRR between the classes, max-min inside one."""
+    d0 = x.nic_tot[ln, 0]
+    d1 = x.nic_tot[ln, 1]
+    s0, s1 = _wrr(lk.cap[ln] * dt, d0, d1, sw.w_roce, 0, 0)
+    x.serve_bytes[ln, 0] = 1.0
+    x.serve_bytes[ln, 1] = 1.0
+    # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
+    if s0 < d0 * (1.0 - 1e-12):
+        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0, x.wf)
+    if s1 < d1 * (1.0 - 1e-12):
+        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1, x.wf)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def send(f: int, ln: int, lk: LinkState, fl: FlowState, x: Scratch) -> None:
+    """Flow ``f`` puts what its port ``ln`` granted (``OFFER``) on the wire."""
+    ff = fl.ff
+    b = ff[f, OFFER]
+    if b <= 0.0:
+        return
+    c = fl.cls[f]
+    ff[f, REMAIN] -= b
+    ff[f, SENT] += b
+    ff[f, INFL] += b
+    ff[f, BYTECNT] += b
+    fl.transit[x.slot_out[ln], f, 0] += b
+    lk.counters[ln, c, C_TX] += b
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, pb: ProbeState,
            x: Scratch) -> None:
     """Latency probes start on schedule and advance through the queues they meet: the bytes
@@ -856,7 +915,7 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 pb.ready[i] = arrive
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
     """Remove the flows of finished collectives from the per-port QP lists (``nic_idx`` /
     ``nic_ptr``, in place and in order) that the NIC arbiter scans every step. Exact: those
@@ -878,7 +937,7 @@ def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
     ptr[ptr.shape[0] - 1] = k
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState) -> None:
     """An iteration ends when every flow of the group delivered its bytes; the next one
     restarts them, and a finished group's flows leave the live list."""
@@ -927,10 +986,33 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             _drop_finished_from_ports(fl, gr)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
+def link_rate(f: int, fl: FlowState, lrate: np.ndarray) -> None:
+    """Adds flow ``f``'s DCQCN rate to the links it crosses, if it is sending data."""
+    ff = fl.ff
+    if ff[f, REMAIN] > 0.0 and fl.pred[f] != ACK_FLOW:
+        r = ff[f, RC]
+        if fl.cap[f] < r:
+            r = fl.cap[f]
+        for h in range(fl.hops[f]):
+            ln = fl.path[f, h]
+            lrate[ln, 0] += r
+            lrate[ln, 1] += 1.0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def time_series(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState,
                 x: Scratch) -> None:
     """Per-link queue, pause and mean DCQCN rate; adaptive decimation keeps <= cap points."""
+    record(t, now, lk, fl, ts, x, True)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def record(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState, x: Scratch,
+           recount: bool) -> None:
+    """``time_series``; with ``recount`` False, ``ts.lrate`` already holds this step's
+    per-link rate sums (``run`` adds them up in its next pass over the flows, in the same
+    order and before anything they depend on changes)."""
     if t % ts.every[0] != 0:
         return
     n_links = lk.cap.shape[0]
@@ -951,26 +1033,16 @@ def time_series(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesStat
         ts.q[k, ln] = (lk.qprev[ln, 0] + lk.qprev[ln, 1] + x.burst[ln, 0, 3]
                        + x.burst[ln, 1, 3])
         ts.paused[k, ln] = lk.xoff_hist[x.slot_hist[ln], ln, 0]
-        lrate[ln, 0] = 0.0
-        lrate[ln, 1] = 0.0
-    # mean DCQCN rate of the sending flows routed through each link
-    ff = fl.ff
-    for jf in range(fl.n_live[0]):
-        f = fl.live[jf]
-        if ff[f, REMAIN] > 0.0 and fl.pred[f] != ACK_FLOW:
-            r = ff[f, RC]
-            if fl.cap[f] < r:
-                r = fl.cap[f]
-            for h in range(fl.hops[f]):
-                ln = fl.path[f, h]
-                lrate[ln, 0] += r
-                lrate[ln, 1] += 1.0
+    if recount:  # mean DCQCN rate of the sending flows routed through each link
+        lrate[:, :] = 0.0
+        for jf in range(fl.n_live[0]):
+            link_rate(fl.live[jf], fl, lrate)
     for ln in range(n_links):
         ts.rate[k, ln] = lrate[ln, 0] / lrate[ln, 1] if lrate[ln, 1] > 0.0 else 0.0
     ts.n[0] = k + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def all_done(gr: GroupState) -> bool:
     """True when there are collectives and every one finished its iterations."""
     n = gr.iters.shape[0]
@@ -982,7 +1054,7 @@ def all_done(gr: GroupState) -> bool:
     return True
 
 
-@njit(cache=True, _nrt=False)  # type: ignore[call-overload]
+@njit(cache=True, error_model="numpy", _nrt=False)  # type: ignore[call-overload]
 def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links: LinkState,
         switches: SwitchState, nics: NicState, flows: FlowState, groups: GroupState,
         probe: ProbeState, series: SeriesState, scratch: Scratch) -> int:
@@ -996,23 +1068,42 @@ def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links
     small step (1.1 -> 2.5 µs on S1).
     """
     ring = flows.transit.shape[0]
+    live = flows.live
     t = t0
     t_end = min(t0 + n_steps, max_steps)
+    owed = False  # the time series' record of step t is still to be made
     while t < t_end:
         if all_done(groups):
             break
         now = t * dt
         slot = t % ring
-        arrivals(slot, links, switches, flows)
-        notification_point(t, now, nics, flows)
-        reaction_point(t, now, dt, nics, flows)
+        slot2 = t % flows.ce_ring.shape[0]
+        slot3 = t % flows.cnp_ring.shape[0]
+        # per-flow phases run fused in passes over the live flows (on a large fabric the
+        # memory traffic is the cost); within a pass each flow goes through the phases in
+        # order, and no phase reads what another flow's later phase in the pass writes, so the
+        # result is that of running the phases one after the other
+        sample = owed and t % series.every[0] == 0
+        if sample:
+            series.lrate[:, :] = 0.0
+        for jf in range(flows.n_live[0]):
+            f = live[jf]
+            if sample:  # the previous step's rates: nothing has changed them since
+                link_rate(f, flows, series.lrate)
+            arrive(f, slot, links, switches, flows)
+            notify(f, t, slot2, now, nics, flows)
+            react(f, slot3, now, dt, nics, flows)
+        if owed:
+            record(t, now, links, flows, series, scratch, False)
+            owed = False
         pfc(slot, now, dt, links, switches)
         service(t, slot, now, dt, links, switches, scratch)
         marking(t, dt, rng, links, switches, flows, scratch)
         injection(dt, links, switches, flows, scratch)
         probes(now, dt, rng, links, switches, probe, scratch)
         t += 1
-        now = t * dt
-        collectives(t, now, links, flows, groups)
-        time_series(t, now, links, flows, series, scratch)
+        collectives(t, t * dt, links, flows, groups)
+        owed = True
+    if owed:
+        record(t, t * dt, links, flows, series, scratch, True)
     return t

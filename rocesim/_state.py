@@ -25,8 +25,8 @@ ACK_FLOW = -2
 # NIC parameter columns (NicState.par, kernel units).
 (P_TIME_RESET, P_BYTE_RESET, P_THRESHOLD, P_MAX_RATE, P_AI, P_HAI, P_GD_FAC, P_MIN_DEC,
  P_MIN_RATE, P_FIRST_RATE, P_G, P_ALPHA_RTT, P_RRMP, P_INIT_ALPHA, P_CLAMP, P_CLAMP_TI,
- P_MIN_CNP_GAP, P_LINE, P_CNP_PER_PORT) = range(19)
-NP_COLS = 19
+ P_MIN_CNP_GAP, P_LINE, P_CNP_PER_PORT, P_RELEASE) = range(20)
+NP_COLS = 20
 # NIC counter columns (NicState.ctr).
 N_ECN_MARKED, N_CNP_SENT, N_CNP_HANDLED = range(3)
 # Link counter columns (LinkState.counters, per class), float64.
@@ -68,6 +68,7 @@ class SwitchState(NamedTuple):
     static_xoff: float        # static XOFF cap, 0 = none
     alpha_lossy: float        # dynamic threshold factor of the lossy class
     cls_lossless: np.ndarray  # [class] 1 if PFC protects it
+    n_cls: int                # data classes in use: 1 (RoCE only, class 1 stays idle) or 2
     w_roce: float             # WRR weight of the RoCE class
     wd_detect: float          # PFC watchdog detection time, µs
     wire_pkt: float           # wire bytes of one full data packet
@@ -165,3 +166,4 @@ class Scratch(NamedTuple):
     burst: np.ndarray         # [link, class, (a, r, kmax, mean bytes)] microburst model
     slot_out: np.ndarray      # [link] transit slot of bytes sent this step
     slot_hist: np.ndarray     # [link] xoff_hist slot in force at the link's sender
+    wf: np.ndarray            # [most QPs on one NIC port] offers the NIC arbiter levels

@@ -56,6 +56,10 @@ class Topology:
     lossy_alpha_log2: int = 0  # dynamic drop threshold of the lossy class
     ack_bytes: int = 0  # wire bytes of acknowledgement per data packet (0: not modelled)
     ack_packet_bytes: int = 60  # wire bytes of one ACK (counts marked ACKs)
+    # the NIC releases a flow's DCQCN rate limiter once its rate and target are back at
+    # rpg_max_rate, so the flow's next CNP takes the first-CNP path again (initial_alpha_value,
+    # rate_to_set_on_first_cnp); off by default, see docs/fidelity.md
+    release_limiter: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("leaf_spine", "single_switch"):

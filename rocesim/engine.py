@@ -39,7 +39,8 @@ Not modelled: retransmission timing (go-back-N / selective repeat: a dropped byt
 sent again, without a timeout), NIC receive-side pauses (host PCIe back-pressure; NIC
 ``tx_prio3_pause`` stays 0), adaptive routing and flowlets, PFC deadlocks, PFC watchdog actions
 (storms are reported, not acted upon), queueing of CNPs behind other CNPs, multicast, the
-NIC scheduler's per-packet jitter, DCQCN limiter de-allocation, GPU/NVLink time.
+NIC scheduler's per-packet jitter, GPU/NVLink time; DCQCN limiter de-allocation only with
+``Topology.release_limiter`` (off by default).
 """
 
 from __future__ import annotations
@@ -224,6 +225,7 @@ class Simulation:
             p[S.P_MIN_CNP_GAP] = d.min_time_between_cnps
             p[S.P_LINE] = line
             p[S.P_CNP_PER_PORT] = 1.0 if d.cnp_moderation == 1 else 0.0
+            p[S.P_RELEASE] = 1.0 if topo.release_limiter else 0.0
         self.nic_ctr = np.zeros((n_nics, 3), dtype=np.int64)
         self.nic_tcnp = np.full(n_nics, -1e18)
         self._build_flows(line)
@@ -233,8 +235,8 @@ class Simulation:
         self.nic_tot = np.zeros((n_links, 2))
         self.nic_nq = np.zeros(n_links)
         self.sh_used = np.zeros(n_sw)
-        self.slot_out = np.zeros(n_links, dtype=np.int64)
-        self.slot_hist = np.zeros(n_links, dtype=np.int64)
+        self.slot_out = np.zeros(n_links, dtype=np.uint32)
+        self.slot_hist = np.zeros(n_links, dtype=np.uint32)
         self.pmark = np.zeros((n_links, 2))
         self.qprev = np.zeros((n_links, 2))
         self.qseen = np.zeros((n_links, 2))
@@ -248,13 +250,21 @@ class Simulation:
         self.ts_rate = np.zeros((TS_POINTS, n_links), dtype=np.float32)
         self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
-        K.count_ingress(self.live, int(self.n_live[0]), self.f_hops, self.f_path, self.f_pair,
-                        self.f_cls, self.pair_stamp, self.nfl, -(2**62))
         self.state = self._pack()
+        fl = self.state[3]
+        K.count_ingress(fl.live, int(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
+                        fl.pair_stamp, self.nfl, -(2**62))
 
     def _pack(self) -> tuple[S.LinkState, S.SwitchState, S.NicState, S.FlowState,
                              S.GroupState, S.ProbeState, S.SeriesState, S.Scratch]:
-        """The kernel's named structures, by keyword (they share the arrays above)."""
+        """The kernel's named structures, by keyword (they share the arrays above).
+
+        Arrays of non-negative indices reach the kernel as unsigned views: numba indexes with
+        a signed integer only after testing it for a negative (wrap-around) value, which cost
+        up to half the time of the per-flow loops."""
+        def u32(a: np.ndarray) -> np.ndarray:
+            return a.view(np.uint32)
+
         topo = self.fabric.topo
         reserve, resume, a_x, s_x, a_l = self.sw_params
         links = S.LinkState(
@@ -266,20 +276,21 @@ class Simulation:
         switches = S.SwitchState(
             buffer=self.sw_buffer, sh_used=self.sh_used, reserve=reserve, resume=resume,
             alpha_xoff=a_x, static_xoff=s_x, alpha_lossy=a_l, cls_lossless=self.cls_lossless,
+            n_cls=2 if self._class1_used() else 1,
             w_roce=float(topo.wrr_weight_roce), wd_detect=float(topo.pfcwd_detect_us),
             wire_pkt=float(topo.wire_bytes), ack_ratio=topo.ack_bytes / topo.wire_bytes,
             ack_pkt=float(max(1, topo.ack_packet_bytes)))
         nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
-            path=self.f_path, hops=self.f_hops, cls=self.f_cls, src=self.f_src,
-            dst=self.f_dst, pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
+            path=u32(self.f_path), hops=self.f_hops, cls=u32(self.f_cls), src=u32(self.f_src),
+            dst=u32(self.f_dst), pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
             group=self.f_group, rd=self.f_rd,
             rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
             quantum=self.f_quantum,
-            pair=self.f_pair, ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
+            pair=u32(self.f_pair), ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
             transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
-            live=self.live, n_live=self.n_live, pair_stamp=self.pair_stamp,
-            nic_idx=self.nic_idx, nic_ptr=self.nic_ptr)
+            live=u32(self.live), n_live=self.n_live, pair_stamp=self.pair_stamp,
+            nic_idx=u32(self.nic_idx), nic_ptr=self.nic_ptr)
         groups = S.GroupState(
             iters=self.g_iters, iter=self.g_iter, start=self.g_start, times=self.g_times,
             f0=self.g_f0a, f1=self.g_f1a, cur=self.g_cur)
@@ -295,7 +306,7 @@ class Simulation:
             serve_frac=self.serve_frac, serve_bytes=self.serve_bytes, nic_tot=self.nic_tot,
             nic_nq=self.nic_nq,
             pmark=self.pmark, qseen=self.qseen, burst=self.burst, slot_out=self.slot_out,
-            slot_hist=self.slot_hist)
+            slot_hist=self.slot_hist, wf=np.zeros(max(1, int(np.diff(self.nic_ptr).max()))))
         return links, switches, nics, flows, groups, probes, series, scratch
 
     def _build_flows(self, line: float) -> None:
@@ -318,18 +329,17 @@ class Simulation:
             ranks = [fab.nic_index(r) for r in col.ranks]
             n = len(ranks)
             f0 = len(src)
-            if col.op == "alltoall":
+            if col.op == "alltoall":  # i -> j for every i != j, qps_per_connection each
                 per = col.size_bytes / n / col.qps_per_connection * wire
-                for i in range(n):
-                    for j in range(n):
-                        if i == j:
-                            continue
-                        for _ in range(col.qps_per_connection):
-                            src.append(ranks[i])
-                            dst.append(ranks[j])
-                            pred.append(-1)
-                            chunk.append(math.inf)
-                            size.append(per)
+                r = np.array(ranks, dtype=np.int64)
+                a, b = np.nonzero(~np.eye(n, dtype=bool))
+                qps = col.qps_per_connection
+                m = a.size * qps
+                src.extend(np.repeat(r[a], qps).tolist())
+                dst.extend(np.repeat(r[b], qps).tolist())
+                pred.extend([-1] * m)
+                chunk.extend([math.inf] * m)
+                size.extend([per] * m)
             elif col.algo == "tree":
                 self._tree_flows(col, ranks, wire, src, dst, pred, pred2, quantum, chunk,
                                 size)
@@ -422,20 +432,17 @@ class Simulation:
         self.f_rd = np.cumsum(hop_d[:, ::-1], axis=1)[:, ::-1].copy()  # delay hop h -> dst
         self.f_rev = np.maximum(1, hop_d.sum(axis=1)).astype(np.int64)
         # (ingress link, egress link) pair id of every switch hop, for burst accounting
-        pairs = self.f_path[:, :-1] * (len(self.fabric.links) + 1) + self.f_path[:, 1:]
-        valid = (self.f_path[:, 1:] >= 0)
         self.f_pair = np.zeros((n_f, 4), dtype=np.int64)
         if n_f:
-            _, inv = np.unique(np.where(valid, pairs, -1), return_inverse=True)
-            self.f_pair[:, 1:] = inv.reshape(n_f, 3)
+            self.f_pair[:, 1:] = _pair_ids(self.f_path, len(self.fabric.links))
         self.pair_stamp = np.full(int(self.f_pair.max(initial=0)) + 1, -1, dtype=np.int64)
         # CE marks wait out downstream queueing (up to ``extra`` steps) before reaching the NP;
         # the ring is bounded so that it stays small on fabrics with very many flows
         extra = int(min(512, max(16, 2**22 // max(n_f, 1))))
         ring2 = int(self.f_rd.max(initial=1)) + 2 + extra
         ring3 = int(self.f_rev.max(initial=1)) + 2
-        self.ff = np.zeros((n_f, S.NFF))
-        self.fi = np.zeros((n_f, S.NFI), dtype=np.int64)
+        self.ff = np.zeros((n_f, S.NFF), order="F")
+        self.fi = np.zeros((n_f, S.NFI), dtype=np.int32, order="F")
         line_f = self.npar[self.f_src, S.P_MAX_RATE] if n_f else np.zeros(0)
         self.ff[:, S.RC] = line_f
         self.ff[:, S.RT] = line_f
@@ -444,8 +451,8 @@ class Simulation:
         self.back = np.zeros((n_f, 4))
         self.pacc = np.zeros((n_f, 4))
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
-        self.ce_ring = np.zeros((ring2, n_f), dtype=np.int64)
-        self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int64)
+        self.ce_ring = np.zeros((ring2, n_f), dtype=np.int32)
+        self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int32)
         # flows grouped by their first link (the sending NIC port), CSR style
         first = self.f_path[:, 0] if n_f else np.zeros(0, dtype=np.int64)
         self.nic_idx = np.argsort(first, kind="stable").astype(np.int64)
@@ -455,7 +462,7 @@ class Simulation:
         self.n_live = np.array([n_f], dtype=np.int64)
         # per-flow integer state in 32 bits: the step is memory-bound on large fabrics
         for name in ("f_src", "f_dst", "f_cls", "f_pred", "f_pred2", "f_ack", "f_group",
-                     "f_path", "f_hops", "f_rd", "f_rev", "f_pair", "fi", "ce_ring", "cnp_ring",
+                     "f_path", "f_hops", "f_rd", "f_rev", "f_pair",
                      "nic_idx"):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int32))
         n_g = len(wl.collectives)
@@ -688,6 +695,20 @@ class Simulation:
             sim_time_us=self.t * self.dt, wall_s=self.wall_s, steps=self.t, dt_us=self.dt,
             seed=self.seed, timeseries=ts, timeseries_port=port, flows=self.flow_stats(),
             latency_t_us=self.lat_t[: int(self.n_lat[0])].copy())
+
+
+def _pair_ids(path: np.ndarray, n_links: int) -> np.ndarray:
+    """[flow, hop - 1] dense id of each (ingress link, egress link) pair a flow crosses at a
+    switch (hops past the last: id 0), numbered in order of the pair: the ids of
+    ``np.unique(..., return_inverse=True)``, from a presence table when it is small (a sort
+    of every flow's hops took 0.1-0.3 s of a 512-NIC setup)."""
+    code = np.where(path[:, 1:] >= 0, path[:, :-1] * (n_links + 1) + path[:, 1:], -1) + 1
+    size = (n_links + 1) ** 2 + 1
+    if size > 1 << 25:
+        return np.unique(code, return_inverse=True)[1].reshape(code.shape)
+    seen = np.zeros(size, dtype=np.int64)
+    seen[code.ravel()] = 1
+    return (np.cumsum(seen) - 1)[code]
 
 
 def _depth(tree: list[tuple[int, int, int]], r: int) -> int:

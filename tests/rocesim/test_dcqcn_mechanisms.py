@@ -153,6 +153,31 @@ def test_rate_to_set_on_first_cnp() -> None:
     assert sim.flow_stats()["rate_gbps"][0] == pytest.approx(20.0)
 
 
+def test_limiter_released_at_line_rate_takes_the_first_cnp_path_again() -> None:
+    # Topology.release_limiter (issue 11): once RC and RT are back within 1 Mb/s (0.125 B/µs)
+    # of rpg_max_rate the limiter is released, and the next CNP allocates a new one: α =
+    # initial_alpha_value again (not the decayed α) and RC = rate_to_set_on_first_cnp.
+    # Timer events every 10 µs, F = 1, no additive step: RC 20 -> 60 -> 80 -> ... -> 99.92 at
+    # the 10th event (100 µs), the first within 0.125 of 100.
+    for release in (1.0, 0.0):
+        ff, fi, p = _flow(P_RELEASE=release, P_INIT_ALPHA=0.75, P_FIRST_RATE=20.0,
+                          P_TIME_RESET=10.0, P_G=1 / 16)
+        K.rp_cnp(ff, fi, 0, p, 0, 0.0)
+        assert (ff[0, S.RC], ff[0, S.ALPHA]) == (20.0, 0.75)
+        active = []
+        for t in range(1, 151):
+            K.rp_alpha(ff, fi, 0, p, 0, 1.0)
+            K.rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
+            active.append(int(fi[0, S.ACTIVE]))
+        K.rp_cnp(ff, fi, 0, p, 0, 150.0)
+        if release:
+            assert active.index(0) == 99 and not any(active[99:])  # released at t = 100 µs
+            assert (ff[0, S.RC], ff[0, S.ALPHA]) == (20.0, 0.75)
+        else:
+            assert all(active)
+            assert ff[0, S.RC] > 99.8 and ff[0, S.ALPHA] < 0.75 * (15 / 16) ** 99
+
+
 # increases ----------------------------------------------------------------------------------
 def test_fast_recovery_then_additive_then_hyper_by_timer_and_byte_counter() -> None:
     # [DCQCN] Fig. 6 / [CX-PARAMS] with F = rpg_threshold = 2: the first F timer events are
