@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from tests.review.conftest import free_port
+from tests.mlflow_server import free_port
 
 ENV = "ECNTUNE_TEST_PG"
 

@@ -95,3 +95,22 @@ def test_racing_processes_never_hold_one_slice_at_once(pg_url: str) -> None:
         if prev.slice == cur.slice:
             assert cur.t0 >= prev.t1, (f"{cur.slice} held by {prev.holder} until {prev.t1} and "
                                        f"by {cur.holder} from {cur.t0}")
+
+
+def test_a_worker_for_a_held_slice_exits_3_naming_the_holder(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tests.scaleout.test_storage import tiny_yaml
+    from tuner.cli import main
+
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    f = tmp_path / "e.yaml"
+    f.write_text(tiny_yaml(tmp_path / "res", db).replace(
+        "canary: {switches: [leaf0]}", "canary: {switches: [leaf0], slices: 2}"))
+    other = SliceLeases(db, "tiny", ttl_s=60)  # another worker, alive
+    assert other.acquire("sim1") is not None
+    r = CliRunner().invoke(main, ["worker", str(f), "--slice", "sim1"])
+    assert r.exit_code == 3, r.output
+    assert f"slice sim1 of study tiny is held by {other.holder}" in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "res" / "slices" / "sim1" / "journal.jsonl").exists()  # untouched
