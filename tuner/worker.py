@@ -134,7 +134,7 @@ class SliceWorker(StudyRunner):
         keeper.on_tick = self._tick
         self.current: int | None = None  # the trial whose heartbeat the lease thread beats
         self.died: list[int] = []  # trials of dead workers this worker failed and re-queued
-        self._unlogged: list[int] = []  # ... not logged to MLflow yet (by the main thread)
+        self._died_unlogged = False  # some of them not logged to MLflow yet (main thread)
         self._ask_lease: Lease | None = None
         self._lock = threading.Lock()
 
@@ -151,20 +151,17 @@ class SliceWorker(StudyRunner):
     def _janitor(self) -> None:
         for n in optuna_io.fail_dead(self.study):
             self.died.append(n)
-            self._unlogged.append(n)
+            self._died_unlogged = True
             self.on_event("worker_died", {"trial": n})
 
     def _log_died(self) -> None:
-        """Log the trials this worker failed for their dead workers (each failed by exactly
-        one janitor, so logged once; the lease thread never talks to MLflow)."""
+        """Log the trials this worker failed for their dead workers to MLflow (each is failed
+        by exactly one janitor, and ``backfill`` skips what MLflow already has, so each is
+        logged once; the lease thread never talks to MLflow)."""
         with self._lock:
-            numbers, self._unlogged = self._unlogged, []
-        if not numbers:
-            return
-        by_number = {t.number: t for t in optuna_io.trials(self.study)}
-        for n in numbers:
-            t = by_number[n]
-            self.tracker.log_trial(self._record(n, t.state.name, t.user_attrs, t.params))
+            pending, self._died_unlogged = self._died_unlogged, False
+        if pending:
+            self.backfill()
 
     def run(self, *, resume: bool = False) -> Any:
         """The loop, while ``keeper`` (started by the caller right after the lease was
