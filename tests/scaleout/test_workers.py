@@ -64,7 +64,7 @@ def freeze_mid_trial(procs: dict[str, subprocess.Popen[bytes]], results: Path,
     the slice journal); returns (slice, trial number) with that worker still stopped."""
     from safety.journal import Journal
 
-    end = time.monotonic() + 120
+    end = time.monotonic() + 240
     while time.monotonic() < end:
         alive()
         for s, n in running().items():
