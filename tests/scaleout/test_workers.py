@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SLICES = ("sim0", "sim1", "sim2")
 TTL_S = 12  # lease TTL: renewed every 4 s; Optuna heartbeat 4 s, stale after 8 s (slack for
 # a loaded machine: the simulator kernel holds the GIL while it runs)
-TRIALS = 9
+TRIALS = 6
+pytestmark = pytest.mark.timeout(900)  # seconds idle, minutes under a load of 15+ on 2 cores
 
 
 def experiment(tmp: Path, storage: str, tracking: str, mlflow_exp: str) -> Path:
