@@ -296,7 +296,7 @@ class SliceWorker(StudyRunner):
             self._release_ask()
             if step == "stop":
                 return True
-            end = time.monotonic() + self.heartbeat_s
+            end = time.monotonic() + min(self.heartbeat_s, 5)  # each poll reads the study
             while time.monotonic() < end:
                 self.guard.check()
                 time.sleep(0.1)
