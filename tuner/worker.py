@@ -16,8 +16,12 @@ to ``tuner.loop.StudyRunner``:
   on every beat the worker also fails the trials whose heartbeat stopped and Optuna's retry
   callback re-queues their params (``optuna_io.fail_dead``); the failed one gets the verdict
   ``failed:worker_died``.
-* **a shared budget**: a worker stops asking when the trials finished by all workers plus
-  those running elsewhere reach ``budget.trials``.
+* **a shared budget, spent exactly** (``budget_step``): ``budget.trials`` searched trials
+  finish, a dead worker's trial counting once, by its re-run. Checking the count and asking
+  the next trial is one step among workers (the ``_ask`` pseudo-slice lock), so parallel
+  workers never overshoot; and a worker whose budget is spent waits while other workers'
+  trials run, so that if one of those workers dies its re-queued trial is still run. Workers
+  therefore exit together, with nothing left RUNNING or re-queued.
 * **parallel proposals**: TPE's constant liar (the default sampler) treats the other workers'
   running trials as bad, so they do not all try the same point.
 
@@ -29,13 +33,14 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 from objectives.measurement import Measurement
 from safety.rollback import restore
 from tuner import __version__, optuna_io
 from tuner.errors import ConfigError
-from tuner.lease import LeaseKeeper
+from tuner.lease import Lease, LeaseKeeper
 from tuner.loop import Interrupted, SignalGuard, StudyRunner, TrialOutcome
 from tuner.tracking import TrialRecord
 
@@ -46,6 +51,31 @@ if TYPE_CHECKING:
 # Pseudo-slices used as locks: one worker at a time creates Optuna's tables / the parent run.
 STORAGE_INIT_LOCK = "_storage_init"
 PARENT_RUN_LOCK = "_mlflow_parent_run"
+ASK_LOCK = "_ask"  # held from the budget check to the ask, so workers never overshoot
+
+
+def budget_step(trials: Iterable[Any], budget: int) -> Literal["ask", "wait", "stop"]:
+    """What a worker of a shared study does next: ``ask`` a trial, ``wait`` or ``stop``.
+
+    The budget counts searched trials (not baselines, not ``interrupted`` ones) that run or
+    finished; a trial whose worker died and whose params were re-queued is counted by its copy
+    (WAITING until a worker takes it), not twice. A re-queued copy is always run, even when the
+    count is reached (Optuna hands WAITING trials out first). A spent budget with searched
+    trials still running elsewhere means ``wait``: their workers may die, and then their
+    re-queued copies are this worker's to run.
+    """
+    trials = list(trials)
+    searched = [t for t in trials if t.user_attrs.get("role") != "baseline"
+                and t.user_attrs.get("verdict") != "interrupted"]
+    retried = {t.system_attrs.get("failed_trial") for t in trials}
+    retried |= {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+    requeued = [t for t in searched if t.state.name == "WAITING"
+                and "failed_trial" in t.system_attrs]
+    counted = sum(1 for t in searched if t.number not in retried
+                  and t.state.name in ("RUNNING", "COMPLETE", "PRUNED", "FAIL"))
+    if requeued or counted + len(requeued) < budget:
+        return "ask"
+    return "wait" if any(t.state.name == "RUNNING" for t in searched) else "stop"
 
 
 def warm_up(exp: Experiment) -> None:
@@ -104,6 +134,8 @@ class SliceWorker(StudyRunner):
         keeper.on_tick = self._tick
         self.current: int | None = None  # the trial whose heartbeat the lease thread beats
         self.died: list[int] = []  # trials of dead workers this worker failed and re-queued
+        self._died_unlogged = False  # some of them not logged to MLflow yet (main thread)
+        self._ask_lease: Lease | None = None
         self._lock = threading.Lock()
 
     # The lease thread ------------------------------------------------------------------------
@@ -119,7 +151,17 @@ class SliceWorker(StudyRunner):
     def _janitor(self) -> None:
         for n in optuna_io.fail_dead(self.study):
             self.died.append(n)
+            self._died_unlogged = True
             self.on_event("worker_died", {"trial": n})
+
+    def _log_died(self) -> None:
+        """Log the trials this worker failed for their dead workers to MLflow (each is failed
+        by exactly one janitor, and ``backfill`` skips what MLflow already has, so each is
+        logged once; the lease thread never talks to MLflow)."""
+        with self._lock:
+            pending, self._died_unlogged = self._died_unlogged, False
+        if pending:
+            self.backfill()
 
     def run(self, *, resume: bool = False) -> Any:
         """The loop, while ``keeper`` (started by the caller right after the lease was
@@ -130,6 +172,8 @@ class SliceWorker(StudyRunner):
             if exc.signame == "lease-lost":  # the loop re-raises every stop as Interrupted
                 raise LeaseLost(self.slice, self.keeper.error or "not renewed") from None
             raise
+        finally:
+            self._release_ask()
 
     # Set-up ----------------------------------------------------------------------------------
     def _refuse_if_dirty(self) -> None:
@@ -215,6 +259,7 @@ class SliceWorker(StudyRunner):
 
     # One trial -------------------------------------------------------------------------------
     def _begin(self, asked: optuna_io.Asked) -> None:
+        self._release_ask()  # the trial is asked (RUNNING, counted): the next worker may ask
         asked.trial.set_user_attr("slice", self.slice)
         with self._lock:
             self.current = asked.number
@@ -238,15 +283,39 @@ class SliceWorker(StudyRunner):
         return super()._run_baseline(asked)
 
     def _budget_spent(self, used: int) -> bool:
-        trials = optuna_io.trials(self.study)
-        retried = {t.system_attrs.get("failed_trial") for t in trials}
-        retried |= {n for t in trials for n in t.system_attrs.get("retry_history", [])}
-        counted = sum(1 for t in trials if t.user_attrs.get("role") != "baseline"
-                      and t.number not in retried
-                      and (t.state.name == "RUNNING" or (
-                          t.state.name in ("COMPLETE", "PRUNED", "FAIL")
-                          and t.user_attrs.get("verdict") != "interrupted")))
-        return counted >= self.exp.budget.trials
+        """``budget_step`` over the study; on ``ask`` the ask lock stays held until the trial
+        is asked (``_begin``), on ``wait`` the worker polls, beating its lease meanwhile."""
+        while True:
+            self.guard.check()
+            self._log_died()
+            self._take_ask()
+            with self._lock:  # not between a janitor's fail and its re-queue of a dead trial
+                step = budget_step(optuna_io.trials(self.study), self.exp.budget.trials)
+            if step == "ask":
+                return False
+            self._release_ask()
+            if step == "stop":
+                return True
+            end = time.monotonic() + min(self.heartbeat_s, 5)  # each poll reads the study
+            while time.monotonic() < end:
+                self.guard.check()
+                time.sleep(0.1)
+
+    def _take_ask(self) -> None:
+        wait_s = 3 * self.leases.ttl_s  # a dead holder's lock expires after one TTL
+        deadline = time.monotonic() + wait_s
+        while (lease := self.leases.acquire(ASK_LOCK)) is None:
+            if time.monotonic() > deadline:
+                raise ConfigError(f"study {self.study_name}: {ASK_LOCK} held by another worker "
+                                  f"for over {wait_s:.0f} s")
+            self.guard.check()
+            time.sleep(0.02)
+        self._ask_lease = lease
+
+    def _release_ask(self) -> None:
+        if self._ask_lease is not None:
+            lease, self._ask_lease = self._ask_lease, None
+            self.leases.release(lease)
 
     # MLflow ----------------------------------------------------------------------------------
     def _record(self, number: int, state: str, ua: dict[str, Any],
@@ -257,8 +326,15 @@ class SliceWorker(StudyRunner):
 
     def _backfills(self, t: Any) -> bool:
         """This slice's trials only: two workers back-filling one trial would log it twice
-        (the other slices' are their workers' to log)."""
+        (the other slices' are their workers' to log; a dead worker's, the janitor's that
+        failed it)."""
+        if t.user_attrs.get("verdict") == "failed:worker_died":
+            return t.number in self.died
         return bool(t.user_attrs.get("slice") == self.slice)
+
+    def _end_tracking(self, interrupted: str | None, failed: bool) -> None:
+        self._log_died()
+        super()._end_tracking(interrupted, failed)
 
     def _confirm(self) -> None:
         """Workers only explore; confirmation belongs to one process (``ecntune run``)."""

@@ -1,24 +1,16 @@
 """A real MLflow tracking server for the review tests, started once per session.
 
-``mlflow server --workers 1`` with ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` on a SQLite
-store copied from a template (creating a store runs every migration, ~7 s) and a free port on
-127.0.0.1 (~5 s, ~500 MB). Two short studies of the quick experiment run against it through
-its HTTP tracking URI: ``before`` and ``after`` a workload-mix change, so ``history`` has two
-studies to compare. Everything here is session-scoped: the tests only read.
+``mlflow server`` (tests/mlflow_server.py) on a SQLite store copied from a template (creating
+a store runs every migration, ~7 s; the server is up in ~5 s, ~500 MB). Two short studies of
+the quick experiment run against it through its HTTP tracking URI: ``before`` and ``after`` a
+workload-mix change, so ``history`` has two studies to compare. Everything here is
+session-scoped: the tests only read.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,40 +18,14 @@ from typing import Any
 
 import pytest
 
+from tests.mlflow_server import Server, free_port
+from tests.mlflow_server import mlflow_server as start_mlflow_server
+
+__all__ = ["ROOT", "TRIALS", "Server", "Study", "free_port", "quick_yaml", "run_study"]
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ROOT / "experiments" / "quick.yaml"
 TRIALS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    start_s: float = 0.0
-
-    def get(self, endpoint: str, **params: str) -> Any:
-        """GET a REST endpoint, JSON-decoded."""
-        return json.loads(self.raw(endpoint, **params))
-
-    def post(self, endpoint: str, body: dict[str, Any]) -> Any:
-        req = urllib.request.Request(f"{self.url}{endpoint}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
-
-    def raw(self, endpoint: str, **params: str) -> bytes:
-        from urllib.parse import urlencode
-
-        q = f"?{urlencode(params)}" if params else ""
-        with urllib.request.urlopen(f"{self.url}{endpoint}{q}", timeout=30) as r:
-            return bytes(r.read())
 
 
 @pytest.fixture(scope="session")
@@ -78,42 +44,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory,
     home = tmp_path_factory.mktemp("mlflow-server")
     db = home / "mlflow.db"
     shutil.copy(review_mlflow_template, db)
-    port = free_port()
-    log = home / "server.log"
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
-           "--artifacts-destination", str(home / "mlartifacts"), "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    server = Server(url=f"http://127.0.0.1:{port}", proc=proc, log=log)
-    t0 = time.monotonic()
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"mlflow server exited with {proc.returncode}:\n"
-                            f"{log.read_text(errors='replace')[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server not up after 90 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.25)
-        server.start_s = time.monotonic() - t0
+    with start_mlflow_server(f"sqlite:///{db}", home, timeout_s=90) as server:
         yield server
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 @dataclass

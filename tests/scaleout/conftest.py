@@ -1,13 +1,13 @@
-"""Fixtures for the scale-out tests: one PostgreSQL server per session (``tests/scaleout/pg``)
-and a fresh database per test."""
+"""Fixtures for the scale-out tests: one PostgreSQL server per session (``tests/scaleout/pg``),
+a fresh database per test, and one ``mlflow server`` on PostgreSQL per session."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests.mlflow_server import Server
 from tests.scaleout.pg import PgServer, server
 
 
@@ -27,22 +27,33 @@ def pg_url(pg_server: PgServer) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def mlflow_pg(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[str]:
-    """An ``mlflow server`` whose backend store is a PostgreSQL database (its migrations run
-    once per session); yields its http:// URL."""
-    from tests.scaleout.mlflow_server import mlflow_server
+def mlflow_pg_launched(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory
+                       ) -> Iterator[Server]:
+    """A real ``mlflow server`` whose backend store is a fresh PostgreSQL database (it runs
+    MLflow's migrations as it starts), launched but maybe not up yet."""
+    from tests.mlflow_server import start
 
-    with pg_server.database() as db, mlflow_server(db, tmp_path_factory.mktemp("mlflow-pg")
-                                                   ) as url:
-        yield url
+    with pg_server.database() as db:
+        srv = start(db, tmp_path_factory.mktemp("mlflow-pg"))
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def _launch_mlflow_early(request: pytest.FixtureRequest) -> None:
+    """Launch the session's MLflow server at the first test on PostgreSQL: its start (~10 s of
+    CPU) then overlaps the lease and storage tests, which mostly wait."""
+    if {"pg_server", "pg_url"} & set(request.fixturenames):
+        request.getfixturevalue("mlflow_pg_launched")
 
 
 @pytest.fixture(scope="session")
-def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty, migrated MLflow SQLite store to copy (creating one takes ~7 s)."""
-    from mlflow.tracking import MlflowClient
-
-    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-    return db
+def mlflow_pg(mlflow_pg_launched: Server) -> str:
+    """The server's http:// URL, once it answers. One per session: tests use their own MLflow
+    experiment names."""
+    try:
+        return mlflow_pg_launched.wait_up().url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))

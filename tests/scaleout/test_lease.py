@@ -40,13 +40,13 @@ def test_one_holder_at_a_time_until_release(url: str) -> None:
 
 
 def test_expired_lease_is_stolen_and_the_old_holder_cannot_renew_or_release(url: str) -> None:
-    a = SliceLeases(url, "st", ttl_s=0.3)
+    a = SliceLeases(url, "st", ttl_s=1.0)  # slack for a loaded machine before the renew
     b = SliceLeases(url, "st", ttl_s=30)
     la = a.acquire("pod1")
     assert la is not None
     assert a.renew(la) is not None
     assert b.acquire("pod1") is None
-    time.sleep(0.45)
+    time.sleep(1.2)
     lb = b.acquire("pod1")
     assert lb is not None and lb.taken_from == a.holder   # the thief knows whom to clean up after
     assert a.renew(la) is None                            # the old holder learns it lost it
@@ -95,3 +95,22 @@ def test_racing_processes_never_hold_one_slice_at_once(pg_url: str) -> None:
         if prev.slice == cur.slice:
             assert cur.t0 >= prev.t1, (f"{cur.slice} held by {prev.holder} until {prev.t1} and "
                                        f"by {cur.holder} from {cur.t0}")
+
+
+def test_a_worker_for_a_held_slice_exits_3_naming_the_holder(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tests.scaleout.test_storage import tiny_yaml
+    from tuner.cli import main
+
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    f = tmp_path / "e.yaml"
+    f.write_text(tiny_yaml(tmp_path / "res", db).replace(
+        "canary: {switches: [leaf0]}", "canary: {switches: [leaf0], slices: 2}"))
+    other = SliceLeases(db, "tiny", ttl_s=60)  # another worker, alive
+    assert other.acquire("sim1") is not None
+    r = CliRunner().invoke(main, ["worker", str(f), "--slice", "sim1"])
+    assert r.exit_code == 3, r.output
+    assert f"slice sim1 of study tiny is held by {other.holder}" in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "res" / "slices" / "sim1" / "journal.jsonl").exists()  # untouched
