@@ -10,9 +10,10 @@ itself within ``timeout_s`` -- no ``ecntune recover`` needed, nothing installed 
 If arming fails anywhere, nothing is applied. A target that is locked by another tuner's change,
 or whose runtime directory is not a private 0700 directory, refuses the arm: the study stops
 (``DeadmanRefused``, exit 3) with nothing applied. A lock held by an armed change refuses the
-study already at its snapshot, and a trial never lands on a canary that moved since then. A renewal that finds the timer gone (the
-target rebooted, or its files were removed) means the change is unprotected: the measurement is
-stopped at its next monitor poll and the trial fails, so the loop restores at once.
+study already at its snapshot, and a trial never lands on a canary that moved since then. A
+renewal that finds the timer gone (the target rebooted, or its files were removed) means the
+change is unprotected: the measurement is stopped at its next monitor poll and the trial fails,
+so the loop restores at once.
 ``close`` after a verified state (a completed restore, or a kept winner) disarms the timers --
 the "confirm"; after a failed restore it leaves them armed, so the targets still heal.
 
