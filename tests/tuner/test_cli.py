@@ -135,7 +135,9 @@ def _journal_begins(path: Path) -> int:
     return path.read_text().count('"event":"begin"')
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+# SIGINT's restore-before-exit is also in the default run (tests/faults/test_sim_crash.py).
+@pytest.mark.parametrize("sig", [signal.SIGTERM,
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_signal_to_a_real_run_then_resume(tiny: Tiny, tmp_path: Path, sig: int) -> None:
     exp, text = tiny(trials=400)
     path = _write(tmp_path, text)
