@@ -457,8 +457,9 @@ class Simulation:
         self.ff[:, S.RT] = line_f
         self.ff[:, S.REMAIN] = np.where(self.f_kind == 2, 0.0, self.f_size)
         self.ff[:, S.TNPCNP] = -1e18
-        self.back = np.zeros((n_f, 4))
-        self.pacc = np.zeros((n_f, 4))
+        # per switch hop only (hop 0 is the sending NIC, served by ``injection``)
+        self.back = np.zeros((n_f, 3))
+        self.pacc = np.zeros((n_f, 3))
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int32)
         self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int32)
