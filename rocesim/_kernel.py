@@ -473,7 +473,7 @@ def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> 
                 lk.counters[ln, c, C_DROP_BYTES] += drop
                 lk.counters[ln, c, C_DROPS] += drop / sw.wire_pkt
             if x > 0.0:
-                fl.back[f, h + 1] += x
+                fl.back[f, h] += x  # hop h + 1's queue (column 0 is hop 1)
                 lk.q[path[f, h + 1], c] += x
                 lk.ing[ln, c] += x
         else:
@@ -703,7 +703,7 @@ def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchSt
     c = fl.cls[f]
     hops = fl.hops[f]
     for h in range(1, hops):
-        xb = back[f, h]
+        xb = back[f, h - 1]
         if xb <= 0.0:
             continue
         ln = path[f, h]
@@ -711,17 +711,17 @@ def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchSt
         if fr <= 0.0:
             continue
         out = xb * fr if fr < 1.0 else xb
-        back[f, h] = xb - out
+        back[f, h - 1] = xb - out
         lk.ing[path[f, h - 1], c] -= out
         fl.transit[x.slot_out[ln], f, h] += out
         pm = x.pmark[ln, c]
         if pm <= 0.0:
             continue  # no marking: skip the per-packet accounting
         pkt = wire_pkt if fl.pred[f] != ACK_FLOW else sw.ack_pkt
-        acc = pacc[f, h] + out
+        acc = pacc[f, h - 1] + out
         if acc >= pkt:
             npk = int(acc * (1.0 / wire_pkt)) if pkt == wire_pkt else int(acc / pkt)
-            pacc[f, h] = acc - npk * pkt
+            pacc[f, h - 1] = acc - npk * pkt
             m = _binomial(rng, npk, pm)
             if m > 0:
                 lk.counters[ln, c, C_MARKS] += m
@@ -739,7 +739,7 @@ def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchSt
                     dly = ring2 - 1
                 fl.ce_ring[(t + dly) % ring2, f] += m
         else:
-            pacc[f, h] = acc
+            pacc[f, h - 1] = acc
 
 
 @njit(cache=True, error_model="numpy", inline="always")

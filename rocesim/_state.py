@@ -104,8 +104,8 @@ class FlowState(NamedTuple):
     pair: np.ndarray          # [flow, hop] (ingress, egress) pair id of each switch hop
     ff: np.ndarray            # [flow, NFF] float state
     fi: np.ndarray            # [flow, NFI] int state
-    back: np.ndarray          # [flow, hop] bytes queued at hop h's egress
-    pacc: np.ndarray          # [flow, hop] fractional packet accumulator for marking
+    back: np.ndarray          # [flow, hop - 1] bytes queued at switch hop h's egress
+    pacc: np.ndarray          # [flow, hop - 1] fractional packet accumulator for marking
     transit: np.ndarray       # [ring, flow, hop] bytes on the wire, by arrival step
     ce_ring: np.ndarray       # [ring2, flow] CE marks, by step they reach the NP
     cnp_ring: np.ndarray      # [ring3, flow] CNPs, by step they reach the RP

@@ -265,6 +265,14 @@ class Simulation:
         def u32(a: np.ndarray) -> np.ndarray:
             return a.view(np.uint32)
 
+        def narrow(a: np.ndarray, top: int) -> np.ndarray:
+            """A constant per-flow index array in 8 bits (hop counts, classes) or, for link ids, 16
+            bits if they fit (one compiled kernel for all but huge fabrics); -1 entries past a
+            path's last hop wrap to the type's maximum and are never read. The step is
+            memory-bound on large fabrics."""
+            t = np.uint8 if top < 8 else np.uint16 if top < 65535 else np.uint32
+            return a.astype(t)
+
         topo = self.fabric.topo
         reserve, resume, a_x, s_x, a_l = self.sw_params
         links = S.LinkState(
@@ -282,7 +290,8 @@ class Simulation:
             ack_pkt=float(max(1, topo.ack_packet_bytes)))
         nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
-            path=u32(self.f_path), hops=self.f_hops, cls=u32(self.f_cls), src=u32(self.f_src),
+            path=narrow(self.f_path, len(self.fabric.links)), hops=narrow(self.f_hops, 4),
+            cls=narrow(self.f_cls, 1), src=u32(self.f_src),
             dst=u32(self.f_dst), pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
             group=self.f_group, rd=self.f_rd,
             rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
@@ -448,8 +457,9 @@ class Simulation:
         self.ff[:, S.RT] = line_f
         self.ff[:, S.REMAIN] = np.where(self.f_kind == 2, 0.0, self.f_size)
         self.ff[:, S.TNPCNP] = -1e18
-        self.back = np.zeros((n_f, 4))
-        self.pacc = np.zeros((n_f, 4))
+        # per switch hop only (hop 0 is the sending NIC, served by ``injection``)
+        self.back = np.zeros((n_f, 3))
+        self.pacc = np.zeros((n_f, 3))
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int32)
         self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int32)
