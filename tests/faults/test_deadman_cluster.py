@@ -141,16 +141,17 @@ def setup(tmp_path: Path):
 
 
 def test_change_is_armed_renewed_and_disarmed_by_the_restore(setup) -> None:
-    dc, fake = setup(timeout_s=1.0)
+    # 2 s: renewals every 0.3 s keep it armed even when a loaded machine delays a few of them
+    dc, fake = setup(timeout_s=2.0)
     base = fake.read_back()
     dc.apply(trial())
     assert sorted(dc.armed) == NICS and values(fake) == [17, 17]
-    time.sleep(2.2)  # twice the timeout: only the renewals keep it from firing
+    time.sleep(4.2)  # twice the timeout: only the renewals keep it from firing
     assert values(fake) == [17, 17] and dc.fired == []
     assert dc.measure(None) == "measured"
     dc.apply(base)  # the loop's restore
     assert dc.armed == {} and values(fake) == [300, 300]
-    time.sleep(1.5)
+    time.sleep(2.5)  # past the timeout: a disarmed timer never writes again
     assert values(fake) == [300, 300]
     dc.close()
     assert fake.closed
