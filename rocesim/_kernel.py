@@ -1054,7 +1054,7 @@ def all_done(gr: GroupState) -> bool:
     return True
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)  # type: ignore[call-overload]
+@njit(cache=True, error_model="numpy", _nrt=False, nogil=True)  # type: ignore[call-overload]
 def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links: LinkState,
         switches: SwitchState, nics: NicState, flows: FlowState, groups: GroupState,
         probe: ProbeState, series: SeriesState, scratch: Scratch) -> int:

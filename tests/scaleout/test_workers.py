@@ -33,7 +33,7 @@ from tests.scaleout.test_storage import tiny_yaml
 ROOT = Path(__file__).resolve().parents[2]
 SLICES = ("sim0", "sim1", "sim2")
 TTL_S = 12  # lease TTL: renewed every 4 s; Optuna heartbeat 4 s, stale after 8 s (slack for
-# a loaded machine: the simulator kernel holds the GIL while it runs)
+# a machine at load 15+, where the renewing thread waits for a core)
 TRIALS = 6
 pytestmark = pytest.mark.timeout(900)  # seconds idle, minutes under a load of 15+ on 2 cores
 
