@@ -754,22 +754,43 @@ def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch) -> None:
+def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch,
+              lrate: np.ndarray, sample: bool) -> None:
     """NICs inject each flow at min(DCQCN rate, offered load, ring credit), share the port
     max-min between QPs (the NIC's arbiter) and stop while the port is paused.
 
     Port by port, over the port's live QPs (``nic_idx``, in flow order): a QP's offer and send
     touch only its own state and its port's, so a port's QPs stay in cache from offer to send
-    and the result is that of all offers, then all arbiters, then all sends."""
+    and the result is that of all offers, then all arbiters, then all sends. With ``sample``,
+    the sends also add each flow's DCQCN rate to the links it crosses (``lrate``, for the time
+    series' next point: ``link_rate``)."""
     idx, ptr = fl.nic_idx, fl.nic_ptr
+    if sample:
+        lrate[:, :] = 0.0
     for ln in range(lk.cap.shape[0]):
         if lk.src_nic[ln] < 0:
             continue  # a switch port: no QPs start there
         for i in range(ptr[ln], ptr[ln + 1]):
             offer(idx[i], ln, dt, fl, x)
         nic_arbiter(ln, dt, lk, sw, fl, x)
+        r0 = 0.0
+        n0 = 0.0
         for i in range(ptr[ln], ptr[ln + 1]):
-            send(idx[i], ln, lk, fl, x)
+            f = idx[i]
+            send(f, ln, lk, fl, x)
+            if sample:
+                r = sending_rate(f, fl)
+                if r >= 0.0:
+                    # hop 0 is this port for every QP here: summed in a register
+                    r0 += r
+                    n0 += 1.0
+                    for h in range(1, fl.hops[f]):
+                        l2 = fl.path[f, h]
+                        lrate[l2, 0] += r
+                        lrate[l2, 1] += 1.0
+        if sample:
+            lrate[ln, 0] += r0
+            lrate[ln, 1] += n0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -938,10 +959,15 @@ def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState) -> None:
+def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState,
+                lrate: np.ndarray, sample: bool) -> None:
     """An iteration ends when every flow of the group delivered its bytes; the next one
-    restarts them, and a finished group's flows leave the live list."""
+    restarts them, and a finished group's flows leave the live list. With ``sample``,
+    ``lrate`` (summed by ``injection`` before the sends' end state changed here) is kept equal
+    to ``link_rate`` over the live flows: restarted flows are added, and when a group ends
+    the sums are made again over the flows left."""
     ff = fl.ff
+    stale = False
     for g in range(gr.iters.shape[0]):
         if gr.iter[g] >= gr.iters[g]:
             continue
@@ -961,10 +987,13 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
         gr.start[g] = now
         if gr.iter[g] < gr.iters[g]:
             for f in range(gr.f0[g], gr.f1[g]):
+                counted = ff[f, REMAIN] > 0.0
                 ff[f, REMAIN] = fl.size[f]
                 ff[f, SENT] = 0.0
                 ff[f, DELIV] = 0.0
                 ff[f, INFL] = 0.0
+                if sample and not counted:
+                    link_rate(f, fl, lrate)
         else:
             for f in range(gr.f0[g], gr.f1[g]):
                 ff[f, REMAIN] = 0.0
@@ -984,16 +1013,30 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             count_ingress(fl.live, k, fl.hops, fl.path, fl.pair, fl.cls, fl.pair_stamp,
                           lk.nfl, -2 - t)
             _drop_finished_from_ports(fl, gr)
+            stale = sample  # (a flow can finish with a few bytes short of REMAIN = 0)
+    if stale:
+        lrate[:, :] = 0.0
+        for jf in range(fl.n_live[0]):
+            link_rate(fl.live[jf], fl, lrate)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def link_rate(f: int, fl: FlowState, lrate: np.ndarray) -> None:
-    """Adds flow ``f``'s DCQCN rate to the links it crosses, if it is sending data."""
+def sending_rate(f: int, fl: FlowState) -> float:
+    """Flow ``f``'s DCQCN rate (capped by its offered rate) if it has data to send, else -1."""
     ff = fl.ff
     if ff[f, REMAIN] > 0.0 and fl.pred[f] != ACK_FLOW:
         r = ff[f, RC]
         if fl.cap[f] < r:
             r = fl.cap[f]
+        return r
+    return -1.0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def link_rate(f: int, fl: FlowState, lrate: np.ndarray) -> None:
+    """Adds flow ``f``'s DCQCN rate to the links it crosses, if it is sending data."""
+    r = sending_rate(f, fl)
+    if r >= 0.0:
         for h in range(fl.hops[f]):
             ln = fl.path[f, h]
             lrate[ln, 0] += r
@@ -1011,8 +1054,8 @@ def time_series(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesStat
 def record(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState, x: Scratch,
            recount: bool) -> None:
     """``time_series``; with ``recount`` False, ``ts.lrate`` already holds this step's
-    per-link rate sums (``run`` adds them up in its next pass over the flows, in the same
-    order and before anything they depend on changes)."""
+    per-link rate sums (``injection`` adds them up in the previous step's sends, and
+    ``collectives`` keeps them equal to ``link_rate`` over the live flows)."""
     if t % ts.every[0] != 0:
         return
     n_links = lk.cap.shape[0]
@@ -1083,13 +1126,8 @@ def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links
         # memory traffic is the cost); within a pass each flow goes through the phases in
         # order, and no phase reads what another flow's later phase in the pass writes, so the
         # result is that of running the phases one after the other
-        sample = owed and t % series.every[0] == 0
-        if sample:
-            series.lrate[:, :] = 0.0
         for jf in range(flows.n_live[0]):
             f = live[jf]
-            if sample:  # the previous step's rates: nothing has changed them since
-                link_rate(f, flows, series.lrate)
             arrive(f, slot, links, switches, flows)
             notify(f, t, slot2, now, nics, flows)
             react(f, slot3, now, dt, nics, flows)
@@ -1099,11 +1137,13 @@ def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links
         pfc(slot, now, dt, links, switches)
         service(t, slot, now, dt, links, switches, scratch)
         marking(t, dt, rng, links, switches, flows, scratch)
-        injection(dt, links, switches, flows, scratch)
+        # the time series' next point needs the link rates of this step's end state
+        sample = (t + 1) % series.every[0] == 0
+        injection(dt, links, switches, flows, scratch, series.lrate, sample)
         probes(now, dt, rng, links, switches, probe, scratch)
         t += 1
-        collectives(t, t * dt, links, flows, groups)
+        collectives(t, t * dt, links, flows, groups, series.lrate, sample)
         owed = True
     if owed:
-        record(t, t * dt, links, flows, series, scratch, True)
+        record(t, t * dt, links, flows, series, scratch, False)
     return t

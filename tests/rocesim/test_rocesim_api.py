@@ -23,6 +23,7 @@ from rocesim import (
     simulate,
 )
 from rocesim.__main__ import main as cli_main
+from rocesim._state import ACK_FLOW, RC, REMAIN
 from rocesim.config import DCQCN_FIELDS
 from rocesim.scenario import ScenarioError, build_scenario, load_scenario
 
@@ -298,3 +299,39 @@ def test_wrr_shares_a_link_between_roce_and_the_other_class() -> None:
     assert c["host1/mlx5_0"]["rx_prio3_pause"] > 0
     assert sum(v.get("queue4_drop_pkts", 0) + v.get("queue3_drop_pkts", 0)
                for v in c.values()) == 0
+
+
+def test_time_series_rates_are_those_of_the_sending_flows_at_each_point() -> None:
+    """The per-link rate sums behind the time series' ``rate_gbps`` are summed during the
+    sends (``_kernel.injection``) and patched where collectives restart or finish; at every
+    recorded point they must equal a recount over the live flows: the DCQCN rate (capped by
+    the offered rate) of each flow that still has data to send, on every link of its path.
+    Two iterations of two collectives plus a background flow, stepped one step at a time, so
+    restarts and the end of a group fall on recorded points."""
+    fab = Fabric(Topology())
+    for sw in ("leaf0", "leaf1"):
+        fab.set_ecn(sw, EcnConfig(5_000, 50_000, 0.2))
+    wl = Workload(collectives=[Collective("all_reduce", 2 * 2**20, fab.nic_names, iterations=2),
+                               Collective("alltoall", 1 * 2**20, fab.nic_names, iterations=2)],
+                  background=[Background("incast", 0.5, 3)])
+    sim = Simulation(fab, wl, max_time_us=4_000)
+    fl = sim.state[3]
+    checked = restarts = 0
+    iters = sim.g_iter.copy()
+    while not sim.done:
+        sim.advance(sim.dt)
+        if np.any(sim.g_iter != iters):
+            restarts += 1
+            iters = sim.g_iter.copy()
+        if sim.t % int(sim.ts_every[0]) != 0:
+            continue
+        want = np.zeros_like(sim.lrate)
+        for f in fl.live[: int(fl.n_live[0])]:
+            if sim.ff[f, REMAIN] > 0.0 and fl.pred[f] != ACK_FLOW:
+                r = min(sim.ff[f, RC], fl.cap[f])
+                for h in range(int(fl.hops[f])):
+                    want[fl.path[f, h]] += (r, 1.0)
+        np.testing.assert_array_equal(sim.lrate[:, 1], want[:, 1])
+        np.testing.assert_allclose(sim.lrate[:, 0], want[:, 0], rtol=1e-12)
+        checked += 1
+    assert restarts >= 3 and checked > 1000
