@@ -451,20 +451,13 @@ def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> 
         transit[slot, f, h] = 0.0
         ln = path[f, h]
         if h + 1 < hops:
-            s = lk.dst_sw[ln]
             occ = lk.ing[ln, c] - sw.reserve
+            lim = lk.arr_lim[ln, c]
             drop = 0.0
-            if sw.cls_lossless[c] != 0:
-                lim = lk.xoff_thr[ln, c] + lk.hroom[ln]
-                if lk.xoff[ln, c] != 0 and occ + x > lim:
-                    drop = occ + x - lim
-                    if drop > x:
-                        drop = x
-            else:
-                free = sw.buffer[s] - sw.sh_used[s]
-                lim = sw.alpha_lossy * free
-                if occ + x > lim:
-                    drop = min(x, occ + x - lim)
+            if occ + x > lim:
+                drop = occ + x - lim
+                if drop > x:
+                    drop = x
             if drop > 0.0:
                 x -= drop
                 ff[f, INFL] -= drop
@@ -482,6 +475,27 @@ def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> 
             ff[f, INFL] -= x
             if fl.ack[f] >= 0:  # the receiver acknowledges what it got, on the way back
                 ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
+
+
+@njit(cache=True, error_model="numpy")
+def arrival_limits(lk: LinkState, sw: SwitchState) -> None:
+    """``arr_lim``: the ingress occupancy (above the reserve) past which ``arrive`` drops, per
+    (switch-bound link, class), for the next step. Lossless: XOFF threshold in force plus the
+    headroom while XOFF is asserted, none otherwise; lossy: the dynamic threshold of the far
+    switch's free shared buffer. Depends only on what ``pfc`` set, so it is made there once per
+    step instead of per arriving flow."""
+    for ln in range(lk.cap.shape[0]):
+        s = lk.dst_sw[ln]
+        for c in range(2):
+            if s < 0:
+                lk.arr_lim[ln, c] = np.inf
+            elif sw.cls_lossless[c] != 0:
+                if lk.xoff[ln, c] != 0:
+                    lk.arr_lim[ln, c] = lk.xoff_thr[ln, c] + lk.hroom[ln]
+                else:
+                    lk.arr_lim[ln, c] = np.inf
+            else:
+                lk.arr_lim[ln, c] = sw.alpha_lossy * (sw.buffer[s] - sw.sh_used[s])
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -600,6 +614,7 @@ def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> Non
             if lk.xoff[ln, c] != 0:
                 lc[ln, c, C_XOFF_US] += dt
             lk.xoff_hist[slot, ln, c] = lk.xoff[ln, c]
+    arrival_limits(lk, sw)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -710,7 +725,7 @@ def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchSt
         fr = x.serve_frac[ln, c]
         if fr <= 0.0:
             continue
-        out = xb * fr if fr < 1.0 else xb
+        out = xb * fr  # fr <= 1 (served <= queued); exactly xb when the queue drains
         back[f, h - 1] = xb - out
         lk.ing[path[f, h - 1], c] -= out
         fl.transit[x.slot_out[ln], f, h] += out

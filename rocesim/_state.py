@@ -55,6 +55,7 @@ class LinkState(NamedTuple):
     paused_since: np.ndarray  # [link, class] start of the current pause, -1 if not paused
     qprev: np.ndarray         # [link, class] backlog the previous step left
     nfl: np.ndarray           # [link, class] ingress ports feeding the queue (burst model)
+    arr_lim: np.ndarray       # [link, class] ingress bytes above which arrivals drop (pfc)
 
 
 class SwitchState(NamedTuple):
