@@ -324,57 +324,37 @@ class Simulation:
     def _build_flows(self, line: float) -> None:
         fab, topo, wl, rs = self.fabric, self.fabric.topo, self.workload, self._rs
         wire = topo.wire_bytes / topo.payload_bytes
-        src: list[int] = []
-        dst: list[int] = []
-        cls: list[int] = []
-        pred: list[int] = []
+        cols = _Columns()
         pred2: dict[int, int] = {}  # flows that wait for a second predecessor (trees)
         quantum: dict[int, float] = {}  # flows that forward whole chunks only (trees)
-        group: list[int] = []
-        cap: list[float] = []
-        size: list[float] = []
-        chunk: list[float] = []
-        kind: list[int] = []  # 0 collective, 1 background, 2 ACKs of another flow
         self.g_f0: list[int] = []
         self.g_f1: list[int] = []
         for gi, col in enumerate(wl.collectives):
-            ranks = [fab.nic_index(r) for r in col.ranks]
+            ranks = np.array([fab.nic_index(r) for r in col.ranks], dtype=np.int64)
             n = len(ranks)
-            f0 = len(src)
+            f0 = cols.n
             if col.op == "alltoall":  # i -> j for every i != j, qps_per_connection each
                 per = col.size_bytes / n / col.qps_per_connection * wire
-                r = np.array(ranks, dtype=np.int64)
                 a, b = np.nonzero(~np.eye(n, dtype=bool))
                 qps = col.qps_per_connection
-                m = a.size * qps
-                src.extend(np.repeat(r[a], qps).tolist())
-                dst.extend(np.repeat(r[b], qps).tolist())
-                pred.extend([-1] * m)
-                chunk.extend([math.inf] * m)
-                size.extend([per] * m)
+                cols.add(src=np.repeat(ranks[a], qps), dst=np.repeat(ranks[b], qps), pred=-1,
+                         chunk=math.inf, size=per, cls=0, group=gi, cap=line, kind=0)
             elif col.algo == "tree":
-                self._tree_flows(col, ranks, wire, src, dst, pred, pred2, quantum, chunk,
-                                size)
+                src, dst, pred, chunk, size = self._tree_flows(
+                    col, ranks.tolist(), wire, cols.n, pred2, quantum)
+                cols.add(src=src, dst=dst, pred=pred, chunk=chunk, size=size, cls=0,
+                         group=gi, cap=line, kind=0)
             else:
                 factor = 2.0 * (n - 1) / n if col.op == "all_reduce" else (n - 1) / n
                 k = col.channels * col.qps_per_connection
                 per = col.size_bytes * factor / k * wire
                 ch = col.size_bytes / n / k * wire
-                for _c in range(k):
-                    base = len(src)
-                    for i in range(n):
-                        src.append(ranks[i])
-                        dst.append(ranks[(i + 1) % n])
-                        pred.append(base + (i - 1) % n)
-                        chunk.append(ch)
-                        size.append(per)
-            f1 = len(src)
-            cls.extend([0] * (f1 - f0))
-            group.extend([gi] * (f1 - f0))
-            cap.extend([line] * (f1 - f0))
-            kind.extend([0] * (f1 - f0))
+                i = np.arange(n)
+                for _c in range(k):  # a ring per channel and QP: i -> i + 1, after i - 1
+                    cols.add(src=ranks, dst=ranks[(i + 1) % n], pred=cols.n + (i - 1) % n,
+                             chunk=ch, size=per, cls=0, group=gi, cap=line, kind=0)
             self.g_f0.append(f0)
-            self.g_f1.append(f1)
+            self.g_f1.append(cols.n)
         for bg in wl.background:
             nics = [fab.nic_index(x) for x in (bg.nics or fab.nic_names)]
             if bg.pattern == "incast":
@@ -387,51 +367,37 @@ class Simulation:
                     raise ValueError("Background permutation needs at least 2 NICs")
                 perm = _derangement(len(nics), rs)
                 pairs = [(nics[i], nics[perm[i]]) for i in range(len(nics))]
-            for s, d in pairs:
-                src.append(s)
-                dst.append(d)
-                pred.append(-1)
-                chunk.append(math.inf)
-                size.append(math.inf)
-                cls.append(0 if bg.priority == "roce" else 1)
-                group.append(-1)
-                cap.append(bg.load * line)
-                kind.append(1)
+            pa = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+            cols.add(src=pa[:, 0], dst=pa[:, 1], pred=-1, chunk=math.inf, size=math.inf,
+                     cls=0 if bg.priority == "roce" else 1, group=-1, cap=bg.load * line,
+                     kind=1)
         # every data flow's receiver acknowledges on the reverse path, in the same class:
         # ACKs share the switch queues (and PFC) with data; at the NIC they are tiny offers
         # that the max-min arbiter serves in full, ahead of the data QPs
-        n_data = len(src)
-        ack_of = [-1] * n_data
-        if topo.ack_bytes > 0:
-            for f in range(n_data):
-                ack_of[f] = len(src)
-                src.append(dst[f])
-                dst.append(src[f])
-                pred.append(S.ACK_FLOW)
-                chunk.append(math.inf)
-                size.append(math.inf)
-                cls.append(cls[f])
-                group.append(group[f])
-                cap.append(line)
-                kind.append(2)
-            ack_of.extend([-1] * n_data)
-        self.f_ack = np.array(ack_of, dtype=np.int64)
-        n_f = len(src)
-        self.f_src = np.array(src, dtype=np.int64)
-        self.f_dst = np.array(dst, dtype=np.int64)
-        self.f_cls = np.array(cls, dtype=np.int64)
-        self.f_pred = np.array(pred, dtype=np.int64)
+        n_data = cols.n
+        ack_of = np.full(n_data, -1, dtype=np.int64)
+        if topo.ack_bytes > 0 and n_data:
+            ack_of = np.concatenate([np.arange(n_data, 2 * n_data), ack_of])
+            cols.add(src=cols.join("dst"), dst=cols.join("src"), pred=S.ACK_FLOW,
+                     chunk=math.inf, size=math.inf, cls=cols.join("cls"),
+                     group=cols.join("group"), cap=line, kind=2)
+        self.f_ack = ack_of
+        n_f = cols.n
+        self.f_src = cols.join("src")
+        self.f_dst = cols.join("dst")
+        self.f_cls = cols.join("cls")
+        self.f_pred = cols.join("pred")
         self.f_pred2 = np.full(n_f, -1, dtype=np.int64)
         for f, p2 in pred2.items():
             self.f_pred2[f] = p2
         self.f_quantum = np.zeros(n_f)
         for f, q in quantum.items():
             self.f_quantum[f] = q
-        self.f_group = np.array(group, dtype=np.int64)
-        self.f_cap = np.array(cap, dtype=np.float64)
-        self.f_size = np.array(size, dtype=np.float64)
-        self.f_chunk = np.array(chunk, dtype=np.float64)
-        self.f_kind = np.array(kind, dtype=np.int64)
+        self.f_group = cols.join("group")
+        self.f_cap = cols.join("cap")
+        self.f_size = cols.join("size")
+        self.f_chunk = cols.join("chunk")
+        self.f_kind = cols.join("kind")
         # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded
         self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
         if n_f:
@@ -490,14 +456,19 @@ class Simulation:
         self.g_cur = self.g_f0a.copy()
 
     @staticmethod
-    def _tree_flows(col: Collective, ranks: list[int], wire: float, src: list[int],
-                    dst: list[int], pred: list[int], pred2: dict[int, int],
-                    quantum: dict[int, float], chunk: list[float], size: list[float]) -> None:
+    def _tree_flows(col: Collective, ranks: list[int], wire: float, base: int,
+                    pred2: dict[int, int], quantum: dict[int, float]) -> tuple[list, ...]:
         """NCCL Tree AllReduce: per channel and QP, each of the two trees of
         ``double_binary_tree`` carries S/2; every edge has an up flow (child -> parent, waits
         for the child's own children) and a down flow (parent -> child, waits for what the
         parent got from its parent, or at the root for its children's up flows). A rank
-        forwards whole chunks only (``tree_chunk_bytes``)."""
+        forwards whole chunks only (``tree_chunk_bytes``). Returns the columns src, dst,
+        pred, chunk, size of flows numbered from ``base``."""
+        src: list[int] = []
+        dst: list[int] = []
+        pred: list[int] = []
+        chunk: list[float] = []
+        size: list[float] = []
         k = col.channels * col.qps_per_connection
         n = len(ranks)
         per = col.size_bytes / 2.0 / k * wire
@@ -505,7 +476,7 @@ class Simulation:
         q = min(per, tree_chunk_bytes(col.size_bytes / k, depth) * wire)
 
         def add(a: int, b: int, waits: list[int]) -> int:
-            f = len(src)
+            f = base + len(src)
             src.append(ranks[a])
             dst.append(ranks[b])
             pred.append(waits[0] if waits else -1)
@@ -534,6 +505,7 @@ class Simulation:
                     waits = [down[parent]] if grand >= 0 else \
                         [up[c] for c in (c0, c1) if c >= 0]
                     down[r] = add(parent, r, waits)
+        return src, dst, pred, chunk, size
 
     def _build_probes(self) -> None:
         fab, topo, pr, rs = self.fabric, self.fabric.topo, self.workload.probes, self._rs
@@ -727,6 +699,31 @@ def _pair_ids(path: np.ndarray, n_links: int) -> np.ndarray:
     ids = np.zeros(size, dtype=np.int64)  # calloc: only the pages of present codes are touched
     ids[present] = np.arange(present.size)
     return ids[code]
+
+
+class _Columns:
+    """Per-flow columns assembled part by part (numpy arrays, scalars broadcast) and joined
+    once: a 512-NIC AlltoAll has 261,632 flows, too many for Python lists."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.n = 0
+
+    def add(self, **columns: object) -> None:
+        n = len(columns["src"])  # type: ignore[arg-type]
+        for name, v in columns.items():
+            a = np.asarray(v)
+            self.parts.setdefault(name, []).append(np.broadcast_to(a, (n,)) if a.ndim == 0
+                                                   else a)
+        self.n += n
+
+    def join(self, name: str) -> np.ndarray:
+        parts = self.parts.get(name, [])
+        if not parts:
+            return np.zeros(0, dtype=np.float64 if name in ("chunk", "size", "cap")
+                            else np.int64)
+        out = np.concatenate(parts)
+        return out.astype(np.float64 if out.dtype.kind == "f" else np.int64)
 
 
 def _depth(tree: list[tuple[int, int, int]], r: int) -> int:
