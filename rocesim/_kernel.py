@@ -513,8 +513,10 @@ def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None
     most one per ``min_time_between_cnps`` from the port (``cnp_moderation`` 1) or from each
     flow (2); each reaches the sender ``rev`` steps later."""
     slot2 = t % fl.ce_ring.shape[0]
-    for jf in range(fl.n_live[0]):
-        notify(fl.live[jf], t, slot2, now, nic, fl)
+    if fl.ce_count[slot2] != 0:  # else no live flow has a mark in this slot
+        for jf in range(fl.n_live[0]):
+            notify(fl.live[jf], t, slot2, now, nic, fl)
+    fl.ce_count[slot2] = 0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -539,15 +541,19 @@ def notify(f: int, t: int, slot2: int, now: float, nic: NicState, fl: FlowState)
         fl.ff[f, TNPCNP] = now
     if k > 0:
         nic.ctr[nd, N_CNP_SENT] += k
-        fl.cnp_ring[(t + fl.rev[f]) % fl.cnp_ring.shape[0], f] += k
+        s3 = (t + fl.rev[f]) % fl.cnp_ring.shape[0]
+        fl.cnp_ring[s3, f] += k
+        fl.cnp_count[s3] += k
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def reaction_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
     """The sender NIC runs DCQCN per flow: CNPs, α, cuts, increases (``rp_*``)."""
     slot3 = t % fl.cnp_ring.shape[0]
-    for jf in range(fl.n_live[0]):
-        react(fl.live[jf], slot3, now, dt, nic, fl)
+    if fl.cnp_count[slot3] != 0 or fl.n_active[0] != 0:  # else no flow has anything to do
+        for jf in range(fl.n_live[0]):
+            react(fl.live[jf], slot3, now, dt, nic, fl)
+    fl.cnp_count[slot3] = 0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -559,12 +565,16 @@ def react(f: int, slot3: int, now: float, dt: float, nic: NicState, fl: FlowStat
         n = fl.src[f]
         fl.cnp_ring[slot3, f] = 0
         nic.ctr[n, N_CNP_HANDLED] += k
+        was = fi[f, ACTIVE]
         rp_cnp(ff, fi, f, par, n, now)
+        fl.n_active[0] += fi[f, ACTIVE] - was
     if fi[f, ACTIVE] == 0:
         return
     n = fl.src[f]
     rp_alpha(ff, fi, f, par, n, dt)
     rp_rate(ff, fi, f, par, n, now, dt)
+    if fi[f, ACTIVE] == 0:  # the limiter was released
+        fl.n_active[0] -= 1
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -752,7 +762,9 @@ def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchSt
                 dly = fl.rd[f, h] + int(qd / dt)
                 if dly > ring2 - 1:
                     dly = ring2 - 1
-                fl.ce_ring[(t + dly) % ring2, f] += m
+                s2 = (t + dly) % ring2
+                fl.ce_ring[s2, f] += m
+                fl.ce_count[s2] += m
         else:
             pacc[f, h - 1] = acc
 
@@ -1141,11 +1153,19 @@ def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links
         # memory traffic is the cost); within a pass each flow goes through the phases in
         # order, and no phase reads what another flow's later phase in the pass writes, so the
         # result is that of running the phases one after the other
+        # (notify and react run only if a mark or CNP is due or a limiter is allocated, as in
+        # notification_point and reaction_point: otherwise they would do nothing)
+        do_np = flows.ce_count[slot2] != 0
+        do_rp = flows.cnp_count[slot3] != 0 or flows.n_active[0] != 0
         for jf in range(flows.n_live[0]):
             f = live[jf]
             arrive(f, slot, links, switches, flows)
-            notify(f, t, slot2, now, nics, flows)
-            react(f, slot3, now, dt, nics, flows)
+            if do_np:
+                notify(f, t, slot2, now, nics, flows)
+            if do_rp:
+                react(f, slot3, now, dt, nics, flows)
+        flows.ce_count[slot2] = 0
+        flows.cnp_count[slot3] = 0
         if owed:
             record(t, now, links, flows, series, scratch, False)
             owed = False

@@ -110,6 +110,9 @@ class FlowState(NamedTuple):
     transit: np.ndarray       # [ring, flow, hop] bytes on the wire, by arrival step
     ce_ring: np.ndarray       # [ring2, flow] CE marks, by step they reach the NP
     cnp_ring: np.ndarray      # [ring3, flow] CNPs, by step they reach the RP
+    ce_count: np.ndarray      # [ring2] CE marks written to each slot of ce_ring (0: no NP work)
+    cnp_count: np.ndarray     # [ring3] CNPs written to each slot of cnp_ring
+    n_active: np.ndarray      # [1] flows whose rate limiter is allocated (ACTIVE)
     live: np.ndarray          # [flow] ids of the flows still taking part
     n_live: np.ndarray        # [1]
     pair_stamp: np.ndarray    # [pair] scratch of count_ingress

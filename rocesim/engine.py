@@ -301,6 +301,7 @@ class Simulation:
             quantum=self.f_quantum,
             pair=u32(self.f_pair), ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
             transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
+            ce_count=self.ce_count, cnp_count=self.cnp_count, n_active=self.n_active,
             live=u32(self.live), n_live=self.n_live, pair_stamp=self.pair_stamp,
             nic_idx=u32(self.nic_idx), nic_ptr=self.nic_ptr)
         groups = S.GroupState(
@@ -434,6 +435,9 @@ class Simulation:
         self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int32)
         self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int32)
+        self.ce_count = np.zeros(ring2, dtype=np.int64)
+        self.cnp_count = np.zeros(ring3, dtype=np.int64)
+        self.n_active = np.zeros(1, dtype=np.int64)  # no limiter before the first CNP
         # flows grouped by their first link (the sending NIC port), CSR style
         first = self.f_path[:, 0] if n_f else np.zeros(0, dtype=np.int64)
         self.nic_idx = np.argsort(first, kind="stable").astype(np.int64)
@@ -567,7 +571,9 @@ class Simulation:
         of the DCQCN reaction point and for what-if studies)."""
         if not 0 <= flow < self.f_src.shape[0]:
             raise IndexError(f"flow {flow} out of range (0..{self.f_src.shape[0] - 1})")
-        self.cnp_ring[self.t % self.cnp_ring.shape[0], flow] += int(count)
+        slot = self.t % self.cnp_ring.shape[0]
+        self.cnp_ring[slot, flow] += int(count)
+        self.cnp_count[slot] += int(count)
 
     def run(self) -> SimResult:
         while not self.done:
