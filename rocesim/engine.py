@@ -398,7 +398,7 @@ class Simulation:
         self.f_cap = cols.join("cap")
         self.f_size = cols.join("size")
         self.f_chunk = cols.join("chunk")
-        self.f_kind = cols.join("kind")
+        self.f_kind = cols.join("kind")  # 0 collective, 1 background, 2 ACKs of another flow
         # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded
         self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
         if n_f:
