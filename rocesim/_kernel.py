@@ -473,7 +473,9 @@ def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> 
             ff[f, DELIV] += x
             ff[f, TOTDEL] += x
             ff[f, INFL] -= x
-            if fl.ack[f] >= 0:  # the receiver acknowledges what it got, on the way back
+            # the receiver acknowledges what it got, on the way back (ACK flows exist only
+            # with ack_bytes > 0: without them the per-flow ``ack`` is not even read)
+            if sw.ack_ratio > 0.0 and fl.ack[f] >= 0:
                 ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
 
 
@@ -707,7 +709,7 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
             qprev[ln, c] = q_end
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, fl: FlowState,
             x: Scratch) -> None:
     """Switch queues dequeue each flow's share; dequeued packets are CE-marked with the
