@@ -408,8 +408,9 @@ def render_speed(rows: list[tuple[str, float, float, float, float, float, float]
         "`stdout.log`), copied into `tests/rocesim/fixtures/packet_level/incast_speed.csv`; "
         "its simulated time is the flows' start to the last completion (`makespan`). rocesim: "
         "the same scenario and seeds (`speed_case`: setup included, 100-µs `advance` chunks "
-        "until every flow finished, no per-µs sampling) on this machine, which is shared, so "
-        "the CPU ratio is the steadier one. Means over seeds.", "",
+        "until every flow finished, no per-µs sampling; the fastest of 3 runs by wall time) on "
+        "this machine, which is shared, so the CPU ratio is the steadier one. Means over seeds.",
+        "",
         f"**Simulated time per wall second: {min(wall_x):.0f}x to {max(wall_x):.0f}x the "
         f"reference's (median {float(np.median(wall_x)):.0f}x; {n_wall} "
         f"of {len(rows)} families at >= {SPEED_TARGET:.0f}x); per CPU second {min(cpu_x):.0f}x "
@@ -589,7 +590,9 @@ def run_families(only: str | None = None, log: Callable[[str], None] = print,
         ms = [run_case(c) for c in cases]
         ref, sim = reference_family(rs), sim_family(ms)
         if cases[0].kind == "incast":  # issue 11's speed target, on the same runs
-            spd = [speed_case(c) for c in cases]
+            # the fastest of 3 by wall time: the machine is shared and a ~0.05 s run is easily
+            # descheduled; interference only adds time
+            spd = [min((speed_case(c) for _ in range(3)), key=lambda x: x[1]) for c in cases]
             ref_spd = [speeds[r["name"]] for r in rs]
             sim["speed_sim_ms"], sim["speed_wall_s"], sim["speed_cpu_s"] = (
                 _mean(x[i] for x in spd) for i in range(3))
