@@ -115,7 +115,7 @@ def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     return k
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> float:
     if on == 0 or q <= kmin:
         return 0.0
@@ -127,7 +127,7 @@ def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> floa
 BURST_MAX = 32
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _burst_params(rho: float, n: int) -> tuple:
     """Packet-level backlog a departing packet sees on top of the fluid queue.
 
@@ -158,7 +158,7 @@ def _burst_steps(n: float, rho: float) -> tuple:
     return a * b, a * a * a, a * a, b
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _burst_mean(n: float, rho: float, kmax: int) -> float:
     """E[B] in packets: the sum of P(B >= k) over k >= 1 (terms below 1e-12 dropped)."""
     if kmax <= 0:
@@ -174,7 +174,7 @@ def _burst_mean(n: float, rho: float, kmax: int) -> float:
     return m
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int,
                      pkt: float) -> float:
     """Expected RED marking probability over the burst backlog distribution."""
@@ -228,7 +228,7 @@ def count_ingress(live: np.ndarray, n_live: int, f_hops: np.ndarray, f_path: np.
                 nfl[f_path[f, h], f_cls[f]] += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple:
     """Work-conserving weighted round robin between two data classes on one link.
 
@@ -250,7 +250,7 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
     return s0, s1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray, c: int,
                cap: float, buf: np.ndarray) -> None:
     """Max-min share of ``cap`` among the offers (``OFFER`` column) of flows idx[i0:i1] in
