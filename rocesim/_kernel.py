@@ -479,7 +479,7 @@ def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> 
                 ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def arrival_limits(lk: LinkState, sw: SwitchState) -> None:
     """``arr_lim``: the ingress occupancy (above the reserve) past which ``arrive`` drops, per
     (switch-bound link, class), for the next step. Lossless: XOFF threshold in force plus the
