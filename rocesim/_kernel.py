@@ -883,7 +883,8 @@ def send(f: int, ln: int, lk: LinkState, fl: FlowState, x: Scratch) -> None:
     ff[f, REMAIN] -= b
     ff[f, SENT] += b
     ff[f, INFL] += b
-    ff[f, BYTECNT] += b
+    if fl.n_active[0] != 0:  # the byte counter matters only under a rate limiter, and the
+        ff[f, BYTECNT] += b  # limiter's allocation restarts it (rp_cnp)
     fl.transit[x.slot_out[ln], f, 0] += b
     lk.counters[ln, c, C_TX] += b
 
