@@ -41,7 +41,6 @@ from rocesim._state import (
     N_CNP_SENT,
     N_ECN_MARKED,
     NCUTS,
-    OFFER,
     P_AI,
     P_ALPHA_RTT,
     P_BYTE_RESET,
@@ -251,17 +250,16 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray, c: int,
-               cap: float, buf: np.ndarray) -> None:
-    """Max-min share of ``cap`` among the offers (``OFFER`` column) of flows idx[i0:i1] in
-    class ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L.
+def _waterfill(offers: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray,
+               c: int, cap: float, buf: np.ndarray) -> None:
+    """Max-min share of ``cap`` among the offers ``offers[k]`` of flows idx[i0 + k] in class
+    ``c``: find the level L with sum(min(offer, L)) = cap, then cap each offer at L.
     The positive offers are copied once into ``buf`` (in flow order, so the sums are the
     same) for the iterations to scan."""
     n = 0
-    for i in range(i0, i1):
-        f = idx[i]
-        if f_cls[f] == c and ff[f, OFFER] > 0.0:
-            buf[n] = ff[f, OFFER]
+    for k in range(i1 - i0):
+        if f_cls[idx[i0 + k]] == c and offers[k] > 0.0:
+            buf[n] = offers[k]
             n += 1
     if n == 0:
         return
@@ -281,10 +279,9 @@ def _waterfill(ff: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndar
         if new <= level * (1.0 + 1e-9):
             break
         level = new
-    for i in range(i0, i1):
-        f = idx[i]
-        if f_cls[f] == c and ff[f, OFFER] > level:
-            ff[f, OFFER] = level
+    for k in range(i1 - i0):
+        if f_cls[idx[i0 + k]] == c and offers[k] > level:
+            offers[k] = level
 
 
 @njit(cache=True, error_model="numpy")
@@ -799,14 +796,15 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
     for ln in range(lk.cap.shape[0]):
         if lk.src_nic[ln] < 0:
             continue  # a switch port: no QPs start there
-        for i in range(ptr[ln], ptr[ln + 1]):
-            offer(idx[i], ln, dt, fl, x)
+        i0 = ptr[ln]
+        for i in range(i0, ptr[ln + 1]):
+            x.offer[i - i0] = offer(idx[i], ln, dt, fl, x)
         nic_arbiter(ln, dt, lk, sw, fl, x)
         r0 = 0.0
         n0 = 0.0
-        for i in range(ptr[ln], ptr[ln + 1]):
+        for i in range(i0, ptr[ln + 1]):
             f = idx[i]
-            send(f, ln, lk, fl, x)
+            send(f, ln, x.offer[i - i0], lk, fl, x)
             if sample:
                 r = sending_rate(f, fl)
                 if r >= 0.0:
@@ -823,17 +821,15 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> None:
-    """What flow ``f`` offers its NIC port ``ln`` this step (``OFFER``), added to the port's
-    total."""
+def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> float:
+    """What flow ``f`` offers its NIC port ``ln`` this step, added to the port's total."""
     ff = fl.ff
-    ff[f, OFFER] = 0.0
     rem = ff[f, REMAIN]
     if rem <= 0.0:
-        return
+        return 0.0
     c = fl.cls[f]
     if x.serve_frac[ln, c] != 0.0:  # NIC egress paused for this priority
-        return
+        return 0.0
     r = ff[f, RC]
     if fl.cap[f] < r:
         r = fl.cap[f]
@@ -849,17 +845,18 @@ def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> None:
         if credit < b:
             b = credit
     if b <= 0.0:
-        return
-    ff[f, OFFER] = b
+        return 0.0
     x.nic_tot[ln, c] += b
     if c == 0:
         x.nic_nq[ln] += 1.0
+    return b
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowState,
                 x: Scratch) -> None:
-    """NIC port ``ln`` serves its QPs' offers: WRR between the classes, max-min inside one."""
+    """NIC port ``ln`` serves its QPs' offers (``x.offer``, in the port's QP order): WRR between
+    the classes, max-min inside one."""
     d0 = x.nic_tot[ln, 0]
     d1 = x.nic_tot[ln, 1]
     s0, s1 = _wrr(lk.cap[ln] * dt, d0, d1, sw.w_roce, 0, 0)
@@ -867,16 +864,15 @@ def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowStat
     x.serve_bytes[ln, 1] = 1.0
     # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
     if s0 < d0 * (1.0 - 1e-12):
-        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0, x.wf)
+        _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0, x.wf)
     if s1 < d1 * (1.0 - 1e-12):
-        _waterfill(fl.ff, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1, x.wf)
+        _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1, x.wf)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def send(f: int, ln: int, lk: LinkState, fl: FlowState, x: Scratch) -> None:
-    """Flow ``f`` puts what its port ``ln`` granted (``OFFER``) on the wire."""
+def send(f: int, ln: int, b: float, lk: LinkState, fl: FlowState, x: Scratch) -> None:
+    """Flow ``f`` puts the ``b`` bytes its port ``ln`` granted on the wire."""
     ff = fl.ff
-    b = ff[f, OFFER]
     if b <= 0.0:
         return
     c = fl.cls[f]
@@ -1028,7 +1024,6 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             for f in range(gr.f0[g], gr.f1[g]):
                 ff[f, REMAIN] = 0.0
                 ff[f, INFL] = 0.0
-                ff[f, OFFER] = 0.0
             # the group is over: drop its flows from the live list (exact: they never send
             # again, so their DCQCN state no longer matters)
             k = 0

@@ -14,9 +14,9 @@ from typing import NamedTuple
 import numpy as np
 
 # Flow float state columns (FlowState.ff).
-RC, RT, ALPHA, REMAIN, SENT, DELIV, BYTECNT, TTIMER, TALPHA, TCUT, TNPCNP, INFL, TOTDEL, \
-    OFFER = range(14)
-NFF = 14
+RC, RT, ALPHA, REMAIN, SENT, DELIV, BYTECNT, TTIMER, TALPHA, TCUT, TNPCNP, INFL, TOTDEL = \
+    range(13)
+NFF = 13
 # Flow int state columns (FlowState.fi).
 TSTAGE, BSTAGE, ACTIVE, CUTPEND, INCSINCE, CNPPERIOD, NCUTS = range(7)
 NFI = 7
@@ -170,4 +170,5 @@ class Scratch(NamedTuple):
     burst: np.ndarray         # [link, class, (a, r, kmax, mean bytes)] microburst model
     slot_out: np.ndarray      # [link] transit slot of bytes sent this step
     slot_hist: np.ndarray     # [link] xoff_hist slot in force at the link's sender
+    offer: np.ndarray         # [most QPs on one NIC port] this port's offers, in QP order
     wf: np.ndarray            # [most QPs on one NIC port] offers the NIC arbiter levels

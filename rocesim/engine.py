@@ -315,11 +315,12 @@ class Simulation:
         series = S.SeriesState(
             every=self.ts_every, n=self.ts_n, t=self.ts_t, q=self.ts_q,
             paused=self.ts_paused, rate=self.ts_rate, lrate=self.lrate)
+        most = max(1, int(np.diff(self.nic_ptr).max()))  # QPs on the busiest NIC port
         scratch = S.Scratch(
             serve_frac=self.serve_frac, serve_bytes=self.serve_bytes, nic_tot=self.nic_tot,
             nic_nq=self.nic_nq,
             pmark=self.pmark, qseen=self.qseen, burst=self.burst, slot_out=self.slot_out,
-            slot_hist=self.slot_hist, wf=np.zeros(max(1, int(np.diff(self.nic_ptr).max()))))
+            slot_hist=self.slot_hist, offer=np.zeros(most), wf=np.zeros(most))
         return links, switches, nics, flows, groups, probes, series, scratch
 
     def _build_flows(self, line: float) -> None:
