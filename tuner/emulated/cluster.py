@@ -337,14 +337,24 @@ class EmulatedCluster:
         run.mkdir(mode=0o700)
 
     def kill_sessions(self, target: str) -> int:
-        """Drop every open SSH connection (and its commands) of one target; returns how many."""
-        killed = 0
-        for pid in _procs.pids_with_env(st.ENV_ROOT, str(self.root), st.ENV_NAME, target):
-            killed += _procs.kill(pid, signal.SIGKILL)
+        """Drop every open SSH connection (and its commands) of one target; returns how many
+        processes were killed. A shell killed while it forks can leave a child that the scan
+        before the kill did not see, so the scan repeats until two in a row find nothing new
+        (at most 2 s)."""
         listener = self.targets[target].pid
-        for pid in _procs.descendants(listener) if listener else []:
-            killed += _procs.kill(pid, signal.SIGKILL)
-        return killed
+        killed: set[int] = set()
+        quiet = 0
+        deadline = time.monotonic() + 2.0
+        while quiet < 2 and time.monotonic() < deadline:
+            found = set(_procs.pids_with_env(st.ENV_ROOT, str(self.root), st.ENV_NAME, target))
+            found.update(_procs.descendants(listener) if listener else [])
+            new = found - killed
+            for pid in new:
+                if _procs.kill(pid, signal.SIGKILL):
+                    killed.add(pid)
+            quiet = 0 if new else quiet + 1
+            time.sleep(0.02)
+        return len(killed)
 
     # -- accessors ---------------------------------------------------------------------------
     def target_dir(self, target: str) -> Path:
