@@ -15,6 +15,8 @@ import json
 import shutil
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,9 +273,6 @@ def test_nvue_confirm_rolls_back_after_tuner_sigkill_then_reboots_and_recover(
     """ecntune's shell timers are set too slow to matter (600 s): after a SIGKILL only NVUE's
     own ``--confirm`` window heals the switch. Then two other targets reboot while the tuner
     is still gone, and ``ecntune recover`` restores whatever is off the journalled baseline."""
-    import subprocess
-
-    from tests.faults.conftest import ECNTUNE
     from tests.faults.emu_helpers import experiment, run_holding_first_trial, sigkill_when
 
     window = 8
@@ -312,15 +311,8 @@ def test_nvue_confirm_rolls_back_after_tuner_sigkill_then_reboots_and_recover(
                                          _values(entry.settings, unsaved))
     dirty_before = off_baseline(read_canary(emu), entry.baseline)
     assert unsaved in dirty_before
-    out = subprocess.run([*ECNTUNE, "recover", str(exp)], capture_output=True, text=True,
-                         timeout=120)
-    restore_s = time.monotonic() - t_reboot
-    assert out.returncode == 0, out.stderr
-    assert "verified by read-back" in out.stdout and unsaved in out.stdout, out.stdout
-    dirty = off_baseline(read_canary(emu), entry.baseline)
-    assert dirty == [] and journal.dirty() is None
-    lost = lost_trials(results)
-    assert lost == 0
+    stdout, dirty, lost, restore_s = _recover_clean(emu, exp, journal, entry, t_reboot)
+    assert "verified by read-back" in stdout and unsaved in stdout, stdout
     reliability.record("targets rebooting while the tuner is dead (after the SIGKILL above: "
                        "host1 with an unsaved baseline, leaf0)",
                        f"they came back with what they boot from; `ecntune recover` found "
@@ -337,9 +329,6 @@ def test_recover_at_once_rolls_back_a_dead_tuners_pending_nvue_confirm(
     """The tuner is SIGKILLed while its NVUE apply waits for confirmation (both timers far
     off); ``ecntune recover`` runs at once: it takes over the dead tuner's locks, rolls its
     NVUE apply back (NVUE takes no other apply while one waits) and restores the rest."""
-    import subprocess
-
-    from tests.faults.conftest import ECNTUNE
     from tests.faults.emu_helpers import experiment, run_holding_first_trial, sigkill_when
 
     exp = experiment(emu, tmp_path, trials=5, deadman=600)
@@ -348,16 +337,9 @@ def test_recover_at_once_rolls_back_a_dead_tuners_pending_nvue_confirm(
     proc, entry = run_holding_first_trial(emu, exp, journal)
     t_kill = sigkill_when(proc, lambda: not settled_diff(emu, entry.settings))
     assert emu.state(NVUE).get("confirm")  # NVUE's 600 s window is still open
-    out = subprocess.run([*ECNTUNE, "recover", str(exp)], capture_output=True, text=True,
-                         timeout=120)
-    restore_s = time.monotonic() - t_kill
-    assert out.returncode == 0, out.stderr
-    assert "took over the lock" in out.stdout and "verified by read-back" in out.stdout
+    stdout, dirty, lost, restore_s = _recover_clean(emu, exp, journal, entry, t_kill)
+    assert "took over the lock" in stdout and "verified by read-back" in stdout
     assert not emu.state(NVUE).get("confirm")
-    dirty = off_baseline(read_canary(emu), entry.baseline)
-    assert dirty == [] and journal.dirty() is None
-    lost = lost_trials(results)
-    assert lost == 0
     reliability.record("tuner SIGKILLed mid-trial, `ecntune recover` at once (NVUE's apply "
                        "still waiting for confirmation, timers far off)",
                        "`recover` took over the dead tuner's target locks, rolled its NVUE "
@@ -365,6 +347,26 @@ def test_recover_at_once_rolls_back_a_dead_tuners_pending_nvue_confirm(
                        "the journalled baseline on every target",
                        dirty_targets=len(dirty), trials_lost=lost, restore_s=restore_s,
                        backend="ssh (emulated)")
+
+
+def _recover_clean(emu: EmulatedCluster, exp: Path, journal: Journal, entry: Any,
+                   t0: float) -> tuple[str, list[str], int, float]:
+    """Run ``ecntune recover`` and check it left every target on the journalled baseline,
+    nothing dirty in the journal and no trial lost. Returns (stdout, dirty targets, lost
+    trials, seconds since ``t0``)."""
+    import subprocess
+
+    from tests.faults.conftest import ECNTUNE
+
+    out = subprocess.run([*ECNTUNE, "recover", str(exp)], capture_output=True, text=True,
+                         timeout=120)
+    restore_s = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    dirty = off_baseline(read_canary(emu), entry.baseline)
+    assert dirty == [] and journal.dirty() is None
+    lost = lost_trials(exp.parent / "results")
+    assert lost == 0
+    return out.stdout, dirty, lost, restore_s
 
 
 def settled_diff(emu: EmulatedCluster, want: Settings) -> dict:
