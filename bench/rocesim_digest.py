@@ -22,6 +22,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import rocesim_bench  # noqa: E402
 
 from rocesim import (  # noqa: E402
     Background,
@@ -128,10 +131,7 @@ def _allgather_permutation() -> Simulation:
 
 
 def _a2a128() -> Simulation:
-    fab = Fabric(Topology(leaves=8, spines=8, hosts_per_leaf=16, nic_gbps=200,
-                          uplink_gbps=400))
-    return Simulation(fab, Workload(collectives=[
-        Collective("alltoall", 4 * 2**20, fab.nic_names, iterations=1)]))
+    return Simulation(*rocesim_bench._a2a(128))  # the benchmark's scaling-curve scenario
 
 
 SCENARIOS: dict[str, Callable[[], Simulation]] = {
