@@ -11,7 +11,8 @@ definitions (``measure``). ``main`` writes docs/fidelity.md::
 Metric definitions (reference README section 6): goodput = payload bits / last completion;
 steady window = [start + 1 ms (0.2 ms leaf-spine), first completion]; steady util = wire bytes
 leaving the bottleneck port in that window / capacity; steady queue = 1-µs samples of that port;
-bottleneck = the receiver port (incast) or the switch port with the highest whole-run mean queue.
+bottleneck = the receiver port (incast) or the switch port with the highest whole-run mean queue
+in the reference; rocesim is measured at that same port (its own choice is reported beside).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rocesim import (  # noqa: E402
 )
 from rocesim import _kernel as K  # noqa: E402
 from rocesim import engine as E  # noqa: E402
+from rocesim.fabric import ROCE_TC  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "rocesim" / "fixtures" / "packet_level"
 REF_CSV = FIXTURES / "results_all_runs.csv"
@@ -112,6 +114,14 @@ def load_reference(path: Path = REF_CSV) -> list[dict[str, str]]:
         return [r for r in csv.DictReader(fh) if not r["name"].startswith("calib")]
 
 
+def ref_bport(family: str) -> str:
+    """The reference's bottleneck port (``"<node>:<port>"``) of a leaf-spine family's run."""
+    ports = {r["bport"] for r in load_reference() if parse_case(r["name"]).family == family}
+    if len(ports) != 1:
+        raise ValueError(f"{family}: {len(ports)} reference bottleneck ports, need one")
+    return ports.pop()
+
+
 # ------------------------------------------------------------------ mapping onto rocesim
 
 def dcqcn_for(timers: str, gbps: float) -> DcqcnConfig:
@@ -121,7 +131,9 @@ def dcqcn_for(timers: str, gbps: float) -> DcqcnConfig:
     dce_tcp_g = 1024 - 4; the first CNP sets alpha = 1 without a cut (RateOnFirstCnp 1.0, i.e.
     rate_to_set_on_first_cnp 0); no byte counter (rpg_byte_reset 0); FAST_RECOVERY_TIMES 1;
     cut Rc(1 - alpha/2) (rpg_gd 11); CLAMP_TARGET_RATE 0 with Rt <- Rc after an increase event
-    (clamp_tgt_rate_after_time_inc 1); one CNP per marked packet (no NP timer).
+    (clamp_tgt_rate_after_time_inc 1); one CNP per marked packet (no NP timer). The CNP is a
+    flag on the ACK, and switches queue ACKs with the data (pg 3, ``AckHighPrio`` never set),
+    so CNPs travel in the data's priority (cnp_802p_prio 3) and wait behind its queues.
     """
     alpha_us, dec_us, timer_us = TIMERS[timers]
     return DcqcnConfig(
@@ -130,7 +142,7 @@ def dcqcn_for(timers: str, gbps: float) -> DcqcnConfig:
         rpg_gd=11, rpg_min_dec_fac=50, rpg_min_rate=1000, rate_to_set_on_first_cnp=0,
         dce_tcp_g=1020, dce_tcp_rtt=alpha_us, rate_reduce_monitor_period=dec_us,
         initial_alpha_value=1023, clamp_tgt_rate=0, clamp_tgt_rate_after_time_inc=1,
-        min_time_between_cnps=0)
+        min_time_between_cnps=0, cnp_802p_prio=ROCE_TC)
 
 
 def ecn_for(setting: str) -> EcnConfig:
@@ -193,6 +205,19 @@ class HpccEcmpFabric(Fabric):
             path[i, 1] = self.leaf_up[leaf_s, spine]
             path[i, 2] = self.spine_down[spine, leaf_d]
         return path, hops
+
+
+def ref_port_link(fab: Fabric, port: str) -> int:
+    """rocesim's link for the reference's ``"<node>:<port>"`` on the leaf-spine. ns-3 numbers a
+    node's devices from 1 in topology.txt's link order: leaf ``16 + l`` has its hosts on ports
+    1-4 and the spines on 5-6, spine ``20 + s`` leaf ``p - 1`` on port ``p``."""
+    node, dev = (int(x) for x in port.split(":"))
+    hpl = fab.topo.hosts_per_leaf
+    if LEAF0 <= node < SPINE0:
+        leaf = node - LEAF0
+        return int(fab.nic_down[leaf * hpl + dev - 1] if dev <= hpl
+                   else fab.leaf_up[leaf, dev - hpl - 1])
+    return int(fab.spine_down[node - SPINE0, dev - 1])
 
 
 def fabric_for(case: Case) -> Fabric:
@@ -259,7 +284,8 @@ class Metrics:
     pfc_pauses: float
     pfc_us: float
     jain: float
-    bport: str
+    bport: str  # where the queue and utilisation were measured
+    own_bport: str  # rocesim's own port of highest whole-run mean queue
     wall_s: float
     sim_ms: float
 
@@ -336,10 +362,13 @@ def run_case(case: Case, max_ms: float = 300.0) -> Metrics:
         raise RuntimeError(f"{case.name}: flows unfinished after {max_ms} ms simulated")
     q = tap.queues(sw_links)  # row k: after step k + 1
     last = int(np.nanmax(fct))
+    own = int(np.argmax(q[:last].mean(axis=0)))  # rocesim's own port of highest mean queue
     if case.kind == "incast":
         b = int(np.flatnonzero(sw_links == fab.nic_down[case.n])[0])
     else:
-        b = int(np.argmax(q[:last].mean(axis=0)))
+        # the reference's bottleneck port, the same place: on the leaf-spine several ports come
+        # within a few % of the highest mean queue, and each simulator (or seed) may pick another
+        b = int(np.flatnonzero(sw_links == ref_port_link(fab, ref_bport(case.family)))[0])
     ln = fab.links[int(sw_links[b])]
     cap = ln.gbps * 1e3 / 8.0  # bytes/µs
     util = (tx_first[b] - tx_warm[b]) / (cap * (first - warm)) if first > warm else math.nan
@@ -352,7 +381,8 @@ def run_case(case: Case, max_ms: float = 300.0) -> Metrics:
         util_ss=float(util), qs_mean_kb=float(window.mean()),
         qs_p99_kb=float(np.percentile(window, 99)), q_max_kb=float(q[:last, b].max() / 1000),
         ecn_marks=marks, cnps=cnps, rate_decreases=decs, pfc_pauses=pauses, pfc_us=paused,
-        jain=jain if len(pairs) <= 64 else math.nan, bport=ln.src_port, wall_s=wall,
+        jain=jain if len(pairs) <= 64 else math.nan, bport=ln.src_port,
+        own_bport=fab.links[int(sw_links[own])].src_port, wall_s=wall,
         sim_ms=last / 1000.0)
 
 
@@ -522,6 +552,14 @@ def by_target(results: dict[str, tuple[dict[str, float], dict[str, float], list[
     return out
 
 
+def _where(ms: list[Metrics]) -> str:
+    """Where a family was measured, and rocesim's own busiest port where that differs."""
+    own = sorted({m.own_bport for m in ms} - {ms[0].bport})
+    return (f"Measured at `{ms[0].bport}`, the reference's bottleneck port"
+            + (f" (rocesim's own highest mean queue: {', '.join(f'`{p}`' for p in own)} in "
+               f"{sum(m.own_bport != m.bport for m in ms)} of {len(ms)} seeds)." if own else "."))
+
+
 def render(results: dict[str, tuple[dict[str, float], dict[str, float], list[Metrics], int]],
            when: str) -> str:
     met = sum(ok for f, (r, s, _, _) in results.items() for _, ok in evaluate(f, r, s))
@@ -557,7 +595,7 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float], list[Met
         by_col = {t.column: (t, ok) for t, ok in evaluate(fam, r, s)}
         speed = (s["sim_ms"] / s["wall_s"]) / (r["sim_ms"] / r["wall_s"])
         lines += [f"### {fam}", "",
-                  f"rocesim bottleneck port `{ms[0].bport}`; simulated time per wall second "
+                  f"{_where(ms)} Simulated time per wall second "
                   f"{speed:.0f}x the reference's in this comparison run, which samples every "
                   "µs from Python (without sampling: see Speed).", "",
                   "| metric | reference | rocesim | target | verdict |", "|---|---|---|---|---|"]

@@ -8,12 +8,17 @@ own 10-µs / 1-µs samples (shared/reference/packet-level/runs/<run>/sample.txt.
   uplinks RUN KMIN_KB     per leaf uplink of a leaf-spine run, over the steady window:
                           utilisation, mean queue, share of 1-µs queue samples above Kmin, and
                           ECN marks.
+  feedback RUN            how late the first CNP reaches each sender of a leaf-spine run
+                          (reference: first 10-µs sample with a CNP-flagged ACK), and each leaf
+                          uplink's queue peak in the first 200 µs; ``--cnp-prio 6`` runs
+                          rocesim with CNPs in a strict priority of their own.
 
 rocesim runs the same scenario through bench/fidelity.py's mapping (``--seed`` for rocesim's
 seed; the reference sample is always its seed 1). Run::
 
     .venv/bin/python bench/fidelity_diagnose.py lockstep inc8_200g_kD_paper_s1
     .venv/bin/python bench/fidelity_diagnose.py uplinks ls4x2x4_up100g_ring4_kB_mlx_s1 100
+    .venv/bin/python bench/fidelity_diagnose.py feedback ls4x2x4_up100g_ring4_kB_mlx_s1
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import dataclasses
 import gzip
 import itertools
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -34,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fidelity as F  # noqa: E402
 
 from rocesim import Background, Workload  # noqa: E402
-from rocesim._state import C_MARKS, C_TX, RC, TOTDEL  # noqa: E402
+from rocesim._state import ACTIVE, C_MARKS, C_TX, RC, TOTDEL  # noqa: E402
 
 RUNS = F.ROOT.parent / "shared" / "reference" / "packet-level" / "runs"
 
@@ -56,8 +62,11 @@ def _window(run: str) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def _tap(case: F.Case) -> tuple[F._Tap, list[tuple[int, int]]]:
+def _tap(case: F.Case, cnp_prio: int | None = None) -> tuple[F._Tap, list[tuple[int, int]]]:
     fab = F.fabric_for(case)
+    if cnp_prio is not None:
+        for nic in fab.nic_names:
+            fab.set_dcqcn(nic, dataclasses.replace(fab.dcqcn(nic), cnp_802p_prio=cnp_prio))
     pairs = F.flows_for(case)
     names = fab.nic_names
     wl = Workload(background=[Background("incast", 1.0, 1, [names[d], names[s]])
@@ -145,6 +154,34 @@ def uplinks(run: str, kmin_kb: float, seed: int) -> None:
               f"{marks[ib - 1][j] - marks[ia - 1][j]:.0f}")
 
 
+def feedback(run: str, seed: int, cnp_prio: int | None) -> None:
+    smp = _samples(run, "QR")
+    t0 = min(r[0] for rs in smp["Q"].values() for r in rs)
+    ref_first = {h: min(((r[0] - t0) / 1e3 for r in rs if r[5] > 0), default=math.nan)
+                 for h, rs in smp["R"].items()}  # R t host dst sport rate acked cnp_acks
+    case = dataclasses.replace(F.parse_case(run), seed=seed)
+    tap, pairs = _tap(case, cnp_prio)
+    sim, fab = tap.sim, tap.sim.fabric
+    first = np.full(len(pairs), math.nan)
+    while sim.t < 200:
+        sim.advance(1.0)
+        hit = (sim.fi[: len(pairs), ACTIVE] == 1) & np.isnan(first)
+        first[hit] = sim.t
+    for i, (s, d) in enumerate(pairs):
+        print(f"flow {s}->{d}: first CNP at the sender, reference {ref_first.get(s, math.nan):.0f}"
+              f" µs (10-µs samples), rocesim seed {seed} {first[i]:.0f} µs")
+    links = [i for i, ln in enumerate(fab.links)
+             if ln.src.startswith("leaf") and ln.dst.startswith("spine")]
+    q = tap.queues(np.array(links))[:200]
+    for j, li in enumerate(links):
+        ln = fab.links[li]
+        leaf, up = int(ln.src[4:]), int(ln.dst[5:])
+        node, port = F.LEAF0 + leaf, fab.topo.hosts_per_leaf + 1 + up
+        ref = max(r[port] for r in smp["Q"][node] if (r[0] - t0) / 1e3 < 200)
+        print(f"{ln.src_port} (reference node {node} port {port}): queue peak in the first 200 "
+              f"µs, reference {ref / 1e3:.0f} KB, rocesim {q[:, j].max() / 1e3:.0f} KB")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -155,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run")
     p.add_argument("kmin_kb", type=float)
     p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("feedback")
+    p.add_argument("run")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cnp-prio", type=int, choices=range(8))
     args = ap.parse_args(argv)
     if not RUNS.is_dir():
         print(f"fidelity_diagnose: no reference runs at {RUNS}", file=sys.stderr)
@@ -162,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "lockstep":
         for run in args.runs:
             lockstep(run, args.seed)
-    else:
+    elif args.cmd == "uplinks":
         uplinks(args.run, args.kmin_kb, args.seed)
+    else:
+        feedback(args.run, args.seed, args.cnp_prio)
     return 0
 
 

@@ -507,19 +507,22 @@ def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def notification_point(t: int, now: float, nic: NicState, fl: FlowState) -> None:
+def notification_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState,
+                       lk: LinkState, x: Scratch) -> None:
     """Marked packets reach the receiver NIC, which sends CNPs: one per marked packet, or at
     most one per ``min_time_between_cnps`` from the port (``cnp_moderation`` 1) or from each
-    flow (2); each reaches the sender ``rev`` steps later."""
+    flow (2); each reaches the sender ``rev`` steps later, plus the current delay of the
+    reverse path's queues when CNPs share the data class (``cnp_802p_prio``)."""
     slot2 = t % fl.ce_ring.shape[0]
     if fl.ce_count[slot2] != 0:  # else no live flow has a mark in this slot
         for jf in range(fl.n_live[0]):
-            notify(fl.live[jf], t, slot2, now, nic, fl)
+            notify(fl.live[jf], t, slot2, now, dt, nic, fl, lk, x)
     fl.ce_count[slot2] = 0
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def notify(f: int, t: int, slot2: int, now: float, nic: NicState, fl: FlowState) -> None:
+def notify(f: int, t: int, slot2: int, now: float, dt: float, nic: NicState, fl: FlowState,
+           lk: LinkState, x: Scratch) -> None:
     """``notification_point`` for flow ``f`` (``slot2``: this step's slot of ``ce_ring``)."""
     m = fl.ce_ring[slot2, f]
     if m == 0:
@@ -540,7 +543,20 @@ def notify(f: int, t: int, slot2: int, now: float, nic: NicState, fl: FlowState)
         fl.ff[f, TNPCNP] = now
     if k > 0:
         nic.ctr[nd, N_CNP_SENT] += k
-        s3 = (t + fl.rev[f]) % fl.cnp_ring.shape[0]
+        dly = fl.rev[f]
+        if fl.chops[f] > 0:
+            # in the data class the CNP waits behind the switch queues on its way back
+            # (their current delay, capped by the ring); the NIC sends it ahead of its QPs
+            ring3 = fl.cnp_ring.shape[0]
+            c = fl.cls[f]
+            qd = 0.0
+            for h in range(1, fl.chops[f]):
+                ln = fl.cpath[f, h]
+                qd += x.qseen[ln, c] / lk.cap[ln]
+            dly += int(qd / dt)
+            if dly > ring3 - 1:
+                dly = ring3 - 1
+        s3 = (t + dly) % fl.cnp_ring.shape[0]
         fl.cnp_ring[s3, f] += k
         fl.cnp_count[s3] += k
 
@@ -1161,7 +1177,7 @@ def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links
             f = live[jf]
             arrive(f, slot, links, switches, flows)
             if do_np:
-                notify(f, t, slot2, now, nics, flows)
+                notify(f, t, slot2, now, dt, nics, flows, links, scratch)
             if do_rp:
                 react(f, slot3, now, dt, nics, flows)
         flows.ce_count[slot2] = 0

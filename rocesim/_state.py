@@ -98,6 +98,9 @@ class FlowState(NamedTuple):
     group: np.ndarray         # [flow] collective, -1 for background
     rd: np.ndarray            # [flow, hop] steps from hop h to the receiver
     rev: np.ndarray           # [flow] steps for a CNP back to the sender
+    cpath: np.ndarray         # [flow, hop] links of the CNPs' path when they share the data
+                              # class's queues (as the flow's ACKs), else unused
+    chops: np.ndarray         # [flow] hops of cpath, 0: CNPs in a strict-priority class
     cap: np.ndarray           # [flow] offered rate cap, bytes/µs
     size: np.ndarray          # [flow] bytes per iteration (inf for background)
     chunk: np.ndarray         # [flow] bytes a flow may run ahead of its predecessor(s)

@@ -165,6 +165,7 @@ _DCQCN_RANGES: dict[str, tuple[int, int]] = {
     "initial_alpha_value": (0, 1023),
     "min_time_between_cnps": (0, 131_071),
     "cnp_moderation": (1, 2),
+    "cnp_802p_prio": (0, 7),
 }
 
 
@@ -193,6 +194,10 @@ class DcqcnConfig:
     # port (the firmware's text: "minimum time between sending CNPs from the port"); 2 PER_FLOW,
     # one per QP. Matters only with min_time_between_cnps > 0.
     cnp_moderation: int = 1
+    # The priority this NIC's CNPs travel in (sysfs roce_np/cnp_802p_prio, factory 6). A
+    # priority of its own is served strictly first, so a CNP is only delayed by the cables;
+    # set to the data's priority, CNPs wait behind the reverse path's data queues.
+    cnp_802p_prio: int = 6
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _DCQCN_RANGES.items():

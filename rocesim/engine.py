@@ -13,8 +13,10 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase f
    (0 µs: one per marked packet); a mark reaches the NP
    after the remaining forward propagation delay plus the downstream queues' current delay
    (bounded by a ring of a few hundred µs) and the CNP reaches the sender after the reverse
-   propagation delay. CNPs ride the strict-priority class (TC6), which is never
-   paused and whose bytes are negligible, so they are modelled as delay only;
+   propagation delay. CNPs ride their own strict-priority class (``cnp_802p_prio``, factory
+   6), which is never paused and whose bytes are negligible, so they are modelled as delay
+   only; sent in the data's priority, they also wait out the current delay of the switch
+   queues on the flow's ACK path (same ring bound);
 3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics; every
    ``dce_tcp_rtt`` µs α <- (G/1024) α, plus (1 - G/1024) if a CNP arrived, G = ``dce_tcp_g``
    (see ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``); the first CNP
@@ -297,7 +299,8 @@ class Simulation:
             cls=narrow(self.f_cls, 1), src=u32(self.f_src),
             dst=u32(self.f_dst), pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
             group=self.f_group, rd=self.f_rd,
-            rev=self.f_rev, cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
+            rev=self.f_rev, cpath=narrow(self.f_cpath, len(self.fabric.links)),
+            chops=narrow(self.f_chops, 4), cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
             quantum=self.f_quantum,
             pair=u32(self.f_pair), ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
             transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
@@ -413,6 +416,7 @@ class Simulation:
         for h in range(hop_d.shape[1] - 2, -1, -1):
             self.f_rd[:, h] += self.f_rd[:, h + 1]
         self.f_rev = np.maximum(1, hop_d.sum(axis=1)).astype(np.int64)
+        self._build_cnp_paths()
         # (ingress link, egress link) pair id of every switch hop, for burst accounting
         self.f_pair = np.zeros((n_f, 4), dtype=np.int64)
         if n_f:
@@ -422,7 +426,7 @@ class Simulation:
         # the ring is bounded so that it stays small on fabrics with very many flows
         extra = int(min(512, max(16, 2**22 // max(n_f, 1))))
         ring2 = int(self.f_rd.max(initial=1)) + 2 + extra
-        ring3 = int(self.f_rev.max(initial=1)) + 2
+        ring3 = int(self.f_rev.max(initial=1)) + 2 + (extra if self.f_chops.any() else 0)
         self.ff = np.zeros((n_f, S.NFF), order="F")
         self.fi = np.zeros((n_f, S.NFI), dtype=np.int32, order="F")
         line_f = self.npar[self.f_src, S.P_MAX_RATE] if n_f else np.zeros(0)
@@ -624,6 +628,31 @@ class Simulation:
                 d["rp_cnp_handled"] = int(self.nic_ctr[i, 2])
             out[port] = d
         return out
+
+    def _build_cnp_paths(self) -> None:
+        """``f_cpath``/``f_chops``: the path of a data flow's CNPs where the receiver sends them
+        in the flow's own priority (``cnp_802p_prio``), so they queue behind its class in the
+        switches; they take the path of the flow's ACKs (routed as ACKs where those are not
+        modelled). Elsewhere ``f_chops`` is 0 and the CNP is delayed by the cables only."""
+        fab = self.fabric
+        n_f = len(self.f_src)
+        prio = np.array([fab.dcqcn(n).cnp_802p_prio for n in fab.nic_names], dtype=np.int64)
+        tc = np.array(self.cls_tc, dtype=np.int64)
+        shared = (self.f_kind != 2) & (prio[self.f_dst] == tc[self.f_cls]) if n_f else \
+            np.zeros(0, dtype=bool)
+        self.f_cpath = np.zeros((1, 4), dtype=np.int64)  # never read while no CNP shares
+        self.f_chops = np.zeros(n_f, dtype=np.int64)
+        if not shared.any():
+            return
+        self.f_cpath = np.zeros((n_f, 4), dtype=np.int64)
+        idx = np.nonzero(shared)[0]
+        if (self.f_ack[idx] >= 0).all():
+            path, hops = self.f_path[self.f_ack[idx]], self.f_hops[self.f_ack[idx]]
+        else:
+            path, hops = fab.routes(self.f_dst[idx], self.f_src[idx], self.f_sport[idx],
+                                    ack=np.ones(len(idx), dtype=bool))
+        self.f_cpath[idx] = np.maximum(path, 0)
+        self.f_chops[idx] = hops
 
     def _class1_used(self) -> bool:
         return bool(np.any(self.f_cls == 1))
