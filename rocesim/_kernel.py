@@ -123,7 +123,47 @@ def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> floa
     return pmax * (q - kmin) / (kmax - kmin)
 
 
-BURST_MAX = 32
+BURST_MAX = 32  # deepest packet-level backlog modelled, packets
+BURST_GRID = 128  # load steps of the backlog table (``burst_table``), interpolated linearly
+BURST_N_CAP = 64  # ingress ports beyond this use the table's last row (near the M/D/1 limit)
+
+
+@njit(cache=True, error_model="numpy")
+def burst_table(n_max: int, seen_by: int) -> np.ndarray:
+    """tab[n, i, k] for a queue fed by ``n`` ingress ports at load i / BURST_GRID, k =
+    1..BURST_MAX, and at k = 0 the mean (the sum of the tail up to n - 1 packets). ``seen_by``
+    1: P(B >= k), the packets a departing packet of one of the streams leaves waiting (what
+    marking sees); 0: P(V > k), the work found at a random instant, by a packet from outside
+    the streams (a probe) or a queue sample.
+
+    DCQCN senders are paced at their rate and bytes from one ingress port arrive serialised,
+    so the queue is a superposition of n periodic streams, the N*D/D/1 queue. A packet that
+    starts service leaves B >= k behind exactly when the k-th packet after it waited more than
+    k service times, so P(B >= k) is the waiting-time tail P(W > k) of a packet, which sees
+    the work of the n - 1 other streams. The work of N streams (period D = n / rho service
+    times) at a random instant has the tail (the N*D/D/1 formula, V. B. Iversen, "Teletraffic
+    Engineering and Network Planning", DTU/ITU-D, ch. 13)
+    P(V > t) = sum_{j > t}^{N} C(N, j) x^j (1 - x)^(N - j) (D - N + t)/(D - j + t), x = (j - t)/D,
+    with N = n - ``seen_by``. Both agree with a direct simulation of superposed periodic
+    streams to within 10 % (tests/rocesim/test_fidelity.py).
+    """
+    tab = np.zeros((n_max + 1, BURST_GRID + 1, BURST_MAX + 1))
+    lf = np.zeros(n_max + 1)  # log j!
+    for j in range(1, n_max + 1):
+        lf[j] = lf[j - 1] + np.log(j)
+    for n in range(2, n_max + 1):
+        big_n = n - seen_by
+        for i in range(1, BURST_GRID + 1):
+            d = n * BURST_GRID / i
+            for k in range(1, min(big_n, BURST_MAX + 1)):  # P(W > t) = 0 for t >= N
+                s = 0.0
+                for j in range(k + 1, big_n + 1):
+                    x = (j - k) / d
+                    s += np.exp(lf[big_n] - lf[j] - lf[big_n - j] + j * np.log(x)
+                                + (big_n - j) * np.log1p(-x)) * (d - big_n + k) / (d - j + k)
+                tab[n, i, k] = s
+            tab[n, i, 0] = tab[n, i, 1:min(n, BURST_MAX + 1)].sum()
+    return tab
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -132,13 +172,8 @@ def _burst_params(rho: float, n: int) -> tuple:
 
     A fluid model has no queue below 100 % load, but real ports see microbursts whenever
     packets from different ingress ports collide; that is what makes a Kmin of a packet or two
-    mark. DCQCN senders are paced at their rate, so a queue fed by ``n`` ingress ports (bytes
-    from one port arrive serialised and cannot burst) at the step's load ``rho`` is a
-    superposition of n periodic streams, the N*D/D/1 queue, whose backlog tail is
-    P(B >= k) = exp(-2k (k + n (1 - rho)) / n) (Brownian-bridge approximation, J. Roberts et
-    al. (eds.), COST 242 final report, 1996, ch. on the N*D/D/1 queue), truncated at n - 1
-    (n simultaneous arrivals leave at most n - 1 waiting). Returns (n, rho, kmax).
-    """
+    mark. The backlog of ``n`` paced ingress streams at the step's load ``rho`` follows
+    ``burst_table``, at most n - 1 packets. Returns (n, rho, kmax)."""
     if n <= 1 or rho <= 0.0:
         return 0.0, 0.0, 0
     if rho > 1.0:
@@ -148,47 +183,54 @@ def _burst_params(rho: float, n: int) -> tuple:
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _burst_steps(n: float, rho: float) -> tuple:
-    """P(B >= k) = a^(k^2) b^k with a = exp(-2/n), b = exp(-2(1 - rho)) (``_burst_params``):
-    returns (P(B >= 1), a^3, a^2, b), so that P(B >= k + 1) = P(B >= k) g_k b with
-    g_1 = a^3, g_(k+1) = g_k a^2 - no exponential inside the loops."""
-    a = np.exp(-2.0 / n)
-    b = np.exp(-2.0 * (1.0 - rho))
-    return a * b, a * a * a, a * a, b
+def _burst_row(tab: np.ndarray, n: float, rho: float) -> tuple:
+    """(n's row, load step i, weight of step i + 1) for ``_tail``."""
+    row = int(n) if int(n) < tab.shape[0] else tab.shape[0] - 1
+    x = rho * BURST_GRID
+    i = int(x)
+    if i >= BURST_GRID:
+        i = BURST_GRID - 1
+    return row, i, x - i
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _burst_mean(n: float, rho: float, kmax: int) -> float:
-    """E[B] in packets: the sum of P(B >= k) over k >= 1 (terms below 1e-12 dropped)."""
+def _tail(tab: np.ndarray, row: int, i: int, w: float, k: int) -> float:
+    """P(B >= k), interpolated between two load steps."""
+    lo = tab[row, i, k]
+    return lo + w * (tab[row, i + 1, k] - lo)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _burst_mean(mean: np.ndarray, n: float, rho: float, kmax: int) -> float:
+    """E[B] in packets from ``mean`` = a burst table's k = 0 column (a compact copy: it is read
+    for every queue every step)."""
     if kmax <= 0:
         return 0.0
-    t, g, a2, b = _burst_steps(n, rho)
-    m = 0.0
-    for _ in range(kmax):
-        m += t
-        if t < 1e-12:
-            break
-        t *= g * b
-        g *= a2
-    return m
+    row = int(n) if int(n) < mean.shape[0] else mean.shape[0] - 1
+    x = rho * BURST_GRID
+    i = int(x)
+    if i >= BURST_GRID:
+        i = BURST_GRID - 1
+    lo = mean[row, i]
+    return lo + (x - i) * (mean[row, i + 1] - lo)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int,
-                     pkt: float) -> float:
+def _mark_prob_burst(qf: float, ecn: np.ndarray, tab: np.ndarray, n: float, rho: float,
+                     kmax: int, pkt: float) -> float:
     """Expected RED marking probability over the burst backlog distribution."""
     on = int(ecn[3])
     if on == 0:
         return 0.0
     if kmax <= 0:
         return _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
-    t, g, a2, b = _burst_steps(n, rho)
-    p = (1.0 - t) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
     if qf + kmax * pkt <= ecn[0]:
-        return p  # even the largest burst stays below Kmin
+        return 0.0  # even the largest burst stays below Kmin
+    row, i, w = _burst_row(tab, n, rho)
+    t = _tail(tab, row, i, w, 1)
+    p = (1.0 - t) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
     for k in range(1, kmax + 1):
-        nxt = t * g * b if k < kmax else 0.0  # P(B >= k + 1)
-        g *= a2
+        nxt = _tail(tab, row, i, w, k + 1) if k < kmax else 0.0  # P(B >= k + 1)
         p += (t - nxt) * _mark_prob(qf + k * pkt, ecn[0], ecn[1], ecn[2], on)
         if nxt < 1e-12:  # the rest of the tail, at the next depth's (lower) probability
             p += nxt * _mark_prob(qf + (k + 1) * pkt, ecn[0], ecn[1], ecn[2], on)
@@ -198,16 +240,14 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, n: float, rho: float, kmax: int
 
 
 @njit(cache=True, error_model="numpy")
-def _burst_sample(rng: np.ndarray, n: float, rho: float, kmax: int) -> int:
+def _burst_sample(rng: np.ndarray, tab: np.ndarray, n: float, rho: float, kmax: int) -> int:
     if kmax <= 0:
         return 0
     u = _uniform(rng)
-    t, g, a2, b = _burst_steps(n, rho)
+    row, i, w = _burst_row(tab, n, rho)
     k = 0
-    while k < kmax and u < t:
+    while k < kmax and u < _tail(tab, row, i, w, k + 1):
         k += 1
-        t *= g * b
-        g *= a2
     return k
 
 
@@ -712,8 +752,8 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
             x.burst[ln, c, 0] = a
             x.burst[ln, c, 1] = r
             x.burst[ln, c, 2] = kmax
-            x.pmark[ln, c] = _mark_prob_burst(qm, lk.ecn[ln, c], a, r, kmax, wire_pkt)
-            bm = _burst_mean(a, r, kmax) * wire_pkt if kmax > 0 else 0.0
+            x.pmark[ln, c] = _mark_prob_burst(qm, lk.ecn[ln, c], sw.btail, a, r, kmax, wire_pkt)
+            bm = _burst_mean(sw.bmean, a, r, kmax) * wire_pkt if kmax > 0 else 0.0
             x.burst[ln, c, 3] = bm
             wm = (q_end if q_end > qprev[ln, c] else qprev[ln, c]) + bm
             q[ln, c] = q_end
@@ -948,7 +988,7 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                     kb = int(x.burst[ln, 0, 2])
                     if kb > 0:
                         pb.ahead[i] += wire_pkt * _burst_sample(
-                            rng, x.burst[ln, 0, 0], x.burst[ln, 0, 1], kb)
+                            rng, sw.bwork, x.burst[ln, 0, 0], x.burst[ln, 0, 1], kb)
                 # bytes ahead drain at the class's service this step; burst packets (not in
                 # the fluid queue) drain at least at the class's WRR share
                 if paused:

@@ -75,6 +75,10 @@ class SwitchState(NamedTuple):
     wire_pkt: float           # wire bytes of one full data packet
     ack_ratio: float          # ACK wire bytes per data wire byte (0: ACKs not modelled)
     ack_pkt: float            # wire bytes of one ACK
+    btail: np.ndarray         # [ingress ports, load step, k] burst_table(.., 1): what a
+                              # departing packet leaves behind (marking)
+    bwork: np.ndarray         # burst_table(.., 0): the backlog at a random instant (probes)
+    bmean: np.ndarray         # [ingress ports, load step] its mean (queue samples, watermark)
 
 
 class NicState(NamedTuple):

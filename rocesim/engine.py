@@ -47,6 +47,7 @@ NIC scheduler's per-packet jitter, GPU/NVLink time; DCQCN limiter de-allocation 
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -63,6 +64,13 @@ from rocesim.workload import (
     double_binary_tree,
     tree_chunk_bytes,
 )
+
+
+@functools.lru_cache(maxsize=8)
+def _burst_table(n_max: int, seen_by: int) -> np.ndarray:
+    """``_kernel.burst_table``, once per process and size (every Simulation reads, none writes)."""
+    return K.burst_table(n_max, seen_by)
+
 
 DEFAULT_DT_US = 1.0  # chosen by the convergence test (tests/rocesim/test_physics.py, #8)
 NO_COLLECTIVE_TIME_US = 10_000.0
@@ -244,6 +252,11 @@ class Simulation:
         self.qprev = np.zeros((n_links, 2))
         self.qseen = np.zeros((n_links, 2))
         self.nfl = np.zeros((n_links, 2), dtype=np.int64)
+        # microburst law up to the most ingress ports any egress queue can have
+        in_deg = np.bincount(self.l_dst_sw[self.l_dst_sw >= 0], minlength=1)
+        n_max = int(min(K.BURST_N_CAP, max(2, int(in_deg.max(initial=0)))))
+        self.btail, self.bwork = _burst_table(n_max, 1), _burst_table(n_max, 0)
+        self.bmean = np.ascontiguousarray(self.bwork[:, :, 0])
         self.burst = np.zeros((n_links, 2, 4))
         self.ts_every = np.array([1], dtype=np.int64)
         self.ts_n = np.zeros(1, dtype=np.int64)
@@ -292,7 +305,8 @@ class Simulation:
             n_cls=2 if self._class1_used() else 1,
             w_roce=float(topo.wrr_weight_roce), wd_detect=float(topo.pfcwd_detect_us),
             wire_pkt=float(topo.wire_bytes), ack_ratio=topo.ack_bytes / topo.wire_bytes,
-            ack_pkt=float(max(1, topo.ack_packet_bytes)))
+            ack_pkt=float(max(1, topo.ack_packet_bytes)), btail=self.btail, bwork=self.bwork,
+            bmean=self.bmean)
         nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
             path=narrow(self.f_path, len(self.fabric.links)), hops=narrow(self.f_hops, 4),
