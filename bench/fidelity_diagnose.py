@@ -3,8 +3,9 @@ own 10-µs / 1-µs samples (shared/reference/packet-level/runs/<run>/sample.txt.
 
   lockstep RUN [RUN ...]  how much an incast's senders move together in the steady window:
                           mean pairwise correlation of the flows' DCQCN rates (10-µs samples),
-                          and the share of rate-cut instants (a 10-µs step down of > 1 % of
-                          line rate) at which more than half the flows cut together.
+                          the share of rate-cut instants (a 10-µs step down of > 1 % of line
+                          rate) at which more than half the flows cut together, and the share
+                          of samples with every flow at the same rate (phase-locked pacing).
   uplinks RUN KMIN_KB     per leaf uplink of a leaf-spine run, over the steady window:
                           utilisation, mean queue, share of 1-µs queue samples above Kmin, and
                           ECN marks.
@@ -108,8 +109,10 @@ def lockstep(run: str, seed: int) -> None:
     line = case.ref_gbps * 1e9
     for label, m in (("reference", ref), (f"rocesim seed {seed}", np.array(out)[tsim >= a])):
         pair, together = lockstep_stats(m, line)
+        same = float(np.mean(np.ptp(m, axis=1) <= 1e-6 * np.max(m, axis=1)))
         print(f"{run} {label}: pairwise rate correlation {pair:.2f}, cut instants with more "
-              f"than half the flows cutting {together:.2f}")
+              f"than half the flows cutting {together:.2f}, samples with every flow at the "
+              f"same rate {same:.2f}")
 
 
 def uplinks(run: str, kmin_kb: float, seed: int) -> None:
