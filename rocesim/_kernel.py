@@ -184,7 +184,7 @@ def _burst_params(rho: float, n: int) -> tuple:
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _burst_row(tab: np.ndarray, n: float, rho: float) -> tuple:
-    """(n's row, load step i, weight of step i + 1) for ``_tail``."""
+    """(n's row, load step i, weight of step i + 1) in a burst table (or its mean)."""
     row = int(n) if int(n) < tab.shape[0] else tab.shape[0] - 1
     x = rho * BURST_GRID
     i = int(x)
@@ -206,13 +206,9 @@ def _burst_mean(mean: np.ndarray, n: float, rho: float, kmax: int) -> float:
     for every queue every step)."""
     if kmax <= 0:
         return 0.0
-    row = int(n) if int(n) < mean.shape[0] else mean.shape[0] - 1
-    x = rho * BURST_GRID
-    i = int(x)
-    if i >= BURST_GRID:
-        i = BURST_GRID - 1
+    row, i, w = _burst_row(mean, n, rho)
     lo = mean[row, i]
-    return lo + (x - i) * (mean[row, i + 1] - lo)
+    return lo + w * (mean[row, i + 1] - lo)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
