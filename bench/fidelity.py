@@ -21,6 +21,7 @@ import argparse
 import csv
 import dataclasses
 import datetime as _dt
+import functools
 import math
 import re
 import sys
@@ -114,12 +115,22 @@ def load_reference(path: Path = REF_CSV) -> list[dict[str, str]]:
         return [r for r in csv.DictReader(fh) if not r["name"].startswith("calib")]
 
 
+@functools.cache
 def ref_bport(family: str) -> str:
     """The reference's bottleneck port (``"<node>:<port>"``) of a leaf-spine family's run."""
     ports = {r["bport"] for r in load_reference() if parse_case(r["name"]).family == family}
     if len(ports) != 1:
         raise ValueError(f"{family}: {len(ports)} reference bottleneck ports, need one")
     return ports.pop()
+
+
+def rocesim_cases(rows: list[dict[str, str]]) -> list[Case]:
+    """The rocesim runs of a family: the reference's seeds, or seeds 1-3 where it has one run
+    (rocesim's own randomness, its marking draws, moves single leaf-spine runs a lot)."""
+    cases = [parse_case(r["name"]) for r in rows]
+    if len(cases) == 1:
+        cases = [dataclasses.replace(cases[0], seed=s) for s in (1, 2, 3)]
+    return cases
 
 
 # ------------------------------------------------------------------ mapping onto rocesim
@@ -620,11 +631,7 @@ def run_families(only: str | None = None, log: Callable[[str], None] = print,
     for fam, rs in fams.items():
         if only and not re.search(only, fam):
             continue
-        # rocesim's own randomness (marking draws) moves single runs a lot on the leaf-spine:
-        # families with one reference seed are compared with rocesim seeds 1-3 all the same
-        cases = [parse_case(r["name"]) for r in rs]
-        if len(cases) == 1:
-            cases = [dataclasses.replace(cases[0], seed=s) for s in (1, 2, 3)]
+        cases = rocesim_cases(rs)
         ms = [run_case(c) for c in cases]
         ref, sim = reference_family(rs), sim_family(ms)
         if cases[0].kind == "incast":  # issue 11's speed target, on the same runs

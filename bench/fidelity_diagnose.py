@@ -173,13 +173,13 @@ def feedback(run: str, seed: int, cnp_prio: int | None) -> None:
     for i, (s, d) in enumerate(pairs):
         print(f"flow {s}->{d}: first CNP at the sender, reference {ref_first.get(s, math.nan):.0f}"
               f" µs (10-µs samples), rocesim seed {seed} {first[i]:.0f} µs")
-    links = [i for i, ln in enumerate(fab.links)
-             if ln.src.startswith("leaf") and ln.dst.startswith("spine")]
+    hpl = fab.topo.hosts_per_leaf
+    ports = [(F.LEAF0 + leaf, hpl + 1 + up) for leaf in range(fab.topo.n_leaves)
+             for up in range(fab.topo.spines)]  # every leaf uplink, reference numbering
+    links = [F.ref_port_link(fab, f"{node}:{port}") for node, port in ports]
     q = tap.queues(np.array(links))[:200]
-    for j, li in enumerate(links):
+    for j, (li, (node, port)) in enumerate(zip(links, ports, strict=True)):
         ln = fab.links[li]
-        leaf, up = int(ln.src[4:]), int(ln.dst[5:])
-        node, port = F.LEAF0 + leaf, fab.topo.hosts_per_leaf + 1 + up
         ref = max(r[port] for r in smp["Q"][node] if (r[0] - t0) / 1e3 < 200)
         print(f"{ln.src_port} (reference node {node} port {port}): queue peak in the first 200 "
               f"µs, reference {ref / 1e3:.0f} KB, rocesim {q[:, j].max() / 1e3:.0f} KB")

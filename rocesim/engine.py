@@ -67,9 +67,11 @@ from rocesim.workload import (
 
 
 @functools.lru_cache(maxsize=8)
-def _burst_table(n_max: int, seen_by: int) -> np.ndarray:
-    """``_kernel.burst_table``, once per process and size (every Simulation reads, none writes)."""
-    return K.burst_table(n_max, seen_by)
+def _burst_tables(n_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_kernel.burst_table`` for marking and for a random instant, and the latter's mean as a
+    compact table: once per process and size (every Simulation reads them, none writes)."""
+    work = K.burst_table(n_max, 0)
+    return K.burst_table(n_max, 1), work, np.ascontiguousarray(work[:, :, 0])
 
 
 DEFAULT_DT_US = 1.0  # chosen by the convergence test (tests/rocesim/test_physics.py, #8)
@@ -255,8 +257,7 @@ class Simulation:
         # microburst law up to the most ingress ports any egress queue can have
         in_deg = np.bincount(self.l_dst_sw[self.l_dst_sw >= 0], minlength=1)
         n_max = int(min(K.BURST_N_CAP, max(2, int(in_deg.max(initial=0)))))
-        self.btail, self.bwork = _burst_table(n_max, 1), _burst_table(n_max, 0)
-        self.bmean = np.ascontiguousarray(self.bwork[:, :, 0])
+        self.btail, self.bwork, self.bmean = _burst_tables(n_max)
         self.burst = np.zeros((n_links, 2, 4))
         self.ts_every = np.array([1], dtype=np.int64)
         self.ts_n = np.zeros(1, dtype=np.int64)

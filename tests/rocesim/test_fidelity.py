@@ -5,7 +5,6 @@ bench/fidelity.py. The whole table is bench/fidelity.py -> docs/fidelity.md."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 from collections import Counter
 
@@ -22,6 +21,7 @@ from bench.fidelity import (
     load_reference,
     parse_case,
     reference_family,
+    rocesim_cases,
     run_case,
     run_families,
     sim_family,
@@ -272,8 +272,7 @@ def test_cnps_in_the_data_priority_wait_behind_its_queues(prio: int) -> None:
 
 def _seeds_1_3(run: str) -> dict[str, float]:
     """rocesim's means over seeds 1-3 of a single-seed reference run, as in the table."""
-    case = parse_case(run)
-    return sim_family([run_case(dataclasses.replace(case, seed=s)) for s in (1, 2, 3)])
+    return sim_family([run_case(c) for c in rocesim_cases([REF[run]])])
 
 
 def test_cnps_behind_the_reverse_data_close_the_leaf_spine_gaps() -> None:
