@@ -6,7 +6,9 @@ workers on machines with skewed clocks agree on who has expired.
 
 * ``acquire`` is one atomic upsert: it inserts the row, or takes it over only when it has
   expired (or is already this holder's). Two workers can therefore never hold one slice: the
-  database serialises the two statements on the row and the loser's ``WHERE`` fails.
+  database serialises the two statements on the row and the loser's ``WHERE`` fails. The
+  expiry counts from the start of the upsert, which may have waited on a concurrent release:
+  a lease can be a few ms shorter than ``ttl_s``, never longer.
 * ``renew`` pushes the expiry on, only while the token is ours and the lease has not expired;
   ``None`` means the slice may already be someone else's: stop touching it.
 * ``release`` deletes the row (only with our token).
