@@ -461,7 +461,9 @@ class StudyRunner:
         if detail:
             attrs["detail"] = detail[:1000]
         if ms:
-            per = [trial_metrics(m) for m in ms]
+            # Over the paired replicates only: the baseline may hold more, measured just to
+            # size ``repeats: auto``, and a mean over other placements is not like with like.
+            per = [trial_metrics(m) for m in ms[:self.repeats or None]]
             metrics.update({k: float(np.mean([p[k] for p in per if k in p]))
                             for k in per[0]})
             attrs["measurement_path"] = self._save(asked.number, ms)

@@ -31,6 +31,25 @@ def test_repeats_from_noise() -> None:
     assert repeats_for(float("nan")) == 2
 
 
+def test_baseline_metrics_are_over_the_paired_replicates_only(tmp_path: Path) -> None:
+    """``repeats: auto`` measures 5 baseline replicates to size the study and may keep fewer:
+    the baseline's figures must be over the replicates trials are paired with (on quick.yaml
+    placements 2 and 3 put the probes behind the incast, the others do not)."""
+    import json
+
+    exp, text = quick_with(BURST, tmp_path / "auto", repeats="auto", repeats_max=4)
+    res = StudyRunner(exp, text, build_cluster(exp), study_name="auto").run()
+    base = res.trials[0]
+    assert base.is_baseline and res.repeats == 4
+    saved = sorted((tmp_path / "auto").glob("auto/trial-0000*.json"))
+    ms = [json.loads(p.read_text()) for p in saved]
+    assert sorted(m["replicate"] for m in ms) == [0, 1, 2, 3, 4]  # nothing measured is lost
+    paired = [m["latency"] for m in ms if m["replicate"] < 4]
+    for key in ("p50_us", "p99_us", "p999_us"):
+        assert base.metrics[key] == pytest.approx(sum(x[key] for x in paired) / 4, rel=1e-9)
+    assert base.metrics["p999_us"] >= base.metrics["p99_us"]
+
+
 def _study_with(values_at_step0: list[float]) -> optuna.Study:
     st = optuna.create_study(direction="maximize",
                              pruner=optuna_io.PairedMedianPruner(0.05, n_startup_trials=3))

@@ -26,8 +26,9 @@ BURST = {"kmin_bytes": 22761, "kmax_bytes": 35185, "pmax_percent": 56, "rpg_time
 
 
 def quick_with(values: dict[str, int], results: Path, *, trials: int = 1, screen: bool = False,
-               tracking: bool = False) -> tuple[Experiment, str]:
-    """quick.yaml, searching only ``values`` (each range rounds to exactly that value)."""
+               tracking: bool = False, **budget: Any) -> tuple[Experiment, str]:
+    """quick.yaml, searching only ``values`` (each range rounds to exactly that value);
+    ``budget`` overrides the one-replicate budget."""
     doc = yaml.safe_load((ROOT / "experiments" / "quick.yaml").read_text())
     ratio = values["kmax_bytes"] / values["kmin_bytes"]
     knobs: dict[str, Any] = {"kmin_bytes": {"low": values["kmin_bytes"],
@@ -36,7 +37,8 @@ def quick_with(values: dict[str, int], results: Path, *, trials: int = 1, screen
     knobs.update({k: {"low": v, "high": v + 0.4} for k, v in values.items()
                   if k not in ("kmin_bytes", "kmax_bytes")})
     doc["search"] = {"knobs": knobs, "warm_starts": False}
-    doc["budget"] = {"trials": trials, "repeats": 1, "confirm_repeats": 0, "baseline_every": 0}
+    doc["budget"] = {"trials": trials, "repeats": 1, "confirm_repeats": 0, "baseline_every": 0,
+                     **budget}
     doc["screen"] = {"mode": "twin" if screen else "off"}
     doc["tracking"] = {"enabled": tracking}
     doc["results_dir"] = str(results)
