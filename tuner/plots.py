@@ -4,8 +4,10 @@ Study plots take the trials as ``tuner.study.TrialOutcome`` rows (what Optuna's 
 MLflow trial run hold), so the same code draws from either store. The two Optuna-native plots
 (parameter importance, parallel coordinates) go through ``tuner.optuna_io.plot`` because only
 that module may import Optuna. Every function returns a matplotlib ``Figure``; ``save`` writes a
-PNG. Colours follow one rule everywhere: ok = blue, baseline = black, rolled back = red,
-rejected before applying = grey, failed = orange.
+PNG. Every verdict kind has one colour and marker everywhere (``VERDICT_MARKS``; the report's
+badges too): ok = blue, baseline = black, rolled back = red, rejected before applying = grey,
+screened out by the twin = cyan, measured but infeasible = purple, stopped early = brown,
+failed = orange.
 """
 
 from __future__ import annotations
@@ -24,6 +26,28 @@ if TYPE_CHECKING:
     from tuner.study import Confirmation, TrialOutcome
 
 OK, BASE, ROLLED, REJECTED, FAILED = "#1f77b4", "#111111", "#d62728", "#8c8c8c", "#ff7f0e"
+
+
+@dataclass(frozen=True)
+class Mark:
+    colour: str
+    marker: str
+    size: int
+    label: str
+
+
+# One entry per verdict kind (``kind``), in legend order.
+VERDICT_MARKS: dict[str, Mark] = {
+    "ok": Mark(OK, "o", 36, "ok"),
+    "baseline": Mark(BASE, "*", 160, "baseline (trial 0)"),
+    "rolled_back": Mark(ROLLED, "X", 70, "rolled back"),
+    "infeasible": Mark("#9467bd", "P", 60, "infeasible (measured; broke a constraint)"),
+    "pruned": Mark("#8c564b", "D", 40, "stopped early"),
+    "rejected": Mark(REJECTED, "v", 44, "rejected by safety limits (not applied)"),
+    "screened": Mark("#17becf", "^", 44, "screened out by the twin (not applied)"),
+    "failed": Mark(FAILED, "s", 44, "failed"),
+    "other": Mark(FAILED, "d", 44, "interrupted/other"),
+}
 DPI = 110
 
 # Metrics of the best-vs-baseline panel: (metric key, label, higher is better; None = neither:
@@ -103,7 +127,7 @@ def pareto_front(points: Iterable[tuple[int, float, float]]) -> list[int]:
 
 # Study plots -------------------------------------------------------------------------------
 def convergence(trials: Sequence[TrialOutcome], title: str = "") -> Figure:
-    """Score per trial and best so far; rolled-back, rejected and failed trials marked."""
+    """Score per trial and best so far; every verdict kind marked (``VERDICT_MARKS``)."""
     plt = _plt()
     with _style():
         fig, ax = plt.subplots(figsize=(9, 4.2))
@@ -116,20 +140,11 @@ def convergence(trials: Sequence[TrialOutcome], title: str = "") -> Figure:
             k = kind(t.verdict)
             y = t.score if t.score is not None else bottom
             groups.setdefault(k, []).append((t.number, y))
-        styles = {
-            "ok": dict(c=OK, marker="o", s=36, label="ok"),
-            "baseline": dict(c=BASE, marker="*", s=160, label="baseline (trial 0)"),
-            "rolled_back": dict(c=ROLLED, marker="X", s=70, label="rolled back"),
-            "rejected": dict(c=REJECTED, marker="v", s=44,
-                             label="rejected by safety limits (not applied)"),
-            "failed": dict(c=FAILED, marker="s", s=44, label="failed"),
-            "other": dict(c=FAILED, marker="d", s=44, label="interrupted/other"),
-        }
-        for k, style in styles.items():
+        for k, m in VERDICT_MARKS.items():
             if k in groups:
                 xs, ys = zip(*groups[k], strict=True)
-                n = len(xs)
-                ax.scatter(xs, ys, zorder=3, **{**style, "label": f"{style['label']} ({n})"})
+                ax.scatter(xs, ys, c=m.colour, marker=m.marker, s=m.size, zorder=3,
+                           label=f"{m.label} ({len(xs)})")
         bsf = best_so_far(trials)
         if bsf:
             xs, ys = zip(*bsf, strict=True)
@@ -391,8 +406,6 @@ def knob_slices(trials: Sequence[TrialOutcome], baseline: dict[str, int] | None 
         fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.6 * rows), sharey=True,
                                  squeeze=False)
         flat = [a for row in axes for a in row]
-        marks = {"ok": (OK, "o", 26), "baseline": (BASE, "*", 120),
-                 "rolled_back": (ROLLED, "X", 40), "rejected": (REJECTED, "v", 30)}
         for ax, name in zip(flat, names, strict=False):
             groups: dict[str, tuple[list[float], list[float]]] = {}
             for t in trials:
@@ -401,8 +414,8 @@ def knob_slices(trials: Sequence[TrialOutcome], baseline: dict[str, int] | None 
                     xs.append(t.values[name])
                     ys.append(t.score if t.score is not None else bottom)
             for k, (xs, ys) in groups.items():
-                c, m, size = marks.get(k, (FAILED, "s", 26))
-                ax.scatter(xs, ys, c=c, marker=m, s=size, zorder=3)
+                m = VERDICT_MARKS[k]
+                ax.scatter(xs, ys, c=m.colour, marker=m.marker, s=0.7 * m.size, zorder=3)
             vals = [t.values[name] for t in trials if t.values.get(name, 0) > 0]
             if vals and max(vals) / min(vals) > 30:
                 ax.set_xscale("log")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from objectives.score import equivalent_percent
-from tuner.plots import COMPARE_METRICS, kind
+from tuner.plots import COMPARE_METRICS, VERDICT_MARKS, kind
 
 if TYPE_CHECKING:
     from objectives.measurement import Measurement
@@ -72,7 +72,9 @@ assert {k for k, _, _ in COMPARE_METRICS} <= {k for k, _, _ in HEADLINE}
 PLOTS: tuple[tuple[str, str, str], ...] = (
     ("convergence", "Convergence",
      "Score of every trial (higher is better) and the best so far. Red crosses were rolled "
-     "back by the safety checks, grey triangles were rejected before being applied."),
+     "back by the safety checks, purple pluses were measured but broke a constraint (busbw "
+     "floor, tenant allowance), grey and cyan triangles were never applied: rejected by the "
+     "static limits or screened out by the digital twin."),
     ("best_vs_baseline", "Best trial against the baseline",
      "Left: each candidate's paired improvement over the baseline on fresh placements, one dot "
      "per repeat, with its bootstrap 95 % interval (a winner's interval lies above 0). Middle: "
@@ -433,8 +435,6 @@ box-shadow:0 1px 3px rgba(0,0,0,.08)}
 .card .v{font-size:22px;font-weight:700}.card .d{font-size:14px}
 .badges span{display:inline-block;border-radius:12px;padding:2px 10px;margin:0 6px 0 0;
 font-size:13px;color:#fff}
-.b-ok{background:#1f77b4}.b-baseline{background:#111}.b-rolled_back{background:#d62728}
-.b-rejected{background:#8c8c8c}.b-failed,.b-other{background:#ff7f0e}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:6px 0 10px;
 box-shadow:0 1px 2px rgba(0,0,0,.06)}
@@ -504,8 +504,8 @@ def _cards(view: StudyView) -> str:
 def render_html(view: StudyView, images: dict[str, bytes]) -> str:
     """One self-contained page; ``images`` maps plot name -> PNG bytes (inlined as base64)."""
     counts = view.counts()
-    badges = "".join(f"<span class=b-{_h(k)}>{_h(k.replace('_', ' '))} {v}</span>"
-                     for k, v in sorted(counts.items()))
+    badges = "".join(f"<span style='background:{m.colour}'>{_h(k.replace('_', ' '))} "
+                     f"{counts[k]}</span>" for k, m in VERDICT_MARKS.items() if k in counts)
 
     def fig(name: str) -> str:
         spec = next(p for p in PLOTS if p[0] == name)

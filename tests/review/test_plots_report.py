@@ -80,6 +80,29 @@ def test_kind_groups_verdicts() -> None:
     assert plots.kind("interrupted") == "other"
 
 
+def test_every_verdict_kind_is_drawn_and_counted() -> None:
+    """A quick.yaml study screens out most proposals: a kind without a mark vanished from the
+    convergence plot and its badge was drawn white on white."""
+    every = [*TRIALS, outcome(7, "screened:pfc_storm", None), outcome(8, "screened:busbw_floor",
+             None), outcome(9, "infeasible:tenant_goodput", 0.2), outcome(10, "pruned:early_stop",
+             0.1), outcome(11, "interrupted", None)]
+    fig = plots.convergence(every)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[:9] == [
+        "ok (3)", "baseline (trial 0) (1)", "rolled back (1)",
+        "infeasible (measured; broke a constraint) (1)", "stopped early (1)",
+        "rejected by safety limits (not applied) (1)",
+        "screened out by the twin (not applied) (2)", "failed (1)", "interrupted/other (1)"]
+    v = StudyView(name="hand", storage="sqlite:///x.db", mode="scalar", trials=every,
+                  baseline=every[0], best=every[3])
+    badges = re.findall(r"<span style='background:(#[0-9a-f]{6})'>([a-z ]+) (\d+)</span>",
+                        render_html(v, {}))
+    assert [(name, int(n)) for _, name, n in badges] == [
+        ("ok", 3), ("baseline", 1), ("rolled back", 1), ("infeasible", 1), ("pruned", 1),
+        ("rejected", 1), ("screened", 2), ("failed", 1), ("other", 1)]
+    assert len({colour for colour, name, _ in badges if name != "other"}) == 8
+
+
 def test_iteration_busbw_scales_by_time() -> None:
     c = CollectiveResult(name="all_reduce", size_bytes=1 << 22, ranks=8, time_us=150.0,
                          algbw_gbytes_per_s=5.0, busbw_gbytes_per_s=10.0,
