@@ -426,8 +426,8 @@ def knob_slices(trials: Sequence[TrialOutcome], baseline: dict[str, int] | None 
             ax.set_visible(False)
         for row in axes:
             row[0].set_ylabel("score")
-        fig.suptitle("Score by knob value (blue ok, red rolled back, grey rejected, "
-                     "star baseline)", fontsize=12, fontweight="bold")
+        fig.suptitle("Score by knob value (star baseline, blue ok, red rolled back, purple "
+                     "infeasible, grey rejected, cyan screened)", fontsize=12, fontweight="bold")
         fig.tight_layout()
     return fig
 

@@ -30,8 +30,7 @@ log = logging.getLogger("ecntune.report")
 # What each verdict code means, for the operator reading why a trial was not kept.
 VERDICT_TEXT: dict[str, str] = {
     "pfc_storm": "a port stayed paused for most of a whole storm window (or the pause-frame "
-                 "rate crossed its limit) while traffic ran; the trial was stopped and the "
-                 "baseline restored",
+                 "rate crossed its limit) while traffic ran",
     "lossless_drops": "packets were dropped on the lossless (RoCE) priority",
     "crc_errors": "CRC errors appeared on a port",
     "pfc_watchdog": "the switch PFC watchdog detected a storm",
@@ -53,6 +52,19 @@ VERDICT_TEXT: dict[str, str] = {
     "apply": "applying the settings or reading them back failed",
     "measurement": "the measurement itself failed",
 }
+
+
+def verdict_meaning(verdict: str) -> str:
+    """What ``verdict`` (``kind:code``) means: the code's condition, and what became of the
+    trial for the kinds where the code alone does not say it."""
+    head, _, code = verdict.partition(":")
+    text = VERDICT_TEXT.get(code or head, code or head)
+    if head == "rolled_back":
+        return f"{text}; the trial was stopped and the baseline restored"
+    if head == "screened":
+        return f"the digital twin predicted it ({text}); never applied on the canary"
+    return text
+
 
 # Headline rows of the baseline-vs-best table: (metric, label, higher is better or None).
 HEADLINE: tuple[tuple[str, str, bool | None], ...] = (
@@ -306,7 +318,7 @@ def verdict_summary(view: StudyView) -> tuple[list[str], list[list[str]]]:
     for t in view.trials:
         if kind(t.verdict) not in ("ok", "baseline"):
             counts[t.verdict] = counts.get(t.verdict, 0) + 1
-    rows = [[v, str(n), VERDICT_TEXT.get(v.partition(":")[2] or v, v)]
+    rows = [[v, str(n), verdict_meaning(v)]
             for v, n in sorted(counts.items(), key=lambda kv: -kv[1])]
     return ["verdict", "trials", "what it means"], rows
 
@@ -319,9 +331,8 @@ def verdict_rows(view: StudyView) -> tuple[list[str], list[list[str]]]:
     for t in view.trials:
         if kind(t.verdict) in ("ok", "baseline"):
             continue
-        code = t.verdict.partition(":")[2] or t.verdict
         m = t.metrics
-        why = view.verdict_details.get(t.number) or VERDICT_TEXT.get(code, code)
+        why = view.verdict_details.get(t.number) or verdict_meaning(t.verdict)
         rows.append([str(t.number), t.verdict, why,
                      fmt(m.get("busbw_norm")), fmt(m.get("p99_us")),
                      fmt(m.get("pause_us_per_s")), *(fmt(t.values.get(k)) for k in knobs)])

@@ -101,6 +101,11 @@ def test_every_verdict_kind_is_drawn_and_counted() -> None:
         ("ok", 3), ("baseline", 1), ("rolled back", 1), ("infeasible", 1), ("pruned", 1),
         ("rejected", 1), ("screened", 2), ("failed", 1), ("other", 1)]
     assert len({colour for colour, name, _ in badges if name != "other"}) == 8
+    meaning = {row[0]: row[2] for row in verdict_summary(v)[1]}
+    assert meaning["screened:pfc_storm"] == (
+        f"the digital twin predicted it ({VERDICT_TEXT['pfc_storm']}); never applied on the "
+        "canary")
+    assert meaning["infeasible:tenant_goodput"] == VERDICT_TEXT["tenant_goodput"]
 
 
 def test_iteration_busbw_scales_by_time() -> None:
@@ -156,7 +161,8 @@ def test_report_tables_and_html_from_hand_made_trials() -> None:
     assert "paused 61.0% of the time" in vrows[0][2]
     assert "PFC would pause before ECN" in vrows[1][2]  # no detail: the meaning
     assert verdict_summary(v)[1] == [
-        ["rolled_back:pfc_storm", "1", VERDICT_TEXT["pfc_storm"]],
+        ["rolled_back:pfc_storm", "1",
+         VERDICT_TEXT["pfc_storm"] + "; the trial was stopped and the baseline restored"],
         ["rejected:kmax_above_xoff", "1", VERDICT_TEXT["kmax_above_xoff"]],
         ["failed:measurement", "1", VERDICT_TEXT["measurement"]]]
     page = render_html(v, {"convergence": b"\x89PNG-fake"})
