@@ -166,6 +166,20 @@ class Score:
     def feasible(self) -> bool:
         return all(v <= 0 for v in self.constraints.values())
 
+    def violations(self, cfg: ScoreConfig) -> list[tuple[str, str]]:
+        """Each constraint broken: (code, what was measured against what is allowed)."""
+        out = []
+        if self.constraints.get("busbw_floor", 0.0) > 0 and self.busbw_ratio is not None:
+            out.append(("busbw_floor", f"paired busbw ratio {self.busbw_ratio:.2f} < "
+                                       f"{cfg.min_busbw_ratio:g}"))
+        if self.constraints.get("tenant_goodput", 0.0) > 0 and self.tenant_ratio is not None:
+            out.append(("tenant_goodput", f"tenant goodput ratio {self.tenant_ratio:.2f} < "
+                                          f"{1 - cfg.max_tenant_loss_percent / 100:g}"))
+        if self.constraints.get("pfc_budget", 0.0) > 0:
+            out.append(("pfc_budget", f"PFC pause {self.pause_us_per_s:.0f} µs/s > "
+                                      f"{cfg.pfc_budget_us_per_s:g}"))
+        return out
+
     def metrics(self) -> dict[str, float]:
         out = {"score": self.scalar, "pfc_term": self.pfc_term,
                "pause_us_per_s": self.pause_us_per_s,

@@ -573,9 +573,10 @@ class StudyRunner:
         whole = [m for m in ms if m.collectives or m.latency is not None]  # not a cut-off one
         sc = score(whole, self.baseline_ms, self.cfg) if whole else None
         if verdict == "ok" and sc is not None:
-            infeasible = [k for k, v in sc.constraints.items() if v > 0]
-            if infeasible:
-                verdict = f"infeasible:{infeasible[0]}"
+            broken = sc.violations(self.cfg)
+            if broken:
+                verdict = f"infeasible:{broken[0][0]}"
+                detail = "; ".join(f"{code}: {text}" for code, text in broken)
             return self._finish_trial(asked, verdict=verdict, values=values,
                                       state=optuna_io.COMPLETE, ms=ms, sc=sc, role=role,
                                       extra_metrics=extra, detail=detail)

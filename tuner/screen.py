@@ -57,13 +57,9 @@ class TwinScreen:
             found = judge(m, self.exp.safety, self.window_s)
             if found:
                 return f"screened:{found[0].code}", "twin: " + str(found[0])
-            cons = score([m], [self.baseline], self.cfg).constraints
-            floor = cons.get("busbw_floor", 0.0)
-            if floor > 0:
-                ratio = self.cfg.min_busbw_ratio - floor
-                return "screened:busbw_floor", (f"twin: busbw ratio {ratio:.2f} < "
-                                                f"{self.cfg.min_busbw_ratio:g}")
-            return None
+            floor = [text for code, text in score([m], [self.baseline], self.cfg)
+                     .violations(self.cfg) if code == "busbw_floor"]
+            return ("screened:busbw_floor", f"twin: {floor[0]}") if floor else None
         except SafetyAbort as exc:
             return f"screened:{exc.reason}", f"twin: {exc.detail}"
         finally:

@@ -138,6 +138,7 @@ def test_halving_busbw_never_beats_the_baseline_whatever_latency_and_pfc() -> No
         s = score([trial], [base], cfg)
         assert s.scalar < 0.0, (bw, bp99, tp99, bpause, tpause, cfg)
         assert not s.feasible and s.constraints["busbw_floor"] > 0
+        assert s.violations(cfg)[0] == ("busbw_floor", "paired busbw ratio 0.50 < 0.8")
 
 
 def test_weights_that_could_buy_back_a_halving_are_refused() -> None:
@@ -152,6 +153,8 @@ def test_tenant_sharing_the_roce_priority_is_a_constraint() -> None:
     assert ok.feasible and ok.constraints["tenant_goodput"] == pytest.approx(0.8 - 70 / 80)
     assert not starved.feasible  # lost 25 % > the default 20 %
     assert starved.scalar > 0  # a better score alone does not make it a candidate
+    assert ok.violations(CFG) == []
+    assert starved.violations(CFG) == [("tenant_goodput", "tenant goodput ratio 0.75 < 0.8")]
 
 
 def test_multi_objective_values_and_pfc_constraint() -> None:
@@ -160,6 +163,7 @@ def test_multi_objective_values_and_pfc_constraint() -> None:
     s = score([_m([_coll("alltoall", 10.0, 1.0)], 12.0, [20], duration_s=0.01)], [base], cfg)
     assert s.values == (pytest.approx(0.8), 12.0)
     assert s.constraints["pfc_budget"] == pytest.approx(2000.0 - 1000.0)
+    assert s.violations(cfg) == [("pfc_budget", "PFC pause 2000 µs/s > 1000")]
 
 
 def test_bootstrap_interval_and_pareto_front() -> None:

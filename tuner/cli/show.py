@@ -24,6 +24,8 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     from tuner.cli._render import confirmation_lines, settings_table, trials_table
     from tuner.cli.resume import locate
     from tuner.errors import ConfigError
+    from tuner.plots import kind
+    from tuner.report import verdict_meaning
 
     url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
@@ -57,12 +59,12 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     for t in optuna_io.trials(st):
         v = str(t.user_attrs.get("verdict", t.state.name))
         counts[v] = counts.get(v, 0) + 1
-        if v.startswith(("rejected", "rolled_back", "failed")) and v not in example:
-            example[v] = (t.number, str(t.user_attrs.get("detail", "")))
+        if kind(v) not in ("ok", "baseline") and v not in example:
+            example[v] = (t.number, str(t.user_attrs.get("detail", "")) or verdict_meaning(v))
     console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
                   highlight=False)
     if example:
-        why = Table(title="why trials were stopped (first example of each)")
+        why = Table(title="why trials were not kept (first example of each)")
         for col in ("verdict", "trials", "e.g. trial", "detail"):
             why.add_column(col)
         for v, (n, detail) in sorted(example.items()):
