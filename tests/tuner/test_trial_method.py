@@ -3,6 +3,7 @@ warm starts scaled to the fabric, and the twin screen keeping a storm off the ca
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,13 @@ def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> N
     assert trial.constraints == {"screen": 1.0}  # infeasible for the sampler
     assert applied == [base]  # only the end-of-study restore: the canary never saw it
     assert not any(o.verdict.startswith("rolled_back") for o in res.trials)
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    shown = CliRunner().invoke(main, ["show", "screen", "--storage", exp.storage_url]).output
+    assert "why trials were not kept" in shown
+    assert re.search(r"screened:pfc_storm +│ 1 +│ 1 +│ twin: pfc_storm on host", shown), shown
 
 
 def test_switch_poll_intervals_from_the_cluster_facts() -> None:
