@@ -34,7 +34,8 @@ BEST_METRICS: tuple[tuple[str, str, bool | None], ...] = (
 _PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 STUDY_METRICS = ("best_score", "confirmed", "confirmed_improvement_percent",
                  "confirmed_ci95_low", "confirmed_ci95_high", "trials_ok", "trials_rolled_back",
-                 "trials_rejected", "trials_infeasible", "trials_pruned", "trials_failed")
+                 "trials_rejected", "trials_screened", "trials_infeasible", "trials_pruned",
+                 "trials_failed")
 
 
 def _quote(v: str) -> str:

@@ -785,8 +785,9 @@ class StudyRunner:
         self.backfill()
         res = self.result("-", read_devices=False)
         counts: dict[str, float] = {"trials_ok": 0, "trials_rolled_back": 0,
-                                    "trials_rejected": 0, "trials_failed": 0,
-                                    "trials_pruned": 0, "trials_infeasible": 0}
+                                    "trials_rejected": 0, "trials_screened": 0,
+                                    "trials_failed": 0, "trials_pruned": 0,
+                                    "trials_infeasible": 0}
         for t in res.trials:
             key = f"trials_{t.verdict.split(':')[0]}"
             if key in counts:

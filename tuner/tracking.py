@@ -12,8 +12,10 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   ``ecntune.role=study``, ``ecntune.storage``, ``ecntune.cluster``. Artifacts:
   ``experiment.yaml`` (secrets redacted), ``search_space.json``, ``fabric.json``; at the end
   ``report/`` (``tuner.report``: HTML, Markdown, ``img/*.png``), ``summary.json`` and metrics
-  ``baseline_score``, ``best_score``, ``improvement_percent``, ``trials_ok``,
-  ``trials_rolled_back``, ``trials_rejected``.
+  ``best_score``, ``best_trial``, ``trials_<kind>`` per verdict kind (ok, rolled_back,
+  rejected, screened, infeasible, pruned, failed), ``rolled_back_share``,
+  ``canary_time_saved_s`` and the confirmation's ``confirmed``,
+  ``confirmed_improvement_percent``, ``confirmed_ci95_low``/``high``.
 * **nested run** per trial (tag ``mlflow.parentRunId``), named ``trial-<n>``. Params: every knob
   value by its device name (``kmin_bytes``, ``rpg_ai_rate`` ...) plus ``kmax_ratio`` when
   searched. Metrics (see ``trial_metrics``): ``score``, ``busbw_term``, ``latency_term``,

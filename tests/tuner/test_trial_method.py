@@ -112,7 +112,7 @@ def test_a_genuine_storm_is_rolled_back_and_a_start_up_burst_is_not(tmp_path: Pa
 
 
 def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> None:
-    exp, text = quick_with(STORM, tmp_path / "screen", screen=True)
+    exp, text = quick_with(STORM, tmp_path / "screen", screen=True, tracking=True)
     cluster = build_cluster(exp)
     applied: list[Any] = []
     real_apply = cluster.apply
@@ -123,9 +123,13 @@ def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> N
 
     cluster.apply = spy  # type: ignore[method-assign]
     base = cluster.snapshot()
-    res = StudyRunner(exp, text, cluster, study_name="screen").run()
+    runner = StudyRunner(exp, text, cluster, study_name="screen")
+    res = runner.run()
     (trial,) = [o for o in res.trials if not o.is_baseline]
     assert trial.verdict == "screened:pfc_storm"
+    parent = runner.tracker.client().get_run(res.parent_run_id).data.metrics
+    assert {k: v for k, v in parent.items() if k.startswith("trials_") and v} == {
+        "trials_screened": 1.0}  # MLflow counts every trial
     assert trial.constraints == {"screen": 1.0}  # infeasible for the sampler
     assert applied == [base]  # only the end-of-study restore: the canary never saw it
     assert not any(o.verdict.startswith("rolled_back") for o in res.trials)

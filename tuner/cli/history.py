@@ -31,17 +31,20 @@ def studies_table(rows: list[StudyRow]) -> Table:
 
     t = Table(title=f"{len(rows)} studies (newest first)")
     for col in ("study", "experiment", "cluster", "started (UTC)", "status", "trials",
-                "ok", "rolled back", "rejected", "best score", "confirmed gain [95 % CI]"):
+                "ok", "rolled back", "rejected", "screened", "best score",
+                "confirmed gain [95 % CI]"):
         t.add_column(col, justify="left" if col in ("study", "experiment", "cluster",
                                                      "started (UTC)", "status") else "right")
     for r in rows:
         m = r.metrics
         n = sum(int(m.get(k, 0)) for k in ("trials_ok", "trials_rolled_back",
-                                           "trials_rejected", "trials_infeasible",
-                                           "trials_pruned", "trials_failed"))
+                                           "trials_rejected", "trials_screened",
+                                           "trials_infeasible", "trials_pruned",
+                                           "trials_failed"))
         t.add_row(r.study, r.experiment, r.cluster or "-", r.started, r.status, str(n),
                   _fmt(m.get("trials_ok")), _fmt(m.get("trials_rolled_back")),
-                  _fmt(m.get("trials_rejected")), _fmt(m.get("best_score")), _gain(m))
+                  _fmt(m.get("trials_rejected")), _fmt(m.get("trials_screened")),
+                  _fmt(m.get("best_score")), _gain(m))
     return t
 
 
