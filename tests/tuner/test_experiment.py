@@ -70,3 +70,29 @@ def test_unknown_knob_and_bad_yaml_line() -> None:
 def test_missing_file_names_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
         load_experiment(tmp_path / "nope.yaml")
+
+
+def test_every_field_is_in_the_reference() -> None:
+    """docs/experiment-file.md has a row for every section and names each section's fields
+    (as ``section.field`` or, in the section's rows, ``field``)."""
+    import re
+    import typing
+
+    from pydantic import BaseModel
+
+    from tuner.experiment import Experiment
+
+    doc = (ROOT / "docs" / "experiment-file.md").read_text(encoding="utf-8")
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    missing = []
+    for name, field in Experiment.model_fields.items():
+        mine = [r for r in rows if re.match(rf"\| `{name}[`.]", r)]
+        if not mine:
+            missing.append(name)
+            continue
+        sub = next((a for a in (field.annotation, *typing.get_args(field.annotation))
+                    if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        for sf in sub.model_fields if sub is not None else ():
+            if not any(f"`{sf}`" in r or f"`{name}.{sf}`" in r for r in mine):
+                missing.append(f"{name}.{sf}")
+    assert not missing, f"not in docs/experiment-file.md: {missing}"
