@@ -8,7 +8,8 @@ workers on machines with skewed clocks agree on who has expired.
   expired (or is already this holder's). Two workers can therefore never hold one slice: the
   database serialises the two statements on the row and the loser's ``WHERE`` fails. The
   expiry counts from the start of the upsert, which may have waited on a concurrent release:
-  a lease can be a few ms shorter than ``ttl_s``, never longer.
+  a lease can be shorter than ``ttl_s`` by that wait, never longer (safe: renewals fail once
+  it has passed).
 * ``renew`` pushes the expiry on, only while the token is ours and the lease has not expired;
   ``None`` means the slice may already be someone else's: stop touching it.
 * ``release`` deletes the row (only with our token).
