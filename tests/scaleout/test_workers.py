@@ -62,19 +62,31 @@ def freeze_mid_trial(procs: dict[str, subprocess.Popen[bytes]], results: Path,
                      running: Callable[[], dict[str, int]], alive: Callable[[], None]
                      ) -> tuple[str, int]:
     """SIGSTOP a worker at a moment its searched trial runs with its change applied (open in
-    the slice journal); returns (slice, trial number) with that worker still stopped."""
-    from safety.journal import Journal
+    the slice journal); returns (slice, trial number) with that worker still stopped.
 
+    Polls the journals, files read in a millisecond: a trial's change is applied for only
+    ~15 ms of its ~250 ms here (the rest is Optuna and MLflow), and polling the database first
+    missed every window of a study on a loaded machine."""
+    from safety.journal import Journal, JournalUnreadable
+
+    journals = {s: Journal(results / "slices" / s / "journal.jsonl") for s in procs}
     end = time.monotonic() + 240
     while time.monotonic() < end:
         alive()
-        for s, n in running().items():
-            procs[s].send_signal(signal.SIGSTOP)
-            entry = Journal(results / "slices" / s / "journal.jsonl").dirty()
-            if running().get(s) == n and entry is not None and entry.trial == n:
-                return s, n
-            procs[s].send_signal(signal.SIGCONT)
-        time.sleep(0.05)
+        if all(p.poll() is not None for p in procs.values()):
+            pytest.fail("every worker finished before one was caught inside a trial")
+        for s, p in procs.items():
+            try:
+                if journals[s].dirty() is None:
+                    continue
+            except JournalUnreadable:  # a record half-written as we read: look again frozen
+                pass
+            p.send_signal(signal.SIGSTOP)
+            entry = journals[s].dirty()
+            if entry is not None and running().get(s) == entry.trial:
+                return s, entry.trial
+            p.send_signal(signal.SIGCONT)
+        time.sleep(0.002)
     pytest.fail("never caught a worker inside a trial")
 
 
