@@ -64,6 +64,21 @@ class Violation(BaseModel):
         return f"{self.code}{where}: {self.detail}" if self.detail else f"{self.code}{where}"
 
 
+def describe(violations: list[Violation]) -> str:
+    """One line for a list of violations: a code that hit several targets in full for its
+    first target, then the names of the others, so a storm on 64 NICs stays readable (and
+    within a tag's length); violations without a target in full."""
+    parts: dict[str, list[Violation]] = {}
+    for v in violations:
+        parts.setdefault(v.code, []).append(v)
+    out = []
+    for first, *rest in parts.values():
+        targets = [v.target for v in rest if v.target]
+        out += [str(first) + (f" (also on {', '.join(targets)})" if targets else ""),
+                *(str(v) for v in rest if not v.target)]
+    return "; ".join(out)
+
+
 def check_proposal(
     values: dict[str, int], *, xoff_bytes: int | None, line_rate_mbps: int, limits: SafetyLimits
 ) -> list[Violation]:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from objectives.measurement import Counters, Measurement
-from safety.limits import SafetyLimits, Violation
+from safety.limits import SafetyLimits, Violation, describe
 from tuner.errors import SafetyAbort
 
 _PAUSE_DURATION = re.compile(r"^(rx|tx)_prio(\d)_pause_duration$")
@@ -174,7 +174,7 @@ class LiveMonitor:
         if found:
             self.tripped_at = time.monotonic()
             first = found[0]
-            raise SafetyAbort(first.code, "; ".join(str(v) for v in found))
+            raise SafetyAbort(first.code, describe(found))
 
 
 def judge(measurement: Measurement, limits: SafetyLimits, window_s: float) -> list[Violation]:

@@ -44,7 +44,7 @@ import numpy as np
 from objectives.measurement import Measurement
 from objectives.score import Score, ScoreConfig, bootstrap_ci, equivalent_percent, score
 from safety.journal import Journal
-from safety.limits import check_proposal
+from safety.limits import check_proposal, describe
 from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner import __version__, optuna_io
 from tuner import study as studies
@@ -541,7 +541,7 @@ class StudyRunner:
             return self._finish_trial(asked, verdict=f"rejected:{violations[0].code}",
                                       values=values, state=optuna_io.PRUNED, role=role,
                                       constraints={"static_limits": float(len(violations))},
-                                      detail="; ".join(str(v) for v in violations))
+                                      detail=describe(violations))
         try:
             settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
                                         values)
@@ -608,7 +608,7 @@ class StudyRunner:
             ms.append(m)
             found = judge(m, self.exp.safety, self.window_s)
             if found:
-                return f"rolled_back:{found[0].code}", "; ".join(str(v) for v in found)
+                return f"rolled_back:{found[0].code}", describe(found)
             if r + 1 < self.repeats and self._pruner() is not None:
                 running = score(ms, self.baseline_ms, self.cfg).scalar
                 if optuna_io.report(asked, running, r):

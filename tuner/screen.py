@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from objectives.score import score
+from safety.limits import describe
 from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner.errors import ConfigError, SafetyAbort
 from tuner.settings import Settings
@@ -56,7 +57,7 @@ class TwinScreen:
             m = self.twin.measure(self.exp.workload, LiveMonitor(self.exp.safety, self.window_s))
             found = judge(m, self.exp.safety, self.window_s)
             if found:
-                return f"screened:{found[0].code}", "twin: " + str(found[0])
+                return f"screened:{found[0].code}", "twin: " + describe(found)
             floor = [text for code, text in score([m], [self.baseline], self.cfg)
                      .violations(self.cfg) if code == "busbw_floor"]
             return ("screened:busbw_floor", f"twin: {floor[0]}") if floor else None

@@ -51,3 +51,18 @@ def test_violation_text_names_the_rule_and_values() -> None:
     (v,) = check_proposal({"kmin_bytes": 9000, "kmax_bytes": 3000}, xoff_bytes=None,
                           line_rate_mbps=1, limits=LIMITS)
     assert str(v) == "kmin_ge_kmax: kmin_bytes=9000 >= kmax_bytes=3000"
+
+
+def test_violations_described_in_one_readable_line() -> None:
+    from safety.limits import Violation, describe
+
+    storm = [Violation(code="pfc_storm", target=f"host{i}/mlx5_0",
+                       detail=f"paused {60 + i}.0% of a 5.255 ms window (limit 50.0%)")
+             for i in range(1, 4)]
+    drops = Violation(code="lossless_drops", target="leaf0/Ethernet0", detail="3 drops")
+    assert describe([*storm, drops]) == (
+        "pfc_storm on host1/mlx5_0: paused 61.0% of a 5.255 ms window (limit 50.0%) (also on "
+        "host2/mlx5_0, host3/mlx5_0); lossless_drops on leaf0/Ethernet0: 3 drops")
+    untargeted = check_proposal({"kmin_bytes": 1, "rpg_ai_rate": 10**9}, xoff_bytes=None,
+                                line_rate_mbps=100_000, limits=LIMITS)
+    assert describe(untargeted) == "; ".join(str(v) for v in untargeted)  # nothing dropped
