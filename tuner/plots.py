@@ -48,6 +48,7 @@ VERDICT_MARKS: dict[str, Mark] = {
     "failed": Mark(FAILED, "s", 44, "failed"),
     "other": Mark(FAILED, "d", 44, "interrupted/other"),
 }
+
 DPI = 110
 
 # Metrics of the best-vs-baseline panel: (metric key, label, higher is better; None = neither:

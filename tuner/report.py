@@ -400,7 +400,7 @@ def markdown(view: StudyView, images: dict[str, str]) -> str:
         if name in images:
             out += [f"## {title}", "", text, "", f"![{title}]({images[name]})", ""]
     out += ["## Best trials", "", _md_table(*best_rows(view)),
-            "## Rolled-back, rejected and failed trials", "", _md_table(*verdict_summary(view)),
+            "## Trials not kept: why", "", _md_table(*verdict_summary(view)),
             _md_table(*verdict_rows(view))]
     if view.pareto:
         out += ["## Pareto front (busbw ↑, p99 ↓)", "",
@@ -551,7 +551,7 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
         "</div></div>",
         fig("best_vs_baseline"), fig("pareto"), fig("importance"), fig("knob_slices"),
         "<h2>Best trials</h2>", _html_table(*best_rows(view)),
-        "<h2>Rolled-back, rejected and failed trials</h2>",
+        "<h2>Trials not kept: why</h2>",
         _html_table(*verdict_summary(view), why_col=2),
         _html_table(*verdict_rows(view), why_col=2, left2=True),
     ]
