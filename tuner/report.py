@@ -255,6 +255,17 @@ def change(b: float | None, w: float | None, up: bool | None) -> tuple[str, str]
     return f"{pct:+.1f} %", "good" if (pct > 0) == up else "bad"
 
 
+def score_change(w: float | None) -> tuple[str, str]:
+    """(text, css class) for a paired score: it is already relative to the baseline (0), so
+    its change is the busbw gain it is worth, not a ratio to 0."""
+    if w is None:
+        return "-", "same"
+    pct = equivalent_percent(w)
+    if round(pct, 1) == 0:
+        return "±0 %", "same"
+    return f"{pct:+.1f} % busbw-eq.", "good" if pct > 0 else "bad"
+
+
 def headline_rows(view: StudyView) -> list[list[str]]:
     """metric | baseline | best | change | class."""
     rows = []
@@ -264,7 +275,7 @@ def headline_rows(view: StudyView) -> list[list[str]]:
         bv, wv = b.get(key), w.get(key)
         if bv is None and wv is None:
             continue
-        text, cls = change(bv, wv, up)
+        text, cls = score_change(wv) if key == "score" else change(bv, wv, up)
         rows.append([label, fmt(bv), fmt(wv), text, cls])
     return rows
 
@@ -497,13 +508,14 @@ def _cards(view: StudyView) -> str:
     b = view.baseline.metrics if view.baseline else {}
     w = view.best.metrics if view.best else {}
     cards = []
-    for key, label, up in (("score", "score", True), ("busbw_norm", "bus bandwidth", True),
+    for key, label, up in (("score", "score in the search", True),
+                           ("busbw_norm", "bus bandwidth", True),
                            ("p99_us", "probe p99", False),
                            ("pause_us_per_s", "PFC pause", False)):
         bv, wv = b.get(key), w.get(key)
         if wv is None:
             continue
-        text, cls = change(bv, wv, up)
+        text, cls = score_change(wv) if key == "score" else change(bv, wv, up)
         val = f"{100 * wv:.1f} % of line" if key == "busbw_norm" else (
             f"{wv:,.0f} µs" if key == "p99_us" else (
                 f"{wv:,.0f} µs/s" if key == "pause_us_per_s" else f"{wv:.4f}"))

@@ -153,7 +153,7 @@ def test_change_classes() -> None:
 def test_report_tables_and_html_from_hand_made_trials() -> None:
     v = view()
     rows = {r[0]: r for r in headline_rows(v)}
-    assert rows["score"][1:] == ["0.3", "0.4", "+33.3 %", "good"]
+    assert rows["score"][1:] == ["0.3", "0.4", "+32.0 % busbw-eq.", "good"]  # 2**0.4 - 1
     assert rows["probe p99 latency (µs)"][3:] == ["-66.7 %", "good"]
     head, vrows = verdict_rows(v)
     assert [r[1] for r in vrows] == ["rolled_back:pfc_storm", "rejected:kmax_above_xoff",
