@@ -156,3 +156,26 @@ def _is_sleep_of(pid: int, root: Path) -> bool:
         return f"ECNTUNE_EMU_ROOT={root}".encode() in env.split(b"\0")
     except OSError:
         return False
+
+
+def test_the_cnp_priority_a_host_holds_reaches_the_fabric(
+        emulated_cluster: EmulatedCluster) -> None:
+    """An NP knob the tuner does not search, set on a host by hand (CNPs in the data's
+    priority 3 instead of the factory's strict 6), is what the fabric behind the cluster runs:
+    rocesim then queues that NIC's CNPs behind the data."""
+    from tuner.emulated import fabric
+    from tuner.emulated.hosts import knob_relpaths
+
+    root = emulated_cluster.root
+    knob = root / "host1" / knob_relpaths(emulated_cluster.state("host1"))["cnp_802p_prio"]
+    assert fabric.applied_settings(root)["nics"]["host1/mlx5_0"]["cnp_802p_prio"] == 6
+    knob.write_text("3\n")
+    try:
+        settings = fabric.applied_settings(root)
+        assert settings["nics"]["host1/mlx5_0"]["cnp_802p_prio"] == 3
+        assert "cnp_dscp" in settings["nics"]["host1/mlx5_0"]  # read, but not a rocesim knob
+        built = fabric.build_fabric(root, settings)
+        assert built.dcqcn("host1/mlx5_0").cnp_802p_prio == 3
+        assert built.dcqcn("host0/mlx5_0").cnp_802p_prio == 6
+    finally:
+        knob.write_text("6\n")

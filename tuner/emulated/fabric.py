@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,9 @@ def applied_settings(root: Path) -> dict[str, Any]:
             sw[s["rocesim_name"]] = swmod.applied_ecn(s)
         else:
             values = hostmod.read_knobs(root / name, s)
-            factory = s["factory_dcqcn"]  # tuner.settings defaults, stored at init (no pydantic)
+            # tuner.settings defaults stored at init (no pydantic), and the NP knobs it does
+            # not tune (cnp_802p_prio decides whether CNPs queue behind data in rocesim).
+            factory = {**hostmod.EXTRA_DEFAULTS, **s["factory_dcqcn"]}
             # An unparsable file would have been refused by the driver: the NIC keeps its value.
             nics[s["rocesim_nic"]] = {k: (v if v is not None else factory[k])
                                       for k, v in values.items() if k in factory}
@@ -81,8 +83,10 @@ def build_fabric(root: Path, settings: dict[str, Any]) -> Any:
         fabric.set_ecn(sw, rocesim.EcnConfig(kmin_bytes=kmin, kmax_bytes=kmax,
                                              pmax=int(ecn["pmax_percent"]) / 100.0,
                                              enabled=bool(ecn["enabled"])), tc=3)
+    modelled = {f.name for f in fields(rocesim.DcqcnConfig)}  # not cnp_dscp
     for nic, knobs in settings["nics"].items():
-        fabric.set_dcqcn(nic, rocesim.DcqcnConfig(**knobs))
+        fabric.set_dcqcn(nic, rocesim.DcqcnConfig(**{k: v for k, v in knobs.items()
+                                                     if k in modelled}))
     return fabric
 
 
