@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import ConfigError
+from tuner.plots import TRIAL_COUNTS
 
 # Metrics shown side by side for the best trial of each study: (key, label, higher is better).
 BEST_METRICS: tuple[tuple[str, str, bool | None], ...] = (
@@ -33,9 +34,7 @@ BEST_METRICS: tuple[tuple[str, str, bool | None], ...] = (
 )
 _PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 STUDY_METRICS = ("best_score", "confirmed", "confirmed_improvement_percent",
-                 "confirmed_ci95_low", "confirmed_ci95_high", "trials_ok", "trials_rolled_back",
-                 "trials_rejected", "trials_screened", "trials_infeasible", "trials_pruned",
-                 "trials_failed")
+                 "confirmed_ci95_low", "confirmed_ci95_high", *TRIAL_COUNTS)
 
 
 def _quote(v: str) -> str:

@@ -49,6 +49,7 @@ from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner import __version__, optuna_io
 from tuner import study as studies
 from tuner.errors import ApplyError, MeasurementError, RollbackError, SafetyAbort, TunerError
+from tuner.plots import TRIAL_COUNTS, kind
 from tuner.settings import Settings
 from tuner.space import SearchSpace, build_space
 from tuner.study import CandidateCheck, Confirmation, StudyResult, TrialOutcome
@@ -784,12 +785,9 @@ class StudyRunner:
             return
         self.backfill()
         res = self.result("-", read_devices=False)
-        counts: dict[str, float] = {"trials_ok": 0, "trials_rolled_back": 0,
-                                    "trials_rejected": 0, "trials_screened": 0,
-                                    "trials_failed": 0, "trials_pruned": 0,
-                                    "trials_infeasible": 0}
+        counts: dict[str, float] = dict.fromkeys(TRIAL_COUNTS, 0)
         for t in res.trials:
-            key = f"trials_{t.verdict.split(':')[0]}"
+            key = f"trials_{kind(t.verdict)}"
             if key in counts:
                 counts[key] += 1
         metrics = dict(counts, canary_time_saved_s=self.saved_s)

@@ -48,6 +48,9 @@ VERDICT_MARKS: dict[str, Mark] = {
     "failed": Mark(FAILED, "s", 44, "failed"),
     "other": Mark(FAILED, "d", 44, "interrupted/other"),
 }
+# The study's per-kind trial counts (MLflow parent-run metrics): every kind but the baseline
+# and interrupted ones (not counted against the budget).
+TRIAL_COUNTS = tuple(f"trials_{k}" for k in VERDICT_MARKS if k not in ("baseline", "other"))
 
 DPI = 110
 

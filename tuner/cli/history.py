@@ -29,6 +29,8 @@ def _fmt(v: float | None, pct: bool = False) -> str:
 def studies_table(rows: list[StudyRow]) -> Table:
     from rich.table import Table
 
+    from tuner.plots import TRIAL_COUNTS
+
     t = Table(title=f"{len(rows)} studies (newest first)")
     for col in ("study", "experiment", "cluster", "started (UTC)", "status", "trials",
                 "ok", "rolled back", "rejected", "screened", "best score",
@@ -37,10 +39,7 @@ def studies_table(rows: list[StudyRow]) -> Table:
                                                      "started (UTC)", "status") else "right")
     for r in rows:
         m = r.metrics
-        n = sum(int(m.get(k, 0)) for k in ("trials_ok", "trials_rolled_back",
-                                           "trials_rejected", "trials_screened",
-                                           "trials_infeasible", "trials_pruned",
-                                           "trials_failed"))
+        n = sum(int(m.get(k, 0)) for k in TRIAL_COUNTS)
         t.add_row(r.study, r.experiment, r.cluster or "-", r.started, r.status, str(n),
                   _fmt(m.get("trials_ok")), _fmt(m.get("trials_rolled_back")),
                   _fmt(m.get("trials_rejected")), _fmt(m.get("trials_screened")),
