@@ -230,7 +230,7 @@ def summarise(studies: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, 
             row["trials_to_98"] = [r[0] if r[0] is not None else None for r in rs]
             row["canary_s_to_98"] = [r[1] for r in rs]
             row["improvement"] = [
-                (s["confirmation"] or {}).get("improvement_percent") if s["winner"] is not None
+                (s["confirmation"] or {}).get("change_percent") if s["winner"] is not None
                 else 0.0 for s in runs]
             row["ci"] = [((s["confirmation"] or {}).get("ci95_low"),
                           (s["confirmation"] or {}).get("ci95_high")) for s in runs]
@@ -303,7 +303,7 @@ def plot(studies: list[dict[str, Any]], best: dict[str, Any], scenario: str) -> 
     axes[0].set_xlabel("trial (0 = baseline; warm starts first)")
     axes[1].set_xlabel("simulated canary time (s)")
     for ax in axes:
-        ax.set_ylabel("best feasible study score (% busbw-equivalent)")
+        ax.set_ylabel("best feasible study busbw change (%)")
         ax.grid(alpha=0.3)
     axes[0].set_title(f"{scenario}: median over seeds, band = min..max")
     axes[1].set_title(f"{scenario}: every seed against the fair clock")
@@ -422,12 +422,13 @@ def render(studies: list[dict[str, Any]], best: dict[str, Any], meta: dict[str, 
              "`ecn-shifter` is a deterministic rule, so its seeds agree). The simulated fabric, "
              "its placements and replicates are the same for every study of a scenario. "
              "`static` is the baseline and the warm starts alone, confirmed the same way "
-             "(sampler-independent: one run). Scores are "
-             "paired study scores in % busbw-equivalent (`equivalent_percent`). "
+             "(sampler-independent: one run). Study scores are the paired busbw change in % "
+             "(`objective.mode: primary`: busbw under per-placement guardrails); *confirmed* is "
+             "the confirmation's busbw change on its own placements. "
              "`hillclimb` and `ecn-shifter` are `tuner/samplers.py`.", "",
              "Best known (98 % line): the study score of the confirmed winner of one long TPE "
              "run per scenario (`bench/search-best-known.json`):", "",
-             "| scenario | long run | best known study score | its confirmed improvement "
+             "| scenario | long run | best known study busbw change | its confirmed busbw change "
              "[95 % CI] | settings |", "|---|---|---|---|---|"]
     for sc, b in best.items():
         vals = ", ".join(f"{k}={v}" for k, v in sorted(b["values"].items())
@@ -435,19 +436,19 @@ def render(studies: list[dict[str, Any]], best: dict[str, Any], meta: dict[str, 
                                   "rpg_hai_rate", "rpg_time_reset", "rpg_min_dec_fac",
                                   "min_time_between_cnps"))
         lines.append(f"| {sc} | TPE, {b['trials']} trials, seed {b['seed']} | "
-                     f"{pct(b['score']):+.1f} % | {b['improvement_percent']:+.1f} % "
+                     f"{pct(b['score']):+.1f} % | {b['change_percent']:+.1f} % "
                      f"[{b['ci95_low']:+.1f}, {b['ci95_high']:+.1f}] | {vals} |")
     lines += ["", "Per scenario and method: medians over seeds, [min, max] across seeds. "
               "*trials to 98 %*: the first feasible trial (warm starts count; trial 0 is the "
               "baseline) scoring at least 98 % of the best known; `>N` = not within the "
-              "budget. *confirmed*: the final confirmed paired improvement (0 when nothing was "
+              "budget. *confirmed*: the winner's confirmed busbw change, % (0 when nothing was "
               "confirmed: the canary stays on the baseline); *PFC* and *p99*: the winner's (or "
               "the baseline's) study measurements; *canary s*: simulated canary seconds of "
               "the whole study.", ""]
     for sc, rows in summ.items():
         lines += [f"### {sc}", "", f"![convergence on {sc}](img/search-{sc}.png)", "",
                   "| method | reached 98 % | trials to 98 % | canary s to 98 % | confirmed "
-                  "improvement % | confirmed runs | best study score % | rollbacks | rolled "
+                  "busbw % | confirmed runs | best study busbw % | rollbacks | rolled "
                   "back after startup | PFC µs/s | p99 µs | canary s |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for m, r in rows.items():
@@ -475,11 +476,13 @@ def render(studies: list[dict[str, Any]], best: dict[str, Any], meta: dict[str, 
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
+def write_doc(text: str, start: str = START, end: str = END) -> None:
+    """``text`` as the section between ``start`` and ``end`` of docs/benchmarks.md (appended
+    when the markers are missing); the other sections are kept."""
     doc = DOC.read_text(encoding="utf-8")
-    block = f"{START}\n{text}\n{END}"
-    if START in doc and END in doc:
-        doc = doc[:doc.index(START)] + block + doc[doc.index(END) + len(END):]
+    block = f"{start}\n{text}\n{end}"
+    if start in doc and end in doc:
+        doc = doc[:doc.index(start)] + block + doc[doc.index(end) + len(end):]
     else:
         doc = doc.rstrip("\n") + "\n\n" + block + "\n"
     DOC.write_text(doc, encoding="utf-8")
@@ -505,7 +508,7 @@ def measure_best(scenarios: list[str], trials: int, procs: int) -> dict[str, Any
             raise SystemExit(f"{r['scenario']}: the long run confirmed nothing; no best known")
         best[r["scenario"]] = {"trials": trials, "seed": 0, "score": r["winner_score"],
                                "values": r["winner_values"],
-                               "improvement_percent": conf["improvement_percent"],
+                               "change_percent": conf["change_percent"],
                                "ci95_low": conf["ci95_low"], "ci95_high": conf["ci95_high"]}
     BEST.write_text(json.dumps(best, indent=1), encoding="utf-8")
     return best

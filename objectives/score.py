@@ -1,33 +1,38 @@
-"""Scoring: a trial's measurements against the baseline's on the same replicates -> one number.
+"""Scoring: a trial's measurements against the baseline's on the same replicates.
 
 Every trial is measured on the study's paired replicates (the same placement and seed for every
-trial), and every term compares the trial with the baseline *on the same replicate*, so the
-placement's luck cancels (common random numbers). Per replicate:
+trial), and every comparison is with the baseline *on the same replicate*, so the placement's
+luck cancels (common random numbers).
 
-* **busbw** ``= log2(busbw / busbw_base)``, averaged over the collectives with the mix weights
-  (nccl-tests bus bandwidth, doc/PERFORMANCE.md of NVIDIA/nccl-tests). Unbounded: halving the
-  bus bandwidth costs exactly -1.
-* **latency** ``= tanh(log2(max(p99_base, T) / max(p99, T)))`` for the latency probes' p99 and
-  the experiment's ``p99_target_us`` T: bounded to (-1, 1), so it can never buy back a halving of
-  bus bandwidth; improvements below the target earn nothing more.
-* **pfc** ``= tanh(log2((B + pause_base) / (B + pause)))`` for the PFC pause time received per
-  second (mean over the canary NIC ports, ``rx_prio<p>_pause_duration`` µs, mlx5 ethtool) and
-  the budget B (``pfc_budget_us_per_s``): 0 when both are quiet, bounded to (-1, 1).
+**What is maximised** (``objective.mode``):
 
-The scalar score is ``wb*busbw + wl*latency + wp*pfc`` in log2 units of bus bandwidth; the
-baseline scores exactly 0 on every replicate, and ``equivalent_percent(score) = (2**score - 1)
-* 100`` reads as "worth as much as this much more bus bandwidth". Because the bounded terms are
-weighted at most ``wb`` together (``check_weights``), a trial that halves bus bandwidth can never
-beat the baseline, whatever its latency and PFC.
+* ``primary`` (the default): the primary metric alone, as the mean paired log2 ratio over the
+  replicates. ``busbw``: ``log2(busbw / busbw_base)``, mix-weighted over the collectives
+  (nccl-tests bus bandwidth, doc/PERFORMANCE.md of NVIDIA/nccl-tests); ``p99_us``: minus
+  ``log2(p99 / p99_base)`` of the latency probes. ``log2_percent`` turns it into the metric's
+  own % change.
+* ``scalar`` (explicit option): a composite ``wb*busbw + wl*latency + wp*pfc`` with
+  ``latency = tanh(log2(max(p99_base, T) / max(p99, T)))`` and
+  ``pfc = tanh(log2((B + pause_base) / (B + pause)))``, bounded terms whose weights may not
+  outweigh busbw (``check_weights``). A unitless score: never a percentage of anything.
+* ``multi``: the mix-weighted busbw / line rate up and p99 (µs) down, a Pareto front.
 
-Constraints (feasible when <= 0, told to Optuna so the sampler learns where not to go):
-``busbw_floor`` (``min_busbw_ratio`` minus the paired busbw ratio), ``tenant_goodput`` (the
-worst RoCE-class background tenant's goodput ratio below ``1 - max_tenant_loss_percent``), and in
-multi-objective mode ``pfc_budget`` (pause µs/s over the budget). The loop adds ``safety`` (a
-rolled-back trial) and ``static_limits`` (a rejected proposal).
+**Guardrails** (``objective.guardrails``), each checked on *every placement* (replicate), never on
+the mean over placements, and told to Optuna as constraints (feasible when <= 0: ``tanh`` of the
+worst placement's relative margin, bounded so that no one guardrail swamps the others):
 
-Multi-objective mode maximises the mix-weighted busbw / line rate and minimises p99 (µs), both
-averaged over the replicates. A term whose data is missing on either side drops out.
+* ``busbw_loss``: busbw ratio >= ``1 - max_busbw_loss_percent / 100``;
+* ``tenant_goodput``: every RoCE-class background tenant's goodput ratio >=
+  ``1 - max_tenant_loss_percent / 100``;
+* ``p99``: probe p99 <= ``p99_target_us`` or <= the baseline's p99 on that placement times
+  ``1 + p99_allowance_percent / 100``;
+* ``pfc_pause``: PFC pause time received per second (mean over the canary NIC ports,
+  ``rx_prio<p>_pause_duration`` µs, mlx5 ethtool) <= ``max_pfc_pause_us_per_s``.
+
+The baseline can break only the absolute one (PFC pause); then the winner is the best setting
+that meets it, and ``objectives.verdict`` states the price in busbw. The loop adds ``safety`` (a
+rolled-back trial), ``static_limits`` (a rejected proposal) and ``screen``.
+A term whose data is missing on either side drops out.
 """
 
 from __future__ import annotations
@@ -37,23 +42,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from objectives.measurement import Measurement
 
 
+class Guardrails(BaseModel):
+    """The experiment file's ``objective.guardrails``: limits checked on every placement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_busbw_loss_percent: float = Field(default=20.0, ge=0, le=100)
+    max_tenant_loss_percent: float = Field(default=20.0, ge=0, le=100)  # RoCE-class tenants
+    p99_target_us: float = Field(default=20.0, gt=0)  # met when p99 <= target, or ...
+    p99_allowance_percent: float = Field(default=25.0, ge=0)  # <= baseline p99 * (1 + this)
+    max_pfc_pause_us_per_s: float = Field(default=1000.0, gt=0)  # µs paused per s, per port
+
+
+GUARDRAILS = ("busbw_loss", "tenant_goodput", "p99", "pfc_pause")
+
+
 @dataclass(frozen=True)
 class ScoreConfig:
-    """The experiment file's ``objective:`` section and the paired constraints of ``safety:``."""
+    """The experiment file's ``objective:`` section and the RoCE priority."""
 
-    mode: str = "scalar"  # "scalar" | "multi"
+    mode: str = "primary"  # "primary" | "scalar" | "multi"
+    primary: str = "busbw"  # "busbw" | "p99_us"
     busbw_weight: float = 1.0
     latency_weight: float = 0.5
     pfc_weight: float = 0.5
-    p99_target_us: float = 20.0
-    pfc_budget_us_per_s: float = 1000.0
+    guardrails: Guardrails = field(default_factory=Guardrails)
     priority: int = 3
-    min_busbw_ratio: float = 0.8
-    max_tenant_loss_percent: float = 20.0
 
 
 def check_weights(busbw: float, latency: float, pfc: float) -> str | None:
@@ -76,6 +94,16 @@ class Raw:
     p99_us: float | None
     pause_us_per_s: float
     tenants: dict[str, float]  # RoCE-class background tenants: name -> goodput Gb/s
+
+
+def busbw_gbytes_per_s(m: Measurement) -> float | None:
+    """Mix-weighted mean bus bandwidth over the collectives, GB/s (None without any)."""
+    num = den = 0.0
+    for c in m.collectives:
+        if c.weight > 0:
+            num += c.weight * c.busbw_gbytes_per_s
+            den += c.weight
+    return num / den if den > 0 else None
 
 
 def busbw_norm(m: Measurement) -> float | None:
@@ -112,17 +140,24 @@ class Terms:
 
     busbw: float | None  # log2 ratio, mix-weighted
     busbw_ratio: float | None  # 2**busbw
-    latency: float | None
+    latency: float | None  # the scalar mode's bounded p99 term
+    p99_log2: float | None  # log2(p99 / p99_base)
     pfc: float
     tenant_ratio: float | None  # worst RoCE-class tenant goodput ratio
     scalar: float
+    margins: dict[str, float]  # guardrail -> how far over its limit (<= 0: met)
 
 
 _FLOOR = 1e-9
 
 
+def p99_limit_us(base_p99_us: float, g: Guardrails) -> float:
+    """The p99 a placement may reach: the target, or the baseline's p99 plus the allowance."""
+    return max(g.p99_target_us, base_p99_us * (1 + g.p99_allowance_percent / 100))
+
+
 def terms(m: Raw, b: Raw, cfg: ScoreConfig) -> Terms:
-    """The score terms of one paired replicate (see the module docstring)."""
+    """The score terms and guardrail margins of one paired replicate (module docstring)."""
     num = den = 0.0
     for key, (bw, w) in m.busbw.items():
         ref = b.busbw.get(key)
@@ -131,64 +166,83 @@ def terms(m: Raw, b: Raw, cfg: ScoreConfig) -> Terms:
         num += w * math.log2(max(bw, _FLOOR) / ref[0])
         den += w
     bw_t = num / den if den > 0 else None
-    lat = None
+    g = cfg.guardrails
+    lat = p99_log2 = None
     if m.p99_us is not None and b.p99_us is not None:
-        t = cfg.p99_target_us
+        t = g.p99_target_us
         lat = math.tanh(math.log2(max(b.p99_us, t) / max(m.p99_us, t)))
-    budget = cfg.pfc_budget_us_per_s
+        p99_log2 = math.log2(max(m.p99_us, _FLOOR) / max(b.p99_us, _FLOOR))
+    budget = g.max_pfc_pause_us_per_s
     pfc = math.tanh(math.log2((budget + b.pause_us_per_s) / (budget + m.pause_us_per_s)))
     ratios = [m.tenants.get(k, 0.0) / v for k, v in b.tenants.items() if v > 0]
     tenant = min(ratios) if ratios else None
     used = [(cfg.busbw_weight, bw_t), (cfg.latency_weight, lat), (cfg.pfc_weight, pfc)]
     scalar = sum(w * x for w, x in used if x is not None)
-    return Terms(busbw=bw_t, busbw_ratio=2 ** bw_t if bw_t is not None else None,
-                 latency=lat, pfc=pfc, tenant_ratio=tenant, scalar=scalar)
+    ratio = 2 ** bw_t if bw_t is not None else None
+    margins = {"pfc_pause": (m.pause_us_per_s - budget) / budget}
+    if ratio is not None:
+        margins["busbw_loss"] = (1 - g.max_busbw_loss_percent / 100) - ratio
+    if tenant is not None:
+        margins["tenant_goodput"] = (1 - g.max_tenant_loss_percent / 100) - tenant
+    if m.p99_us is not None and b.p99_us is not None:
+        margins["p99"] = m.p99_us / p99_limit_us(b.p99_us, g) - 1
+    return Terms(busbw=bw_t, busbw_ratio=ratio, latency=lat, p99_log2=p99_log2, pfc=pfc,
+                 tenant_ratio=tenant, scalar=scalar, margins=margins)
+
+
+def break_text(code: str, t: Terms, m: Raw, b: Raw, g: Guardrails) -> str:
+    """One broken guardrail on one placement, in the metric's own unit."""
+    if code == "busbw_loss" and t.busbw_ratio is not None:
+        return (f"busbw {(t.busbw_ratio - 1) * 100:+.1f} % (allowed "
+                f"-{g.max_busbw_loss_percent:g} %)")
+    if code == "tenant_goodput" and t.tenant_ratio is not None:
+        return (f"tenant goodput {(t.tenant_ratio - 1) * 100:+.1f} % (allowed "
+                f"-{g.max_tenant_loss_percent:g} %)")
+    if code == "p99" and m.p99_us is not None and b.p99_us is not None:
+        return (f"probe p99 {b.p99_us:.3g} -> {m.p99_us:.3g} µs (allowed "
+                f"{p99_limit_us(b.p99_us, g):.3g} µs: {g.p99_target_us:g} µs or baseline "
+                f"+{g.p99_allowance_percent:g} %)")
+    return (f"PFC pause {m.pause_us_per_s:.0f} µs/s ({m.pause_us_per_s / 1e4:.2f} % of the "
+            f"time; allowed {g.max_pfc_pause_us_per_s:g} µs/s)")
 
 
 @dataclass(frozen=True)
 class Score:
     """A trial scored over its replicates. ``values`` is what Optuna is told."""
 
-    scalar: float  # mean of the per-replicate scalars (0 = the baseline)
+    scalar: float  # what the mode maximises, mean over replicates (0 = the baseline)
     per_replicate: tuple[float, ...]
     busbw_term: float | None
     latency_term: float | None
     pfc_term: float
     busbw_ratio: float | None  # paired, mean over replicates
-    tenant_ratio: float | None
+    tenant_ratio: float | None  # paired, worst tenant, mean over replicates
     busbw_norm: float | None  # absolute, for display and the multi-objective mode
     p99_us: float | None
     pause_us_per_s: float
     values: tuple[float, ...]
-    constraints: dict[str, float] = field(default_factory=dict)
+    constraints: dict[str, float] = field(default_factory=dict)  # worst placement's margins
+    # The guardrails broken, each on its worst placement: (code, replicate, text).
+    broken: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def feasible(self) -> bool:
         return all(v <= 0 for v in self.constraints.values())
 
-    def violations(self, cfg: ScoreConfig) -> list[tuple[str, str]]:
-        """Each constraint broken: (code, what was measured against what is allowed)."""
-        out = []
-        if self.constraints.get("busbw_floor", 0.0) > 0 and self.busbw_ratio is not None:
-            out.append(("busbw_floor", f"paired busbw ratio {self.busbw_ratio:.2f} < "
-                                       f"{cfg.min_busbw_ratio:g}"))
-        if self.constraints.get("tenant_goodput", 0.0) > 0 and self.tenant_ratio is not None:
-            out.append(("tenant_goodput", f"tenant goodput ratio {self.tenant_ratio:.2f} < "
-                                          f"{1 - cfg.max_tenant_loss_percent / 100:g}"))
-        if self.constraints.get("pfc_budget", 0.0) > 0:
-            out.append(("pfc_budget", f"PFC pause {self.pause_us_per_s:.0f} µs/s > "
-                                      f"{cfg.pfc_budget_us_per_s:g}"))
-        return out
+    def violations(self) -> list[tuple[str, str]]:
+        """Each guardrail broken: (code, what was measured where, against what is allowed)."""
+        return [(code, f"{text} on placement {rep}") for code, rep, text in self.broken]
 
     def metrics(self) -> dict[str, float]:
         out = {"score": self.scalar, "pfc_term": self.pfc_term,
-               "pause_us_per_s": self.pause_us_per_s,
-               "equivalent_percent": equivalent_percent(self.scalar)}
+               "pause_us_per_s": self.pause_us_per_s}
         for k, v in (("busbw_term", self.busbw_term), ("latency_term", self.latency_term),
                      ("busbw_ratio", self.busbw_ratio), ("tenant_ratio", self.tenant_ratio),
                      ("busbw_norm", self.busbw_norm), ("p99_us", self.p99_us)):
             if v is not None:
                 out[k] = v
+        if self.busbw_term is not None:
+            out["busbw_change_percent"] = log2_percent(self.busbw_term)
         out.update({f"constraint_{k}": v for k, v in self.constraints.items()})
         return out
 
@@ -198,60 +252,87 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def score(trial: Sequence[Measurement], baseline: Sequence[Measurement],
-          cfg: ScoreConfig) -> Score:
-    """Score a trial's replicates against the baseline's (paired by ``Measurement.replicate``;
-    a replicate the baseline lacks is paired with the baseline's first)."""
-    if not trial or not baseline:
-        raise ValueError("score needs at least one trial and one baseline measurement")
+def objective_of(t: Terms, cfg: ScoreConfig) -> float | None:
+    """What the scalar and primary modes maximise on one replicate (None: no data)."""
+    if cfg.mode == "scalar":
+        return t.scalar
+    if cfg.primary == "p99_us":
+        return -t.p99_log2 if t.p99_log2 is not None else None
+    return t.busbw
+
+
+def paired_terms(trial: Sequence[Measurement], baseline: Sequence[Measurement],
+                 cfg: ScoreConfig) -> list[tuple[int, Terms, Raw, Raw]]:
+    """(replicate, terms, trial raw, baseline raw) per trial replicate, paired by
+    ``Measurement.replicate`` (a replicate the baseline lacks pairs with its first)."""
+    if not trial:
+        return []
     base = {b.replicate: raw(b, cfg.priority) for b in baseline}
     first = raw(baseline[0], cfg.priority)
-    rs = [raw(m, cfg.priority) for m in trial]
-    ts = [terms(r, base.get(m.replicate, first), cfg) for r, m in zip(rs, trial, strict=True)]
-    bw_ratio = _mean([t.busbw_ratio for t in ts])
-    tenant = _mean([t.tenant_ratio for t in ts])
-    pause = float(np.mean([r.pause_us_per_s for r in rs]))
+    out = []
+    for m in trial:
+        r, b = raw(m, cfg.priority), base.get(m.replicate, first)
+        out.append((m.replicate, terms(r, b, cfg), r, b))
+    return out
+
+
+def score(trial: Sequence[Measurement], baseline: Sequence[Measurement],
+          cfg: ScoreConfig) -> Score:
+    """Score a trial's replicates against the baseline's (see the module docstring)."""
+    if not trial or not baseline:
+        raise ValueError("score needs at least one trial and one baseline measurement")
+    rows = paired_terms(trial, baseline, cfg)
+    ts = [t for _, t, _, _ in rows]
+    rs = [r for _, _, r, _ in rows]
+    cons: dict[str, float] = {}
+    broken = []
+    for code in GUARDRAILS:
+        per = [(t.margins[code], rep, t, r, b) for rep, t, r, b in rows if code in t.margins]
+        if not per:
+            continue
+        worst = max(per, key=lambda x: x[0])
+        cons[code] = math.tanh(worst[0])  # bounded: no one guardrail swamps the others
+        if worst[0] > 0:
+            broken.append((code, worst[1], break_text(code, worst[2], worst[3], worst[4],
+                                                      cfg.guardrails)))
     norm = _mean([r.busbw_norm for r in rs])
     p99 = _mean([r.p99_us for r in rs])
-    cons: dict[str, float] = {}
-    if bw_ratio is not None:
-        cons["busbw_floor"] = cfg.min_busbw_ratio - bw_ratio
-    if tenant is not None:
-        cons["tenant_goodput"] = (1 - cfg.max_tenant_loss_percent / 100) - tenant
+    per_rep = [objective_of(t, cfg) for t in ts]
+    scalar = _mean(per_rep) or 0.0
     if cfg.mode == "multi":
-        cons["pfc_budget"] = pause - cfg.pfc_budget_us_per_s
-    scalar = float(np.mean([t.scalar for t in ts]))
-    if cfg.mode == "scalar":
-        values: tuple[float, ...] = (scalar,)
+        values: tuple[float, ...] = (norm if norm is not None else 0.0,
+                                     p99 if p99 is not None else math.inf)
     else:
-        values = (norm if norm is not None else 0.0, p99 if p99 is not None else math.inf)
-    return Score(scalar=scalar, per_replicate=tuple(t.scalar for t in ts),
+        values = (scalar,)
+    return Score(scalar=scalar, per_replicate=tuple(x or 0.0 for x in per_rep),
                  busbw_term=_mean([t.busbw for t in ts]),
                  latency_term=_mean([t.latency for t in ts]),
-                 pfc_term=float(np.mean([t.pfc for t in ts])), busbw_ratio=bw_ratio,
-                 tenant_ratio=tenant, busbw_norm=norm, p99_us=p99, pause_us_per_s=pause,
-                 values=values, constraints=cons)
+                 pfc_term=float(np.mean([t.pfc for t in ts])),
+                 busbw_ratio=_mean([t.busbw_ratio for t in ts]),
+                 tenant_ratio=_mean([t.tenant_ratio for t in ts]), busbw_norm=norm,
+                 p99_us=p99, pause_us_per_s=float(np.mean([r.pause_us_per_s for r in rs])),
+                 values=values, constraints=cons, broken=tuple(broken))
 
 
-def equivalent_percent(score_value: float) -> float:
-    """A score as the bus-bandwidth gain it is worth, in % (0 = the baseline)."""
-    return (2.0 ** score_value - 1.0) * 100.0
+def log2_percent(log2_ratio: float) -> float:
+    """A paired log2 ratio as the % change of the metric it is the ratio of."""
+    return (2.0 ** log2_ratio - 1.0) * 100.0
 
 
-def bootstrap_ci(diffs: Sequence[float], *, level: float = 0.95, resamples: int = 4000,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of paired differences (seeded: reproducible).
+def t_interval(xs: Sequence[float], *, level: float = 0.95,
+               comparisons: int = 1) -> tuple[float, float]:
+    """Student-t interval of the mean of paired differences, Bonferroni-corrected for
+    ``comparisons`` candidates judged on the same data (valid at small n, unlike a percentile
+    bootstrap). Fewer than two differences: an unbounded interval, which confirms nothing."""
+    from scipy import stats
 
-    One difference gives a zero-width interval at it; report the repeats alongside.
-    """
-    x = np.asarray(diffs, dtype=float)
-    if x.size == 0:
-        raise ValueError("bootstrap_ci needs at least one difference")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
-    a = (1 - level) / 2
-    lo, hi = np.quantile(means, [a, 1 - a])
-    return float(lo), float(hi)
+    x = np.asarray(xs, dtype=float)
+    if x.size < 2:
+        return -math.inf, math.inf
+    alpha = (1 - level) / max(comparisons, 1)
+    half = float(stats.t.ppf(1 - alpha / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    mean = float(x.mean())
+    return mean - half, mean + half
 
 
 def pareto_front(points: list[tuple[int, tuple[float, ...]]],

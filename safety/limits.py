@@ -34,9 +34,6 @@ class SafetyLimits(BaseModel):
     storm_window_s: float | None = Field(default=None, gt=0)
     max_pause_frames_per_s: float = Field(default=50_000, gt=0)  # per port and priority
     max_lossless_drops: int = Field(default=0, ge=0)
-    # Hard constraints against the paired baseline (same replicate, same placement):
-    min_busbw_ratio: float = Field(default=0.8, ge=0, le=1)  # mix-weighted busbw ratio
-    max_tenant_loss_percent: float = Field(default=20.0, ge=0, le=100)  # RoCE-class tenants
     max_crc_errors: int = Field(default=0, ge=0)
     poll_interval_s: float = Field(default=1.0, gt=0)
     measurement_timeout_s: float = Field(default=600.0, gt=0)

@@ -24,7 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from objectives.score import check_weights
+from objectives.score import Guardrails, check_weights
+from objectives.verdict import MIN_PAIRS
 from safety.limits import SafetyLimits
 from safety.preflight import PreflightSpec
 from tuner import storage_url
@@ -159,18 +160,22 @@ class SearchSpec(BaseModel):
 
 
 class ObjectiveSpec(BaseModel):
-    """How a measurement becomes a score (see ``objectives/score.py``)."""
+    """What a study maximises and the guardrails it must keep (see ``objectives/score.py``)."""
 
     model_config = _STRICT
-    mode: Literal["scalar", "multi"] = "scalar"
-    busbw_weight: float = Field(default=1.0, ge=0)
+    # primary: the primary metric alone, subject to the guardrails; scalar: an explicit
+    # composite of busbw, latency and PFC terms (weights below); multi: busbw up, p99 down.
+    mode: Literal["primary", "scalar", "multi"] = "primary"
+    primary: Literal["busbw", "p99_us"] = "busbw"
+    guardrails: Guardrails = Field(default_factory=Guardrails)
+    busbw_weight: float = Field(default=1.0, ge=0)  # scalar mode only
     latency_weight: float = Field(default=0.5, ge=0)
     pfc_weight: float = Field(default=0.5, ge=0)
-    p99_target_us: float = Field(default=20.0, gt=0)
-    pfc_budget_us_per_s: float = Field(default=1000.0, gt=0)  # µs paused per second per port
 
     @model_validator(mode="after")
     def _some_weight(self) -> ObjectiveSpec:
+        if self.mode != "scalar":
+            return self
         if self.busbw_weight + self.latency_weight + self.pfc_weight <= 0:
             raise ValueError("at least one of busbw_weight, latency_weight, pfc_weight must "
                              "be above 0")
@@ -196,7 +201,16 @@ class BudgetSpec(BaseModel):
     # At the end, the top ``confirm_top_k`` candidates and the baseline are measured interleaved
     # on ``confirm_repeats`` fresh paired replicates; a winner needs its 95 % interval above 0.
     confirm_top_k: int = Field(default=3, ge=1, le=20)
-    confirm_repeats: int = Field(default=8, ge=0, le=100)
+    confirm_repeats: int = Field(default=8, ge=0, le=100)  # 0: no confirmation, no winner
+
+    @field_validator("confirm_repeats")
+    @classmethod
+    def _enough_pairs(cls, v: int) -> int:
+        if 0 < v < MIN_PAIRS:
+            raise ValueError(f"at least {MIN_PAIRS} paired confirmation repeats are needed for "
+                             "an interval worth stating (0 skips the confirmation: then "
+                             "nothing is ever declared a winner)")
+        return v
 
 
 class SamplerSpec(BaseModel):
@@ -282,6 +296,11 @@ class Experiment(BaseModel):
     def _collectives(self) -> Experiment:
         if not self.workload.collectives and not self.workload.probes:
             raise ValueError("workload needs at least one collective or probe part to score")
+        needs = {"busbw": "collective", "p99_us": "probe"}[self.objective.primary]
+        have = self.workload.collectives if needs == "collective" else self.workload.probes
+        if self.objective.mode == "primary" and not have:
+            raise ValueError(f"objective.primary {self.objective.primary} needs a {needs} part "
+                             "in the workload")
         if self.objective.mode == "multi" and not (self.workload.collectives
                                                    and self.workload.probes):
             raise ValueError("objective.mode multi (busbw up, p99 down) needs both a collective "

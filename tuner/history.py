@@ -33,8 +33,8 @@ BEST_METRICS: tuple[tuple[str, str, bool | None], ...] = (
     ("lossless_drops", "lossless drops", False),
 )
 _PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-STUDY_METRICS = ("best_score", "confirmed", "confirmed_improvement_percent",
-                 "confirmed_ci95_low", "confirmed_ci95_high", *TRIAL_COUNTS)
+STUDY_METRICS = ("best_score", "confirmed", "confirmed_busbw_change_percent",
+                 "confirmed_busbw_ci95_low", "confirmed_busbw_ci95_high", *TRIAL_COUNTS)
 
 
 def _quote(v: str) -> str:

@@ -35,6 +35,7 @@ import math
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from objectives.measurement import Measurement
-from objectives.score import Score, ScoreConfig, bootstrap_ci, equivalent_percent, score
+from objectives.score import Score, ScoreConfig, score
+from objectives.verdict import judge as judge_confirmation
+from objectives.verdict import winner_of
 from safety.journal import Journal
 from safety.limits import check_proposal, describe
 from safety.monitor import LiveMonitor, judge, storm_window_s
@@ -52,7 +55,7 @@ from tuner.errors import ApplyError, MeasurementError, RollbackError, SafetyAbor
 from tuner.plots import TRIAL_COUNTS, kind
 from tuner.settings import Settings
 from tuner.space import SearchSpace, build_space
-from tuner.study import CandidateCheck, Confirmation, StudyResult, TrialOutcome
+from tuner.study import Confirmation, StudyResult, TrialOutcome
 from tuner.tracking import Tracker, TrialRecord, redact, trial_metrics
 from tuner.transaction import Transactions
 from tuner.warm_starts import warm_starts
@@ -63,8 +66,27 @@ if TYPE_CHECKING:
     from tuner.experiment import Experiment
     from tuner.screen import TwinScreen
 
+# The constraint told to Optuna for a proposal that was refused, screened or rolled back: worse
+# than any measured trial's guardrails (each bounded to < 1), so the sampler ranks what it could
+# not even measure last and does not drift towards it.
+NEVER_KEPT = 10.0
 AUTO_REPLICATES = 5  # baseline replicates measured to size ``repeats: auto``
-CONFIRM_REPLICATE0 = 1000  # confirmation replicates: fresh placements, never the study's
+# Confirmation replicates are drawn per study from this range: fresh placements, never the
+# study's own (0..repeats-1), and different in every study.
+CONFIRM_SEEDS = (1_000_000, 2**31 - 1)
+
+
+def confirmation_seeds(n: int, study_name: str, sampler_seed: int | None) -> list[int]:
+    """``n`` distinct placement numbers for a study's confirmation, recorded with it: drawn
+    from the study's name and the sampler seed, so every study gets its own (a default name
+    carries its start time) while a named study with a fixed seed can be reproduced."""
+    rng = np.random.default_rng([zlib.crc32(study_name.encode()), sampler_seed or 0])
+    seeds: list[int] = []
+    while len(seeds) < n:
+        x = int(rng.integers(*CONFIRM_SEEDS))
+        if x not in seeds:
+            seeds.append(x)
+    return seeds
 
 
 class Interrupted(KeyboardInterrupt):
@@ -77,13 +99,9 @@ class Interrupted(KeyboardInterrupt):
 
 def score_config(exp: Experiment) -> ScoreConfig:
     o = exp.objective
-    return ScoreConfig(mode=o.mode, busbw_weight=o.busbw_weight,
+    return ScoreConfig(mode=o.mode, primary=o.primary, busbw_weight=o.busbw_weight,
                        latency_weight=o.latency_weight, pfc_weight=o.pfc_weight,
-                       p99_target_us=o.p99_target_us,
-                       pfc_budget_us_per_s=o.pfc_budget_us_per_s,
-                       priority=exp.safety.roce_priority,
-                       min_busbw_ratio=exp.safety.min_busbw_ratio,
-                       max_tenant_loss_percent=exp.safety.max_tenant_loss_percent)
+                       guardrails=o.guardrails, priority=exp.safety.roce_priority)
 
 
 def poll_intervals(fact: str) -> dict[str, float]:
@@ -245,7 +263,7 @@ class StudyRunner:
 
     def _pruner(self) -> Any:
         b = self.exp.budget
-        if self.exp.objective.mode != "scalar" or b.prune_margin <= 0:
+        if self.exp.objective.mode == "multi" or b.prune_margin <= 0:
             return None
         return optuna_io.PairedMedianPruner(b.prune_margin,
                                             max(self.exp.sampler.startup_trials, 3))
@@ -253,7 +271,8 @@ class StudyRunner:
     def _open_study(self, resume: bool) -> None:
         multi = self.exp.objective.mode == "multi"
         sampler = optuna_io.make_sampler(
-            self.exp.sampler, multi, pfc_alarm_us_per_s=self.exp.objective.pfc_budget_us_per_s)
+            self.exp.sampler, multi,
+            pfc_alarm_us_per_s=self.exp.objective.guardrails.max_pfc_pause_us_per_s)
         storage = self.exp.storage_url
         if resume:
             self.study = optuna_io.load_study(self.study_name, storage, sampler, self._pruner())
@@ -541,7 +560,7 @@ class StudyRunner:
         if violations:
             return self._finish_trial(asked, verdict=f"rejected:{violations[0].code}",
                                       values=values, state=optuna_io.PRUNED, role=role,
-                                      constraints={"static_limits": float(len(violations))},
+                                      constraints={"static_limits": NEVER_KEPT},
                                       detail=describe(violations))
         try:
             settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
@@ -549,14 +568,14 @@ class StudyRunner:
         except ValueError as exc:  # a model invariant check_proposal does not know about
             return self._finish_trial(asked, verdict="rejected:invalid_settings",
                                       values=values, state=optuna_io.PRUNED, role=role,
-                                      constraints={"static_limits": 1.0}, detail=str(exc))
+                                      constraints={"static_limits": NEVER_KEPT}, detail=str(exc))
         given = {f"warm:{label}" for label, _ in self.warm}  # retune: always re-measured
         if self.screen is not None and role not in given:
             predicted = self.screen.verdict(values)
             if predicted is not None:
                 return self._finish_trial(asked, verdict=predicted[0], values=values,
                                           state=optuna_io.PRUNED, role=role,
-                                          constraints={"screen": 1.0}, detail=predicted[1])
+                                          constraints={"screen": NEVER_KEPT}, detail=predicted[1])
         verdict, detail = "ok", ""
         ms: list[Measurement] = []
         change = None
@@ -574,7 +593,7 @@ class StudyRunner:
         whole = [m for m in ms if m.collectives or m.latency is not None]  # not a cut-off one
         sc = score(whole, self.baseline_ms, self.cfg) if whole else None
         if verdict == "ok" and sc is not None:
-            broken = sc.violations(self.cfg)
+            broken = sc.violations()
             if broken:
                 verdict = f"infeasible:{broken[0][0]}"
                 detail = "; ".join(f"{code}: {text}" for code, text in broken)
@@ -583,7 +602,7 @@ class StudyRunner:
                                       extra_metrics=extra, detail=detail)
         if verdict.startswith("rolled_back"):
             state = optuna_io.PRUNED
-            cons = {"safety": 1.0}
+            cons = {"safety": NEVER_KEPT}
         elif verdict.startswith("pruned"):
             state, cons = optuna_io.PRUNED, {}
         else:
@@ -634,9 +653,9 @@ class StudyRunner:
 
     # The end of the study --------------------------------------------------------------------
     def _confirm(self) -> None:
-        """Measure the top candidates and the baseline interleaved on fresh paired replicates
-        (baseline, candidate 1, candidate 2, ... per replicate) and judge each (``tuner.study``).
-        """
+        """Measure the top candidates and the baseline interleaved on fresh placements
+        (baseline, candidate 1, candidate 2, ... per placement), save every measurement, and
+        judge each candidate from them alone (``objectives.verdict.judge``)."""
         assert self.desc is not None and self.tx is not None
         b = self.exp.budget
         cands = studies.candidates(self.study, b.confirm_top_k)
@@ -644,18 +663,19 @@ class StudyRunner:
         cands += [o for o in studies.outcomes(self.study)
                   if o.role in labels and o.candidate
                   and o.number not in {c.number for c in cands}]
-        n = b.confirm_repeats if cands else 0
         if b.confirm_repeats <= 0:
             return
+        seeds = self._confirmation_seeds()
+        n = len(seeds) if cands else 0
         self.on_event("confirm", {"candidates": [c.number for c in cands], "repeats": n})
-        diffs: dict[int, list[float]] = {c.number: [] for c in cands}
         trial_ms: dict[int, list[Measurement]] = {c.number: [] for c in cands}
         base_ms: list[Measurement] = []
         problem: dict[int, str] = {c.number: "" for c in cands}
-        for i in range(n):
-            rep = CONFIRM_REPLICATE0 + i
+        folder = self.trial_dir / "confirmation"
+        for i, rep in enumerate(seeds[:n]):
             base = self._measure(rep, abort=False)
             base_ms.append(base)
+            self._save_confirmation(folder / f"baseline-p{rep}.json", base)
             for c in cands:
                 if problem[c.number]:
                     continue
@@ -673,29 +693,30 @@ class StudyRunner:
                     problem[c.number] = f"failed: {exc}"
                 if not problem[c.number]:
                     trial_ms[c.number].append(m)
-                    diffs[c.number].append(score([m], [base], self.cfg).scalar)
+                    self._save_confirmation(folder / f"trial-{c.number:04d}-p{rep}.json", m)
                 self.on_event("confirm_step", {"done": i * len(cands) + cands.index(c) + 1,
                                                "total": n * len(cands)})
-        checks = []
-        for c in cands:
-            d = diffs[c.number]
-            if not d:
-                checks.append(CandidateCheck(c.number, [], 0.0, 0.0, 0.0,
-                                             problem[c.number] or "no repeat", False))
-                continue
-            lo, hi = bootstrap_ci(d, seed=c.number)
-            cons = score(trial_ms[c.number], base_ms, self.cfg).constraints
-            bad = [k for k, v in cons.items() if v > 0]
-            prob = problem[c.number] or (f"infeasible:{bad[0]}" if bad else "")
-            checks.append(CandidateCheck(
-                c.number, d, equivalent_percent(float(np.mean(d))), equivalent_percent(lo),
-                equivalent_percent(hi), prob, lo > 0 and not prob))
-        ok = [c for c in checks if c.confirmed]
-        win = max(ok, key=lambda c: c.improvement_percent).trial if ok else None
-        conf = Confirmation(candidates=checks, paired_repeats=n, winner=win)
-        self.study.set_user_attr("confirmation", {
-            "candidates": [c.__dict__ for c in checks], "paired_repeats": n, "winner": win})
+        checks = judge_confirmation(base_ms, trial_ms, problem, self.cfg)
+        win = winner_of(checks)
+        conf = Confirmation(candidates=checks, paired_repeats=n, winner=win, seeds=seeds[:n],
+                            placements=self.desc.facts.get("placements", "vary"))
+        self.study.set_user_attr("confirmation", conf.stored(str(folder)))
         self.on_event("confirmed", {"confirmation": conf})
+
+    def _confirmation_seeds(self) -> list[int]:
+        """The study's confirmation placements: drawn once, recorded, kept across a resume."""
+        seeds = self.study.user_attrs.get("confirmation_seeds")
+        if not seeds or len(seeds) < self.exp.budget.confirm_repeats:
+            seeds = confirmation_seeds(self.exp.budget.confirm_repeats, self.study_name,
+                                       self.exp.sampler.seed)
+            self.study.set_user_attr("confirmation_seeds", seeds)
+        return [int(x) for x in seeds][:self.exp.budget.confirm_repeats]
+
+    @staticmethod
+    def _save_confirmation(path: Any, m: Measurement) -> None:
+        """One confirmation measurement, for audit (every effect is recomputable from them)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_stripped(m).model_dump_json(indent=1), encoding="utf-8")
 
     def _keep_winner(self) -> str:
         """Re-apply the confirmed winner's settings and verify them; journal ``kept``."""
@@ -807,6 +828,10 @@ class StudyRunner:
                             if isinstance(v, int | float) and not isinstance(v, bool)
                             and v is not None})
             metrics["confirmed"] = float(conf["confirmed"])
+            for name, e in conf["effects"].items():  # the winner's effects, each in its unit
+                metrics.update({f"confirmed_{name}_{k}": float(e[k])
+                                for k in ("change_percent", "ci95_low", "ci95_high")
+                                if e.get(k) is not None and math.isfinite(e[k])})
             if self.summarize is not None:
                 try:
                     more, summary["retune"] = self.summarize(self.study)

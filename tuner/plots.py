@@ -281,24 +281,29 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
 
 
 def _confirmation(ax: Any, conf: Confirmation) -> None:
-    """Each candidate's paired improvements (one dot per fresh repeat) and the bootstrap 95 %
-    interval of their mean; a winner's interval lies above 0."""
-    from objectives.score import equivalent_percent
+    """Each candidate's paired change of the primary metric (one dot per fresh placement) and
+    the corrected 95 % interval of its mean; a winner's interval lies above 0 (or it meets a
+    guardrail the baseline breaks, at the price shown)."""
+    import math
+
+    from objectives.score import log2_percent
 
     for x, c in enumerate(conf.candidates):
         col = OK if c.confirmed else ROLLED if c.problem else BASE
-        pts = [equivalent_percent(d) for d in c.diffs]
+        pts = [log2_percent(d) for d in c.diffs]
         ax.scatter([x] * len(pts), pts, c=col, s=22, alpha=0.6, zorder=3)
-        ax.errorbar([x + 0.2], [c.improvement_percent],
-                    yerr=[[c.improvement_percent - c.ci95_low],
-                          [c.ci95_high - c.improvement_percent]],
-                    fmt="D", color=col, capsize=4, zorder=4)
+        if math.isfinite(c.ci95_high):
+            ax.errorbar([x + 0.2], [c.improvement_percent],
+                        yerr=[[c.improvement_percent - c.ci95_low],
+                              [c.ci95_high - c.improvement_percent]],
+                        fmt="D", color=col, capsize=4, zorder=4)
         ax.text(x + 0.28, c.improvement_percent, f" {c.improvement_percent:+.1f} %",
                 va="center", fontsize=8)
     ax.axhline(0, c="k", lw=0.8)
     ax.set_xticks(range(len(conf.candidates)),
                   [f"#{c.trial}{'' if c.confirmed else ' ✗'}" for c in conf.candidates])
-    ax.set_ylabel("paired improvement, % busbw-equivalent")
+    primary = conf.candidates[0].primary if conf.candidates else "busbw"
+    ax.set_ylabel(f"paired {'busbw' if primary == 'busbw' else 'p99 (lower)'} change, %")
     win = conf.winner
     ax.set_title(f"Winner #{win}, {conf.paired_repeats} paired repeats" if win is not None
                  else f"Nothing confirmed over {conf.paired_repeats} paired repeats")

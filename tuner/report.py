@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from objectives.score import equivalent_percent
 from tuner.plots import COMPARE_METRICS, VERDICT_MARKS, kind
 
 if TYPE_CHECKING:
@@ -36,10 +35,14 @@ VERDICT_TEXT: dict[str, str] = {
     "pfc_watchdog": "the switch PFC watchdog detected a storm",
     "link_down": "a link went down during the trial",
     "timeout": "the measurement ran past its time limit",
-    "busbw_floor": "bus bandwidth fell below safety.min_busbw_ratio of the baseline's on the "
-                   "same replicates (a hard constraint: never a winner)",
+    "busbw_loss": "bus bandwidth fell more than objective.guardrails.max_busbw_loss_percent "
+                  "below the baseline's on some placement (a guardrail: never a winner)",
     "tenant_goodput": "a tenant sharing the RoCE priority lost more goodput than "
-                      "safety.max_tenant_loss_percent against the baseline",
+                      "objective.guardrails.max_tenant_loss_percent on some placement",
+    "p99": "probe p99 rose above both objective.guardrails.p99_target_us and the baseline's "
+           "p99 plus p99_allowance_percent on some placement",
+    "pfc_pause": "PFC pause time above objective.guardrails.max_pfc_pause_us_per_s on some "
+                 "placement",
     "early_stop": "its first paired replicates were clearly below the median trial; stopped "
                   "early to save canary time",
     "kmin_ge_kmax": "Kmin >= Kmax is not a valid ECN profile (never applied)",
@@ -256,14 +259,13 @@ def change(b: float | None, w: float | None, up: bool | None) -> tuple[str, str]
 
 
 def score_change(w: float | None) -> tuple[str, str]:
-    """(text, css class) for a paired score: it is already relative to the baseline (0), so
-    its change is the busbw gain it is worth, not a ratio to 0."""
+    """(text, css class) for a paired search score: already relative to the baseline (0), in
+    the mode's own unitless scale, so it is shown as the difference it is."""
     if w is None:
         return "-", "same"
-    pct = equivalent_percent(w)
-    if round(pct, 1) == 0:
-        return "±0 %", "same"
-    return f"{pct:+.1f} % busbw-eq.", "good" if pct > 0 else "bad"
+    if round(w, 3) == 0:
+        return "±0", "same"
+    return f"{w:+.3f}", "good" if w > 0 else "bad"
 
 
 def headline_rows(view: StudyView) -> list[list[str]]:
@@ -359,27 +361,27 @@ def headline_sentence(view: StudyView) -> str:
     if c is None:
         best = view.best
         if best is None:
-            return "No trial met every constraint; keep the current settings."
-        return (f"Trial {best.number} leads with a paired score of {best.score:+.3f} "
-                f"({equivalent_percent(best.score or 0.0):+.1f} % busbw-equivalent) but was "
-                "not confirmed (the study stopped before its confirmation).")
+            return "No trial met every guardrail; keep the current settings."
+        return (f"Trial {best.number} leads the search (paired score {best.score:+.3f}) but "
+                "was not confirmed (the study stopped before its confirmation).")
     return confirmation_sentence(c)
 
 
 def confirmation_sentence(c: Confirmation) -> str:
-    """What the interleaved, paired re-measurement concluded."""
+    """What the interleaved, paired re-measurement concluded, in each metric's own unit."""
+    from objectives.verdict import winner_line
+    from tuner.study import interval_note
+
     best = c.best
     if best is None:
-        return "No trial met every constraint, so nothing was confirmed: keep the baseline."
-    ci = f"[{best.ci95_low:+.1f}, {best.ci95_high:+.1f}] %"
+        return "No trial met every guardrail, so nothing was confirmed: keep the baseline."
+    note = interval_note(c)
     if c.winner is not None:
-        return (f"Trial {best.trial} beats the baseline by {best.improvement_percent:+.1f} % "
-                f"{ci} (busbw-equivalent, 95 % interval over {c.paired_repeats} paired "
-                "repeats on fresh placements).")
+        trade = f" It {best.price}." if best.price else ""
+        return f"Trial {best.trial} is the confirmed winner: {winner_line(best)} ({note}).{trade}"
     why = best.problem or "its interval includes 0"
     return (f"Nothing beat the baseline: the best candidate, trial {best.trial}, measured "
-            f"{best.improvement_percent:+.1f} % {ci} over {c.paired_repeats} paired repeats "
-            f"({why}); keep the current settings.")
+            f"{winner_line(best) or 'no effect'} ({note}; {why}); keep the current settings.")
 
 
 # Markdown ----------------------------------------------------------------------------------

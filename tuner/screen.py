@@ -1,13 +1,13 @@
-"""Pre-screening on the digital twin: skip a proposal the twin predicts to storm or to lose the
-bus-bandwidth floor, before it touches the canary.
+"""Pre-screening on the digital twin: skip a proposal the twin predicts to storm or to lose more
+bus bandwidth than its guardrail allows, before it touches the canary.
 
 The twin is rocesim configured like the canary (topology, speeds, buffer, the declared
 workload). Each proposal is applied to the twin and measured once, under the same live monitor
 and post-hoc rules as a trial, against the twin's own baseline; a predicted storm (or any other
-safety violation) or a busbw ratio under ``safety.min_busbw_ratio`` gives the verdict
-``screened:<reason>``: recorded, told to the sampler as infeasible, never applied. The screen
-costs simulator time only, and is judged by ``bench/search.py`` (storms prevented, good
-settings wrongly skipped).
+safety violation) or a busbw loss beyond ``objective.guardrails.max_busbw_loss_percent`` gives
+the verdict ``screened:<reason>``: recorded, told to the sampler as infeasible, never applied.
+The screen costs simulator time only, and is judged by ``bench/search.py`` (storms prevented,
+good settings wrongly skipped).
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ class TwinScreen:
             found = judge(m, self.exp.safety, self.window_s)
             if found:
                 return f"screened:{found[0].code}", "twin: " + describe(found)
-            floor = [text for code, text in score([m], [self.baseline], self.cfg)
-                     .violations(self.cfg) if code == "busbw_floor"]
-            return ("screened:busbw_floor", f"twin: {floor[0]}") if floor else None
+            loss = [text for code, text in score([m], [self.baseline], self.cfg).violations()
+                    if code == "busbw_loss"]
+            return ("screened:busbw_loss", f"twin: {loss[0]}") if loss else None
         except SafetyAbort as exc:
             return f"screened:{exc.reason}", f"twin: {exc.detail}"
         finally:

@@ -5,12 +5,12 @@ The loop writes Optuna trials and study attributes; ``run``'s summary, ``show``,
 about which trial won.
 
 The winner policy: a trial is a *candidate* when it completed, is not the baseline, and met
-every constraint (busbw floor, tenants, safety; in multi-objective mode also the PFC budget).
-At the end of a study the top candidates are re-measured against the baseline on fresh paired
-replicates, interleaved (``confirmation``). A candidate is *confirmed* when the bootstrap 95 %
-interval of its paired improvement lies above 0 and every repeat stayed within every limit;
-the *winner* is the confirmed candidate with the highest mean paired improvement. Without a
-confirmed candidate there is no winner: nothing beat the baseline.
+every guardrail on every placement (``objectives.score``) and every safety limit. At the end
+of a study the top candidates are re-measured against the baseline on fresh placements, drawn
+for the study and interleaved (``confirmation``), and judged from those measurements alone by
+``objectives.verdict.judge``: per-metric effects with corrected 95 % intervals, guardrails per
+placement, and the price when the baseline breaks a guardrail. The *winner* is the confirmed
+candidate with the best primary effect. Without one there is no winner: keep the baseline.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from objectives.verdict import CandidateCheck
 from tuner import optuna_io
 
 
@@ -98,23 +99,15 @@ def best_unconfirmed(study: Any) -> TrialOutcome | None:
 
 
 @dataclass(frozen=True)
-class CandidateCheck:
-    """One candidate's paired confirmation against the baseline."""
-
-    trial: int
-    diffs: list[float]  # paired score differences, one per repeat (log2 units)
-    improvement_percent: float  # equivalent_percent of the mean difference
-    ci95_low: float  # in %, from the bootstrap interval of the mean difference
-    ci95_high: float
-    problem: str  # the first limit a repeat crossed ("" = none)
-    confirmed: bool
-
-
-@dataclass(frozen=True)
 class Confirmation:
     candidates: list[CandidateCheck]
     paired_repeats: int
     winner: int | None
+    seeds: list[int] = field(default_factory=list)  # the placements, drawn for this study
+    # "vary": every repeat ran on its own placement; "fixed": the backend could not vary it,
+    # so the intervals are over repeats of one placement, not over placements.
+    placements: str = "vary"
+    folder: str = ""  # where the confirmation measurements were saved
 
     @property
     def best(self) -> CandidateCheck | None:
@@ -125,14 +118,24 @@ class Confirmation:
             return next(c for c in self.candidates if c.trial == self.winner)
         return max(self.candidates, key=lambda c: c.improvement_percent)
 
+    def stored(self, folder: str) -> dict[str, Any]:
+        """What the study keeps (``confirmation`` user attr)."""
+        return {"candidates": [c.__dict__ for c in self.candidates],
+                "paired_repeats": self.paired_repeats, "winner": self.winner,
+                "seeds": self.seeds, "placements": self.placements, "folder": folder}
+
     def summary(self) -> dict[str, Any]:
-        """The ``confirmation`` block of summary.json."""
+        """The ``confirmation`` block of summary.json: the winner's (or best candidate's)
+        per-metric effects in their own units, and every candidate's check."""
         b = self.best
         return {"candidates": [c.trial for c in self.candidates],
                 "paired_repeats": self.paired_repeats, "winner": self.winner,
-                "improvement_percent": b.improvement_percent if b else None,
+                "seeds": self.seeds, "placements": self.placements,
+                "primary": b.primary if b else None,
+                "change_percent": b.improvement_percent if b else None,
                 "ci95_low": b.ci95_low if b else None, "ci95_high": b.ci95_high if b else None,
-                "confirmed": self.winner is not None,
+                "effects": b.effects if b else {}, "price": b.price if b else "",
+                "confirmed": self.winner is not None, "measurements": self.folder,
                 "per_candidate": [c.__dict__ for c in self.candidates]}
 
 
@@ -143,7 +146,9 @@ def confirmation(study: Any) -> Confirmation | None:
         return None
     checks = [CandidateCheck(**c) for c in raw["candidates"]]
     return Confirmation(candidates=checks, paired_repeats=int(raw["paired_repeats"]),
-                        winner=raw.get("winner"))
+                        winner=raw.get("winner"), seeds=list(raw.get("seeds", [])),
+                        placements=str(raw.get("placements", "vary")),
+                        folder=str(raw.get("folder", "")))
 
 
 def winner(study: Any) -> TrialOutcome | None:
@@ -213,3 +218,43 @@ def load_for_resume(storage: str, study: str | None) -> tuple[str, str]:
         raise ConfigError(f"study {name!r} in {storage} was not created by ecntune run "
                           "(no experiment_yaml); pass --experiment FILE")
     return name, str(text)
+
+
+def interval_note(conf: Confirmation) -> str:
+    """How the confirmation's intervals were made, and over what."""
+    k = len(conf.candidates)
+    over = (f"{conf.paired_repeats} placements drawn for this study, baseline and candidates "
+            "interleaved on each" if conf.placements != "fixed" else
+            f"{conf.paired_repeats} repeats of ONE placement (this backend cannot vary the "
+            "placement: the interval is over repeats, not placements)")
+    corr = f", Bonferroni-corrected for {k} candidates" if k > 1 else ""
+    return f"paired on {over}; 95 % t-intervals{corr}"
+
+
+def verdict_lines(conf: Confirmation | None, *, markup: bool = False) -> list[str]:
+    """The confirmation in the operator's units: every view (CLI, show, report) prints these."""
+    from objectives.verdict import winner_line
+
+    def mark(text: str, colour: str) -> str:
+        return f"[{colour}]{text}[/]" if markup else text
+
+    if conf is None:
+        return [mark("not confirmed", "yellow") + ": the study stopped before its "
+                "confirmation; no winner (resume it to finish)"]
+    rows = []
+    for c in conf.candidates:
+        verdict = mark("confirmed", "green") if c.confirmed else (
+            mark("not confirmed", "yellow") + f" ({c.problem or 'interval includes 0'})")
+        rows.append(f"  trial {c.trial}: {winner_line(c) or 'no effect measured'}: {verdict}")
+    best = conf.best
+    if conf.winner is not None and best is not None:
+        head = [f"winner: trial {conf.winner}: {winner_line(best)}"]
+        if best.price:
+            head.append(f"  trade: {best.price}")
+    elif best is not None:
+        head = [f"nothing beat the baseline (best candidate, trial {best.trial}: "
+                f"{best.problem or 'interval includes 0'}): keep the current settings"]
+    else:
+        head = ["nothing beat the baseline (no candidate met every guardrail): keep the "
+                "current settings"]
+    return [*head, f"  ({interval_note(conf)})", *rows]

@@ -14,8 +14,10 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   ``report/`` (``tuner.report``: HTML, Markdown, ``img/*.png``), ``summary.json`` and metrics
   ``best_score``, ``best_trial``, ``trials_<kind>`` per verdict kind (ok, rolled_back,
   rejected, screened, infeasible, pruned, failed), ``rolled_back_share``,
-  ``canary_time_saved_s`` and the confirmation's ``confirmed``,
-  ``confirmed_improvement_percent``, ``confirmed_ci95_low``/``high``.
+  ``canary_time_saved_s`` and the confirmation's ``confirmed``, ``confirmed_change_percent``
+  and ``confirmed_ci95_low``/``high`` (the primary metric), and the winner's per-metric
+  effects ``confirmed_<metric>_change_percent`` / ``_ci95_low`` / ``_ci95_high`` for busbw,
+  p99_us, pause_us_per_s and tenant_goodput.
 * **nested run** per trial (tag ``mlflow.parentRunId``), named ``trial-<n>``. Params: every knob
   value by its device name (``kmin_bytes``, ``rpg_ai_rate`` ...) plus ``kmax_ratio`` when
   searched. Metrics (see ``trial_metrics``): ``score``, ``busbw_term``, ``latency_term``,

@@ -48,9 +48,10 @@ search:
   warm_starts: false
 safety:
   max_pause_fraction: 1.0
-  min_busbw_ratio: 0.0
   poll_interval_s: 0.00025
-budget: {{trials: {trials}, wall_time_s: 600, repeats: 1, baseline_every: 0, confirm_repeats: 2,
+objective: {{guardrails: {{max_busbw_loss_percent: 100, p99_allowance_percent: 1000000,
+            max_pfc_pause_us_per_s: 1000000}}}}
+budget: {{trials: {trials}, wall_time_s: 600, repeats: 1, baseline_every: 0, confirm_repeats: 5,
          confirm_top_k: 1}}
 sampler: {{name: random, seed: 3}}
 tracking: {{enabled: false}}

@@ -19,10 +19,10 @@ search:
     kmax_ratio: {{low: 1.5, high: 4}}
     rpg_time_reset: {{low: 2, high: 100, log: true}}
   warm_starts: false
-safety: {{deadman_timeout_s: {deadman}, min_busbw_ratio: 0.0, max_pause_fraction: 1.0,
-         poll_interval_s: 0.5}}
+safety: {{deadman_timeout_s: {deadman}, max_pause_fraction: 1.0, poll_interval_s: 0.5}}
+objective: {{guardrails: {{max_busbw_loss_percent: 100}}}}
 preflight: {{error_sample_s: 0.2}}
-budget: {{trials: {trials}, repeats: 1, baseline_every: 0, confirm_repeats: 1, confirm_top_k: 1}}
+budget: {{trials: {trials}, repeats: 1, baseline_every: 0, confirm_repeats: 0, confirm_top_k: 1}}
 sampler: {{name: random, seed: 5}}
 tracking: {{enabled: false}}
 results_dir: {results}

@@ -71,8 +71,7 @@ def test_markdown_and_html_carry_the_same_tables() -> None:
 
 def test_evidence_commands_and_rollback() -> None:
     md = to_markdown(CR)
-    assert "Paired improvement of the score: +41.5 % (95% interval +30.2 % to +52.9 %, " \
-           "5 pairs" in md
+    assert "Paired change of busbw: +41.5 % (95% interval +30.2 % to +52.9 %, 5 pairs" in md
     apply_at, back_at = md.index("## Commands"), md.index("## Rollback")
     # export's generators: one threshold per ecnconfig call, min < max at every step
     assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 200000\n" \

@@ -34,12 +34,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _exp(name: str, tmp: Path, db: Path, trials: int) -> Path:
     e = yaml.safe_load((ROOT / f"experiments/{name}.yaml").read_text())
-    e["budget"] = {"trials": trials, "repeats": 1, "confirm_repeats": 4, "confirm_top_k": 2,
+    e["budget"] = {"trials": trials, "repeats": 1, "confirm_repeats": 5, "confirm_top_k": 2,
                    "baseline_every": 0, "wall_time_s": 600}
     e["tracking"] = {"uri": f"sqlite:///{db}"}
     if name == "quick":  # its best candidate costs the storage tenants goodput: allowed here,
         # so that the old study has a confirmed winner to carry over
-        e["safety"] = {**e.get("safety", {}), "max_tenant_loss_percent": 100}
+        e["objective"]["guardrails"]["max_tenant_loss_percent"] = 100
     e["results_dir"] = str(tmp / "results" / name)
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(e))

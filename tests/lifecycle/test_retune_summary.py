@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from objectives.score import equivalent_percent
+from objectives.score import log2_percent
 from tuner.experiment import parse_experiment
 from tuner.lifecycle.retune import (
     OLD_WINNER,
@@ -55,16 +55,17 @@ def _study(old_role: str | None, old_diffs: list[float], new_diffs: list[float],
 def test_recovered_is_paired_on_the_replicates() -> None:
     s = summarize(_study(f"warm:{OLD_WINNER}", [0.1, 0.2, 0.0, 0.1], [0.5, 0.6, 0.4, 0.5]))
     assert (s.old_trial, s.new_trial, s.pairs) == (1, 2, 4)
-    assert s.recovered_percent == pytest.approx(equivalent_percent(0.4))  # every pair 0.4
-    assert s.recovered_ci == pytest.approx((equivalent_percent(0.4),) * 2)
+    assert s.recovered_percent == pytest.approx(log2_percent(0.4))  # every pair 0.4
+    assert s.recovered_ci == pytest.approx((log2_percent(0.4),) * 2)
     text = "\n".join(s.lines())
     assert "re-tune of study nc-1 as moe-2" in text
     assert "old choice on the new mix (trial 1): busbw/line 0.300, probe p99 49 us" in text
-    assert "vs the deployed settings +1.0 % (95 % interval -1.0 % to +3.0 %, 4 paired" in text
+    assert ("vs the deployed settings busbw +1.0 % (95 % interval -1.0 % to +3.0 %, 4 "
+            "paired") in text
     assert f"recovered by the re-tune (new winner vs old choice, same replicates): " \
-           f"{equivalent_percent(0.4):+.1f} %" in text
+           f"{log2_percent(0.4):+.1f} %" in text
     m = s.metrics()
-    assert m["retune_recovered_percent"] == pytest.approx(equivalent_percent(0.4))
+    assert m["retune_recovered_percent"] == pytest.approx(log2_percent(0.4))
     assert (m["retune_old_winner_percent"], m["retune_old_is_baseline"]) == (1.0, 0.0)
     assert m["retune_old_busbw_norm"] == pytest.approx(0.3)
     assert m["retune_new_busbw_norm"] == pytest.approx(0.4)
@@ -102,7 +103,7 @@ def test_no_confirmed_winner_says_why() -> None:
     s = summarize(_study(None, [0.1, 0.2], [0.1, -0.1], winner=None))
     text = "\n".join(s.lines())
     assert "re-tune: no confirmed winner on the new mix" in text
-    assert "best candidate, unconfirmed (trial 2): +41.0 %" in text
+    assert "best candidate, unconfirmed (trial 2): busbw +41.0 %" in text
     assert "recovered by the re-tune: not measured (no confirmed winner on the new mix)" in text
     assert "retune_recovered_percent" not in s.metrics()
     assert s.as_dict()["recovered"] is None and s.as_dict()["new_winner"] is None
@@ -118,14 +119,14 @@ def _old(confirmed: bool) -> optuna.Study:
 def test_lineage_says_what_the_old_study_chose() -> None:
     won = lineage(_old(True), "sqlite:///results/nc/optuna.db")
     assert won["retuned_from_choice"] == "winner" and won["retuned_from_trial"] == "2"
-    assert won["retuned_from_evidence"] == ("its confirmed winner, trial 2: +41.0 % (95 % "
+    assert won["retuned_from_evidence"] == ("its confirmed winner, trial 2: busbw +41.0 % (95 % "
                                             "interval +30.0 % to +52.0 %, 2 paired repeats) "
                                             "on its own mix")
     assert won["retuned_from_run"] == "run-1"
     kept = lineage(_old(False), "sqlite:///results/nc/optuna.db")
     assert kept["retuned_from_choice"] == "baseline" and kept["retuned_from_trial"] == "0"
     assert kept["retuned_from_evidence"].startswith("its baseline: nothing beat it on its own "
-                                                   "mix (best candidate, trial 2: +41.0 %")
+                                                   "mix (best candidate, trial 2: busbw +41.0 %")
 
 
 def test_old_tracking_store(tmp_path: Path) -> None:

@@ -153,7 +153,7 @@ def test_change_classes() -> None:
 def test_report_tables_and_html_from_hand_made_trials() -> None:
     v = view()
     rows = {r[0]: r for r in headline_rows(v)}
-    assert rows["score"][1:] == ["0.3", "0.4", "+32.0 % busbw-eq.", "good"]  # 2**0.4 - 1
+    assert rows["score"][1:] == ["0.3", "0.4", "+0.400", "good"]  # unitless: a difference
     assert rows["probe p99 latency (µs)"][3:] == ["-66.7 %", "good"]
     head, vrows = verdict_rows(v)
     assert [r[1] for r in vrows] == ["rolled_back:pfc_storm", "rejected:kmax_above_xoff",
@@ -167,8 +167,7 @@ def test_report_tables_and_html_from_hand_made_trials() -> None:
         ["failed:measurement", "1", VERDICT_TEXT["measurement"]]]
     page = render_html(v, {"convergence": b"\x89PNG-fake"})
     assert page.count("data:image/png;base64,") == 1
-    assert ("Trial 3 leads with a paired score of +0.400 (+32.0 % busbw-equivalent) but was "
-            "not confirmed") in page
+    assert ("Trial 3 leads the search (paired score +0.400) but was not confirmed") in page
     assert "NOT confirmed: keep the baseline" in page
     assert not re.search(r"(src|href)=['\"](?!data:)", page)  # nothing outside the file
     md = markdown(v, {"convergence": "img/convergence.png"})
@@ -209,21 +208,34 @@ def test_ecntune_report_cli(studies: dict[str, Study], tmp_path: Path) -> None:
 
 def test_confirmation_sentence_and_panel(tmp_path: Path) -> None:
     v = view()
+    def busbw(pct: float, lo: float, hi: float) -> dict[str, dict[str, object]]:
+        return {"busbw": {"metric": "busbw", "unit": "GB/s", "change_percent": pct,
+                          "ci95_low": lo, "ci95_high": hi, "baseline_mean": 8.0,
+                          "candidate_mean": 8.0 * (1 + pct / 100), "per_placement": []}}
+
     won = CandidateCheck(trial=3, diffs=[0.5, 0.7], improvement_percent=51.6, ci95_low=41.4,
-                         ci95_high=62.5, problem="", confirmed=True)
+                         ci95_high=62.5, problem="", confirmed=True,
+                         effects=busbw(51.6, 41.4, 62.5))
     lost = CandidateCheck(trial=5, diffs=[0.2, -0.3], improvement_percent=-3.4, ci95_low=-18.8,
-                          ci95_high=14.9, problem="", confirmed=False)
+                          ci95_high=14.9, problem="", confirmed=False,
+                          effects=busbw(-3.4, -18.8, 14.9))
     v.confirmation = Confirmation(candidates=[won, lost], paired_repeats=2, winner=3)
     assert headline_sentence(v) == (
-        "Trial 3 beats the baseline by +51.6 % [+41.4, +62.5] % (busbw-equivalent, 95 % "
-        "interval over 2 paired repeats on fresh placements).")
+        "Trial 3 is the confirmed winner: busbw +51.6 % [+41.4, +62.5] (paired on 2 placements "
+        "drawn for this study, baseline and candidates interleaved on each; 95 % t-intervals, "
+        "Bonferroni-corrected for 2 candidates).")
     fig = plots.best_vs_baseline(TRIALS[0], TRIALS[3], confirm=v.confirmation)
     assert [a.get_title() for a in fig.axes][:1] == ["Winner #3, 2 paired repeats"]
     plots.save(fig, tmp_path / "bvb.png")
     v.confirmation = Confirmation(candidates=[lost], paired_repeats=2, winner=None)
     assert headline_sentence(v) == (
-        "Nothing beat the baseline: the best candidate, trial 5, measured -3.4 % "
-        "[-18.8, +14.9] % over 2 paired repeats (its interval includes 0); keep the current "
+        "Nothing beat the baseline: the best candidate, trial 5, measured busbw -3.4 % "
+        "[-18.8, +14.9] (paired on 2 placements drawn for this study, baseline and candidates "
+        "interleaved on each; 95 % t-intervals; its interval includes 0); keep the current "
         "settings.")
+    # On a backend that cannot vary the placement, the interval says what it is over.
+    v.confirmation = Confirmation(candidates=[lost], paired_repeats=2, winner=None,
+                                  placements="fixed")
+    assert "2 repeats of ONE placement" in headline_sentence(v)
     v.confirmation = Confirmation(candidates=[], paired_repeats=0, winner=None)
-    assert headline_sentence(v).startswith("No trial met every constraint")
+    assert headline_sentence(v).startswith("No trial met every guardrail")

@@ -28,9 +28,9 @@ def tiny_yaml(results: Path, storage: str, trials: int = 2) -> str:
     text = TINY_YAML.format(trials=trials, max_pause_fraction=1.0, xoff_margin=20.0, seed=0,
                             results=results, buffer_bytes=12 * 2**20, kmin_low=5000,
                             kmin_high=10**6, ratio_low=1.5, ratio_high=10.0, pmax_low=1,
-                            pmax_high=100, ai_low=1, ai_high=200, mode="scalar", repeats=1,
-                            warm="false", confirm=1, top_k=1, pfc_budget=1000.0,
-                            tenant_loss=100.0)
+                            pmax_high=100, ai_low=1, ai_high=200, mode="primary", repeats=1,
+                            warm="false", confirm=5, top_k=1, pfc_budget=1000.0,
+                            tenant_loss=100.0, p99_allowance=1e6)
     return text + f"storage: {storage}\ntracking: {{enabled: false}}\n"
 
 

@@ -37,10 +37,10 @@ search:
 safety:
   max_pause_fraction: {max_pause_fraction}
   xoff_margin_percent: {xoff_margin}
-  min_busbw_ratio: 0.0
-  max_tenant_loss_percent: {tenant_loss}
   poll_interval_s: 0.00025
-objective: {{mode: {mode}, pfc_budget_us_per_s: {pfc_budget}}}
+objective: {{mode: {mode}, guardrails: {{max_busbw_loss_percent: 100,
+            max_tenant_loss_percent: {tenant_loss}, max_pfc_pause_us_per_s: {pfc_budget},
+            p99_allowance_percent: {p99_allowance}}}}}
 budget: {{trials: {trials}, wall_time_s: 300, repeats: {repeats}, baseline_every: 0,
          confirm_top_k: {top_k}, confirm_repeats: {confirm}}}
 sampler: {{name: random, seed: {seed}}}
@@ -70,17 +70,18 @@ def tiny(results: Path) -> Callable[..., tuple[Experiment, str]]:
     def make(trials: int = 3, max_pause_fraction: float = 1.0, xoff_margin: float = 20.0,
              seed: int = 0, buffer_bytes: int = 12 * 2**20, kmin: tuple[int, int] = (5000, 10**6),
              ratio: tuple[float, float] = (1.5, 10.0), pmax: tuple[int, int] = (1, 100),
-             ai: tuple[int, int] = (1, 200), mode: str = "scalar", repeats: int = 1,
-             warm: bool = False, confirm: int = 1, top_k: int = 1,
-             pfc_budget: float = 1000.0, tenant_loss: float = 100.0
-             ) -> tuple[Experiment, str]:
+             ai: tuple[int, int] = (1, 200), mode: str = "primary", repeats: int = 1,
+             warm: bool = False, confirm: int = 5, top_k: int = 1,
+             pfc_budget: float = 1e6, tenant_loss: float = 100.0,
+             p99_allowance: float = 1e6) -> tuple[Experiment, str]:
         text = TINY_YAML.format(trials=trials, max_pause_fraction=max_pause_fraction,
                                 xoff_margin=xoff_margin, seed=seed, results=results,
                                 buffer_bytes=buffer_bytes, kmin_low=kmin[0], kmin_high=kmin[1],
                                 ratio_low=ratio[0], ratio_high=ratio[1], pmax_low=pmax[0],
                                 pmax_high=pmax[1], ai_low=ai[0], ai_high=ai[1], mode=mode,
                                 repeats=repeats, warm=str(warm).lower(), confirm=confirm,
-                                top_k=top_k, pfc_budget=pfc_budget, tenant_loss=tenant_loss)
+                                top_k=top_k, pfc_budget=pfc_budget, tenant_loss=tenant_loss,
+                                p99_allowance=p99_allowance)
         return parse_experiment(text, "tiny.yaml"), text
 
     return make

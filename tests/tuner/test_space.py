@@ -53,7 +53,8 @@ def test_params_of_round_trips_the_baseline() -> None:
 
 
 def test_default_space_covers_issue_knobs_and_holds_factory_defaults() -> None:
-    exp = parse_experiment("name: t\nworkload: {parts: [{kind: probe}]}\n")
+    exp = parse_experiment("name: t\nworkload: {parts: [{kind: probe}]}\n"
+                           "objective: {primary: p99_us}\n")
     space = build_space(exp)
     for knob in ("kmin_bytes", "kmax_ratio", "pmax_percent", "rpg_time_reset", "rpg_ai_rate",
                  "rpg_hai_rate", "rpg_min_dec_fac", "rate_reduce_monitor_period",

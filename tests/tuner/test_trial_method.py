@@ -17,7 +17,7 @@ from trial_variants import BURST, STORM, quick_with
 from tuner import optuna_io
 from tuner.cluster import build_cluster
 from tuner.experiment import Experiment
-from tuner.loop import StudyRunner, repeats_for
+from tuner.loop import NEVER_KEPT, StudyRunner, repeats_for
 from tuner.warm_starts import warm_starts
 
 Tiny = Callable[..., tuple[Experiment, str]]
@@ -41,13 +41,17 @@ def test_baseline_metrics_are_over_the_paired_replicates_only(tmp_path: Path) ->
     exp, text = quick_with(BURST, tmp_path / "auto", repeats="auto", repeats_max=4)
     res = StudyRunner(exp, text, build_cluster(exp), study_name="auto").run()
     base = res.trials[0]
-    assert base.is_baseline and res.repeats == 4
+    k = res.repeats
+    assert base.is_baseline and 2 <= k < 5
     saved = sorted((tmp_path / "auto").glob("auto/trial-0000*.json"))
     ms = [json.loads(p.read_text()) for p in saved]
     assert sorted(m["replicate"] for m in ms) == [0, 1, 2, 3, 4]  # nothing measured is lost
-    paired = [m["latency"] for m in ms if m["replicate"] < 4]
+    paired = [m["latency"] for m in ms if m["replicate"] < k]
+    every = [m["latency"] for m in ms]
     for key in ("p50_us", "p99_us", "p999_us"):
-        assert base.metrics[key] == pytest.approx(sum(x[key] for x in paired) / 4, rel=1e-9)
+        assert base.metrics[key] == pytest.approx(sum(x[key] for x in paired) / k, rel=1e-9)
+    # The test can tell: over all five placements the mean is another number.
+    assert sum(x["p99_us"] for x in every) / 5 != pytest.approx(base.metrics["p99_us"])
     assert base.metrics["p999_us"] >= base.metrics["p99_us"]
 
 
@@ -102,7 +106,8 @@ def test_a_genuine_storm_is_rolled_back_and_a_start_up_burst_is_not(tmp_path: Pa
     res = StudyRunner(exp, text, build_cluster(exp), study_name="storm").run()
     (trial,) = [o for o in res.trials if not o.is_baseline]
     assert trial.values["rpg_time_reset"] == 2
-    assert trial.verdict == "rolled_back:pfc_storm" and trial.constraints == {"safety": 1.0}
+    assert trial.verdict == "rolled_back:pfc_storm"
+    assert trial.constraints == {"safety": NEVER_KEPT}
     exp, text = quick_with(BURST, tmp_path / "burst")
     res = StudyRunner(exp, text, build_cluster(exp), study_name="burst").run()
     (trial,) = [o for o in res.trials if not o.is_baseline]
@@ -130,7 +135,7 @@ def test_twin_screen_keeps_a_predicted_storm_off_the_canary(tmp_path: Path) -> N
     parent = runner.tracker.client().get_run(res.parent_run_id).data.metrics
     assert {k: v for k, v in parent.items() if k.startswith("trials_") and v} == {
         "trials_screened": 1.0}  # MLflow counts every trial
-    assert trial.constraints == {"screen": 1.0}  # infeasible for the sampler
+    assert trial.constraints == {"screen": NEVER_KEPT}  # infeasible for the sampler
     assert applied == [base]  # only the end-of-study restore: the canary never saw it
     assert not any(o.verdict.startswith("rolled_back") for o in res.trials)
     from click.testing import CliRunner

@@ -24,6 +24,12 @@ BURST = {"kmin_bytes": 22761, "kmax_bytes": 35185, "pmax_percent": 56, "rpg_time
          "rpg_ai_rate": 1, "rpg_hai_rate": 52, "rpg_min_dec_fac": 24,
          "min_time_between_cnps": 1}
 
+# CALM: a low, steep ECN window with a fast recovery (a quick.yaml study's confirmed winner,
+# 2026-12-04): no PFC pause on any placement where the vendor defaults pause ~1.3 % of the
+# time, busbw +26..+36 % over 8 placements.
+CALM = {"kmin_bytes": 15735, "kmax_bytes": 30774, "pmax_percent": 23, "rpg_time_reset": 14,
+        "rpg_ai_rate": 1, "rpg_hai_rate": 87, "rpg_min_dec_fac": 46, "min_time_between_cnps": 0}
+
 
 def quick_with(values: dict[str, int], results: Path, *, trials: int = 1, screen: bool = False,
                tracking: bool = False, **budget: Any) -> tuple[Experiment, str]:

@@ -161,27 +161,10 @@ def trials_table(trials: list[TrialOutcome], title: str, limit: int | None = Non
 
 
 def confirmation_lines(conf: Confirmation | None) -> list[str]:
-    """The paired verdict, as ``run`` and ``show`` print it."""
-    if conf is None:
-        return ["[yellow]not confirmed[/]: the study stopped before its confirmation; no "
-                "winner (resume it to finish)"]
-    out = []
-    for c in conf.candidates:
-        mark = "[green]confirmed[/]" if c.confirmed else f"[yellow]not confirmed[/] " \
-            f"({c.problem or 'interval includes 0'})"
-        out.append(f"  trial {c.trial}: {c.improvement_percent:+.1f} % "
-                   f"[{c.ci95_low:+.1f}, {c.ci95_high:+.1f}] over {len(c.diffs)} paired "
-                   f"repeats: {mark}")
-    if conf.winner is not None:
-        best = conf.best
-        assert best is not None
-        out.insert(0, f"winner: trial {conf.winner}, {best.improvement_percent:+.1f} % "
-                      f"[{best.ci95_low:+.1f}, {best.ci95_high:+.1f}] busbw-equivalent over "
-                      "the baseline (paired, 95 % bootstrap interval)")
-    else:
-        out.insert(0, "nothing beat the baseline (no candidate's 95 % interval lies above 0 "
-                      "with every repeat safe): keep the current settings")
-    return out
+    """The paired verdict, as ``run`` and ``show`` print it (``tuner.study.verdict_lines``)."""
+    from tuner.study import verdict_lines
+
+    return verdict_lines(conf, markup=True)
 
 
 def print_result(console: Console, res: StudyResult, results_dir: str | None = None) -> None:

@@ -48,13 +48,16 @@ def studies_table(rows: list[StudyRow]) -> Table:
 
 
 def _gain(m: dict[str, float]) -> str:
-    """The confirmed paired gain with its interval, or why there is none."""
+    """The confirmed winner's busbw change with its interval, or why there is none."""
     if "confirmed" not in m:
         return "-"
     if not m["confirmed"]:
         return "none confirmed"
-    return (f"{m['confirmed_improvement_percent']:+.1f} % [{m['confirmed_ci95_low']:+.1f}, "
-            f"{m['confirmed_ci95_high']:+.1f}]")
+    if "confirmed_busbw_change_percent" not in m:
+        return "confirmed"
+    return (f"busbw {m['confirmed_busbw_change_percent']:+.1f} % "
+            f"[{m.get('confirmed_busbw_ci95_low', float('nan')):+.1f}, "
+            f"{m.get('confirmed_busbw_ci95_high', float('nan')):+.1f}]")
 
 
 def trials_table(rows: list[TrialRow]) -> Table:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from objectives.verdict import CandidateCheck
 from tuner.settings import KNOBS, SWITCH_KNOBS
 
 
@@ -43,12 +44,13 @@ class Evidence(BaseModel):
     """What the confirmation measured: paired repeats of baseline and winner."""
 
     model_config = ConfigDict(frozen=True)
-    improvement_percent: float  # mean paired improvement of the score
+    improvement_percent: float  # mean paired change of the primary metric
     ci_low_percent: float
     ci_high_percent: float
     confidence: float = 0.95
     pairs: int
-    method: str = "paired repeats, bootstrap interval"
+    metric: str = "busbw"
+    method: str = "paired repeats, Student-t interval"
     # before (today's settings) / after (winner), from the same confirmation repeats
     busbw_gbps: tuple[float | None, float | None] = (None, None)
     p99_us: tuple[float | None, float | None] = (None, None)
@@ -102,11 +104,11 @@ def blocks(cr: ChangeRequest) -> list[Block]:
         out.append("No confirmation repeats were recorded: the improvement is a single "
                    "measurement and is not evidence for a change.")
     else:
-        out.append(f"Paired improvement of the score: {ev.improvement_percent:+.1f} % "
+        out.append(f"Paired change of {ev.metric}: {ev.improvement_percent:+.1f} % "
                    f"({ev.confidence:.0%} interval {ev.ci_low_percent:+.1f} % to "
                    f"{ev.ci_high_percent:+.1f} %, {ev.pairs} pairs; {ev.method}).")
-        out.append("Before/after (the baseline trial and the winner's trial, means over their "
-                   "paired replicates):")
+        out.append("Before/after (means over the confirmation's placements, baseline and "
+                   "winner measured interleaved on each):")
         out.append(Table(["measure", "today", "proposed"], [
             ["bus bandwidth (GB/s)", _num(ev.busbw_gbps[0]), _num(ev.busbw_gbps[1])],
             ["probe p99 latency (us)", _num(ev.p99_us[0]), _num(ev.p99_us[1])],
@@ -189,6 +191,12 @@ def _mean_busbw(metrics: dict[str, float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _both(c: CandidateCheck, metric: str) -> tuple[float | None, float | None] | None:
+    """(baseline, winner) means of one metric over the confirmation's placements."""
+    e = c.effect(metric)
+    return None if e is None else (e.baseline_mean, e.candidate_mean)
+
+
 def from_study(target: str | None, storage: str | None = None, results: str | None = None,
                group: str = "") -> ChangeRequest:
     """A change request for a study's confirmed winner (read-only: the Optuna storage)."""
@@ -199,11 +207,15 @@ def from_study(target: str | None, storage: str | None = None, results: str | No
     ev = Evidence(
         improvement_percent=c.improvement_percent, ci_low_percent=c.ci95_low,
         ci_high_percent=c.ci95_high, pairs=len(c.diffs),
-        method="baseline and winner re-measured interleaved on fresh paired replicates, "
-               "bootstrap interval of the mean paired score difference",
-        busbw_gbps=(_mean_busbw(base), _mean_busbw(best)),
-        p99_us=(base.get("p99_us"), best.get("p99_us")),
-        pause_us_per_s=(base.get("pause_us_per_s"), best.get("pause_us_per_s")))
+        metric="busbw" if c.primary == "busbw" else "probe p99 (lower is better)",
+        method="baseline and winner re-measured interleaved on placements drawn for the "
+               "study; Student-t interval of the mean paired log2 ratio, Bonferroni-corrected "
+               "for the candidates confirmed together" + (f"; trade: {c.price}" if c.price
+                                                          else ""),
+        busbw_gbps=_both(c, "busbw") or (_mean_busbw(base), _mean_busbw(best)),
+        p99_us=_both(c, "p99_us") or (base.get("p99_us"), best.get("p99_us")),
+        pause_us_per_s=_both(c, "pause_us_per_s") or (base.get("pause_us_per_s"),
+                                                      best.get("pause_us_per_s")))
     return ChangeRequest(study=win.study, experiment=win.experiment.name,
                          description=win.experiment.description, values=win.values,
                          baseline=win.baseline, switches=win.canary_switches,

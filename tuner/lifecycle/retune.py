@@ -143,7 +143,8 @@ def resumed(st: Any) -> dict[str, Any]:
 
 
 def _pct(c: CandidateCheck) -> str:
-    return (f"{c.improvement_percent:+.1f} % (95 % interval {c.ci95_low:+.1f} % to "
+    name = "busbw" if c.primary == "busbw" else "p99 (lower is better)"
+    return (f"{name} {c.improvement_percent:+.1f} % (95 % interval {c.ci95_low:+.1f} % to "
             f"{c.ci95_high:+.1f} %, {len(c.diffs)} paired repeats)")
 
 
@@ -266,7 +267,7 @@ def _recovered(old: Any, old_check: CandidateCheck | None, new_check: CandidateC
     """(percent, interval, pairs, why not): the new winner against the old choice."""
     import numpy as np
 
-    from objectives.score import bootstrap_ci, equivalent_percent
+    from objectives.score import log2_percent, t_interval
 
     if new_check is None:
         return None, None, 0, "no confirmed winner on the new mix"
@@ -279,9 +280,8 @@ def _recovered(old: Any, old_check: CandidateCheck | None, new_check: CandidateC
         return None, None, 0, "the old choice has no paired repeats on the new mix"
     n = min(len(new_check.diffs), len(old_check.diffs))
     d = [a - b for a, b in zip(new_check.diffs[:n], old_check.diffs[:n], strict=True)]
-    lo, hi = bootstrap_ci(d, seed=len(d))
-    return (equivalent_percent(float(np.mean(d))),
-            (equivalent_percent(lo), equivalent_percent(hi)), n, "")
+    lo, hi = t_interval(d)
+    return (log2_percent(float(np.mean(d))), (log2_percent(lo), log2_percent(hi)), n, "")
 
 
 def summarize(new: Any) -> RetuneSummary:
