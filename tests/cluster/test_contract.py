@@ -108,11 +108,19 @@ def test_measure_returns_results_and_cumulative_counters(cluster: Cluster) -> No
     assert m.latency is not None and m.latency.count > 0
     assert m.duration_s > 0
     c1 = cluster.counters()
-    assert c1.taken_at_s >= c0.taken_at_s
-    for port, row in c0.ports.items():  # cumulative: never below what was read before
+    assert c1.taken_at_s - c0.taken_at_s >= m.duration_s * (1 - 1e-9)
+    # Cumulative: a second measurement adds to what the first left. (The counters before the
+    # first are empty or zero on a fresh backend, so only the second is a real check.)
+    grown = {(p, k) for p, row in c1.ports.items() for k, v in row.items() if v > 0}
+    assert grown  # the first measurement's traffic is in the counters
+    m2 = cluster.measure(TINY)
+    c2 = cluster.counters()
+    assert c2.taken_at_s - c1.taken_at_s >= m2.duration_s * (1 - 1e-9)
+    for port, row in c1.ports.items():  # never below what was read before
         for name, v in row.items():
             if not name.endswith(("_watermark_bytes", "_storm_detected")):
-                assert c1.ports[port][name] >= v
+                assert c2.ports[port][name] >= v, (port, name)
+    assert any(c2.ports[p][k] > c1.ports[p][k] for p, k in grown), "nothing added"
     nic = cluster.describe().canary_nics[0]
     assert nic in c1.ports  # NIC ports are keyed by the NIC target name
 

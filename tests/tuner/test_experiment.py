@@ -67,6 +67,43 @@ def test_unknown_knob_and_bad_yaml_line() -> None:
     assert msg.startswith("exp.yaml:3: not valid YAML")
 
 
+# The bounded latency and PFC terms must not outweigh busbw (objectives.score.check_weights):
+# refused at load time, so a study never runs on weights that let a trial halving bus bandwidth
+# beat the baseline. mode: scalar is spelled out: the weights only apply to the scalar score.
+HEAVY = MINIMAL + ("objective: {mode: scalar, busbw_weight: 1.0, latency_weight: 0.75, "
+                   "pfc_weight: 0.5}\n")
+HEAVY_SAYS = "latency_weight + pfc_weight (1.25) exceeds busbw_weight (1)"
+
+
+def test_scalar_weights_outweighing_busbw_are_refused(tmp_path: Path) -> None:
+    msg = _error(HEAVY)
+    assert msg.startswith("exp.yaml: objective: ") and HEAVY_SAYS in msg
+    path = tmp_path / "heavy.yaml"
+    path.write_text(HEAVY, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"heavy\.yaml: objective: .*latency_weight \+ "
+                                          r"pfc_weight \(1\.25\) exceeds busbw_weight"):
+        load_experiment(path)
+    # The line is drawn at "exceeds": weights that sum to busbw's are fine.
+    exp = parse_experiment(MINIMAL + "objective: {mode: scalar, busbw_weight: 1.0, "
+                                     "latency_weight: 0.5, pfc_weight: 0.5}\n")
+    assert (exp.objective.latency_weight, exp.objective.pfc_weight) == (0.5, 0.5)
+
+
+def test_run_refuses_scalar_weights_outweighing_busbw_with_exit_2(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    path = tmp_path / "heavy.yaml"
+    # A one-trial budget: if the weights were let through, the run is a short study.
+    path.write_text(HEAVY + f"results_dir: {tmp_path / 'results'}\n"
+                    "budget: {trials: 1, repeats: 1, confirm_repeats: 0}\n", encoding="utf-8")
+    r = CliRunner().invoke(main, ["run", str(path), "--quiet"])
+    assert r.exit_code == 2, r.output
+    assert "heavy.yaml: objective: " in r.output and HEAVY_SAYS in r.output
+    assert not (tmp_path / "results").exists()  # refused before anything was created
+
+
 def test_missing_file_names_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
         load_experiment(tmp_path / "nope.yaml")
