@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import shlex
+from types import SimpleNamespace
 from typing import Any
 
 from tuner.cluster.deadman import DeadmanCluster
@@ -13,6 +14,7 @@ from tuner.cluster.ssh import SshCluster
 from tuner.cluster.statefile import StateFileCluster
 from tuner.experiment import FabricSpec, TopologySpec
 from tuner.inventory import parse_inventory
+from tuner.lifecycle.fleet import FleetCluster
 from tuner.ssh.placement import describe, for_replicate, varies
 from tuner.ssh.plan import background_flows, nccl_argv, probe_flows
 from tuner.workload import BackgroundPart, CollectivePart, ProbePart
@@ -95,6 +97,8 @@ def test_two_hosts_cannot_vary_and_say_so(inventory_data: dict[str, Any]) -> Non
     assert SshCluster(two).describe().facts["placements"] == "fixed"
     wrapped = DeadmanCluster(SshCluster(two), timeout_s=0)  # wrappers forward describe()
     assert wrapped.describe().facts["placements"] == "fixed"
+    fleet = SimpleNamespace(inventory=two, group="pod1", pool=None)  # a promotion wave
+    assert FleetCluster(fleet, []).describe().facts["placements"] == "fixed"  # type: ignore
     four = _inventory(inventory_data, 4, latency_hosts=["host1", "host3"])
     assert varies(four)  # the rank order varies; the one probe pair cannot
     assert {for_replicate(four, r).probe_hosts for r in range(20)} == {("host1", "host3")}
