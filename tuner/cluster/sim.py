@@ -117,7 +117,9 @@ class SimCluster(Cluster):
                    "hosts_per_leaf": str(t.hosts_per_leaf),
                    "nics_per_host": str(t.nics_per_host), "nic_gbps": f"{t.nic_gbps:g}",
                    "uplink_gbps": f"{t.uplink_gbps:g}", "buffer_bytes": str(t.buffer_bytes),
-                   "xoff_bytes": str(xoff), "seed": str(self.spec.seed)})
+                   "xoff_bytes": str(xoff), "seed": str(self.spec.seed),
+                   # every replicate has its own seed: probe pairs, ECMP paths, background
+                   "placements": "vary"})
 
     def snapshot(self) -> Settings:
         return self.read_back()

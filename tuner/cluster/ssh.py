@@ -27,6 +27,7 @@ from tuner.errors import (
     TunerError,
 )
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
+from tuner.ssh import placement
 from tuner.ssh.measure import run_measurement
 from tuner.ssh.transport import Endpoint, Outcome, Pool
 
@@ -175,6 +176,8 @@ class SshCluster(Cluster):
             "lossless_queue": ",".join(sorted({str(s.lossless_queue) for s in inv.switches})),
             "roce_priority": ",".join(sorted({str(h.roce_priority) for h in inv.hosts})),
             "launcher": inv.launcher.host,
+            # replicates as fresh placements (rank order, probe pairs), or repeats of one
+            "placements": "vary" if placement.varies(inv) else "fixed",
         }
         if inv.switches:
             xoff, missing = self.xoff_bytes()
@@ -266,10 +269,11 @@ class SshCluster(Cluster):
 
     def measure(self, workload: Workload, monitor: Monitor | None = None, *,
                 replicate: int = 0) -> Measurement:
-        # The hosts, ranks and probe pair are fixed by the inventory: every replicate runs on
-        # the same placement; the index is recorded so repeats pair up.
+        # Replicate r runs on placement r (rank order, probe pairs) for the baseline and every
+        # trial alike, so repeats pair up; the measurement's notes name it.
         try:
-            m = self.settled(run_measurement(self, workload, monitor))
+            place = placement.for_replicate(self.inventory, replicate)
+            m = self.settled(run_measurement(self, workload, monitor, place))
             return m.model_copy(update={"replicate": replicate})
         except TunerError:
             raise

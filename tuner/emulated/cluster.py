@@ -195,6 +195,7 @@ class EmulatedCluster:
         for name in self.host_names:
             for leftover in (self.root / name).glob("perftest_*.json"):
                 leftover.unlink(missing_ok=True)
+            (self.root / name / "commands.jsonl").unlink(missing_ok=True)
         for leftover in (self.root / "traffic").glob("*.json"):
             leftover.unlink(missing_ok=True)
         for name, t in self.targets.items():
@@ -362,6 +363,12 @@ class EmulatedCluster:
 
     def state(self, target: str) -> dict[str, Any]:
         return st.load_state(self._tdir(target))
+
+    def commands(self, target: str, tool: str | None = None) -> list[list[str]]:
+        """Argument lists ``mpirun``/``ib_write_lat``/``ib_write_bw`` ran with on ``target``
+        (only ``tool``'s if given), oldest first, since the last ``reset``."""
+        return [c["argv"] for c in st.read_commands(self._tdir(target))
+                if tool is None or c["tool"] == tool]
 
     def env(self, target: str) -> dict[str, str]:
         """The environment an SSH session on ``target`` gets (to run stand-ins locally)."""

@@ -8,6 +8,8 @@ Layout under the cluster root (``$ECNTUNE_EMU_ROOT``)::
     <name>/faults.json         injected faults (see ``FAULT_KEYS``)
     <name>/refused_writes      "<relpath under sys/> <saved value> <errno text>" per line,
                                read by the bash hook (``bashenv.sh``)
+    <name>/commands.jsonl      {"tool", "argv"} per run of mpirun/ib_write_lat/ib_write_bw
+                               there: what actually ran on the host (tests audit placements)
     <name>/sys/...             fake sysfs/debugfs tree of an emulated host
 
 Every read-modify-write goes through :func:`locked` (``fcntl.flock`` on ``<name>/.lock``), and
@@ -117,6 +119,22 @@ def apply_command_faults(command: str, faults: dict[str, Any]) -> None:
     if rc:
         print(f"{command}: emulated failure (injected exit code {rc})", file=sys.stderr)
         sys.exit(int(rc))
+
+
+def log_command(tdir: Path, tool: str, argv: list[str]) -> None:
+    """Append one run of ``tool`` to ``<name>/commands.jsonl`` (one line, one write)."""
+    line = json.dumps({"tool": tool, "argv": list(argv)}) + "\n"
+    with locked(tdir), open(tdir / "commands.jsonl", "a") as fh:
+        fh.write(line)
+
+
+def read_commands(tdir: Path) -> list[dict[str, Any]]:
+    """The runs ``log_command`` recorded on a target, oldest first."""
+    try:
+        text = (tdir / "commands.jsonl").read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
 
 
 def add_counters(tdir: Path, deltas: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:

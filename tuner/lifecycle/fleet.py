@@ -17,6 +17,7 @@ from tuner.cluster.ssh import SshCluster
 from tuner.errors import ConfigError, MeasurementError
 from tuner.inventory import HostEntry
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
+from tuner.ssh.placement import varies
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -145,9 +146,12 @@ class FleetCluster(SshCluster):
         self._switch_facts = None  # SshCluster's facts cache (read on first use)
 
     def describe(self) -> ClusterDescription:
+        # measure() is SshCluster's over the fleet's hosts: its placements are theirs
         return ClusterDescription(name=self.name, backend="ssh",
                                   canary_switches=[k for k in self.keys if k not in self._nics],
-                                  canary_nics=list(self._nics))
+                                  canary_nics=list(self._nics),
+                                  facts={"placements": "vary" if varies(self.inventory)
+                                         else "fixed"})
 
     def close(self) -> None:
         """The fleet owns the connections."""

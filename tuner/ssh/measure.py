@@ -13,7 +13,8 @@
    "latency under load".
 
 Counters are read before and after; the live monitor is fed while anything runs. Command lines
-come from the pure ``tuner.ssh.plan``.
+come from the pure ``tuner.ssh.plan``, in the replicate's placement (``tuner.ssh.placement``:
+rank order and probe pairs), which a note of the measurement names.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from objectives.measurement import CollectiveResult, LatencyResult, Measurement
 from tuner.drivers._mlx5 import expected_counters
 from tuner.errors import MeasurementError, ParseError, SafetyAbort
+from tuner.ssh import placement
 from tuner.ssh.plan import (
     BINARIES,
     Flow,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from tuner.cluster.base import Monitor
     from tuner.cluster.ssh import SshCluster
     from tuner.inventory import Inventory
+    from tuner.ssh.placement import Placement
     from tuner.workload import CollectivePart, Workload
 
 log = logging.getLogger(__name__)
@@ -119,34 +122,38 @@ class _Run:
         _stop(*reversed(self.procs))
 
 
-def run_measurement(cluster: SshCluster, workload: Workload,
-                    monitor: Monitor | None) -> Measurement:
-    """Background, timed pass, measured pass with the probe under load, counters."""
+def run_measurement(cluster: SshCluster, workload: Workload, monitor: Monitor | None,
+                    place: Placement | None = None) -> Measurement:
+    """Background, timed pass, measured pass with the probe under load, counters; on the
+    placement ``place`` (default: replicate 0's, the inventory's order)."""
     inv = cluster.inventory
+    place = place or placement.for_replicate(inv, 0)
     problems = unsupported(inv, workload)
     if problems:
         raise MeasurementError("; ".join(problems))
     limit = float(workload.time_limit_s)
     run = _Run(cluster, monitor, limit)
-    notes: list[str] = []
+    probe = workload.probes[0] if workload.probes else None
+    pflows = probe_flows(inv, probe, place) if probe is not None else []
+    notes = [placement.describe(place, [(f.server, f.client) for f in pflows])]
     raw: dict[str, str] = {}
     extra: dict[str, float] = {}
     before = cluster.counters()
     parts = workload.collectives
-    probe = workload.probes[0] if workload.probes else None
     lat: LatencyResult | None = None
     try:
-        bg = _start_flows(run, background_flows(inv, workload.background, limit))
+        bg = _start_flows(run, background_flows(inv, workload.background, limit, place))
         iters: list[int | None] = [None] * len(parts)
         cycles = 1
         if parts and probe is not None:
-            timed = _run_parts(run, inv, parts, iters, 1)
+            timed = _run_parts(run, inv, parts, iters, 1, place)
             raw["nccl_timed"] = "\n".join(t for t, _ in timed)
             cyc = cycle_s(inv, probe)
             iters = [sized_iterations(p, r.time_us, cyc)
                      for p, (_, r) in zip(parts, timed, strict=True)]
             cycles = inv.launcher.nccl_cycles
-        running = [_Part(p, run.start(inv.launcher.host, nccl_command(inv, p, n, cycles)))
+        running = [_Part(p, run.start(inv.launcher.host,
+                                      nccl_command(inv, p, n, cycles, place)))
                    for p, n in zip(parts, iters, strict=True)]
         probes: list[_Probe] = []
         if probe is not None:
@@ -159,7 +166,7 @@ def run_measurement(cluster: SshCluster, workload: Workload,
             until = time.monotonic() + inv.launcher.probe_delay_s
             while time.monotonic() < until:
                 run.tick()
-            probes = [_Probe(*f) for f in _start_flows(run, probe_flows(inv, probe))]
+            probes = [_Probe(*f) for f in _start_flows(run, pflows)]
         _wait_all(run, running, probes)
         _check_background(bg)
         results, texts = [], []
@@ -210,9 +217,10 @@ def _start_flows(run: _Run, flows: list[Flow]) -> list[tuple[Flow, RemoteProcess
 
 
 def _run_parts(run: _Run, inv: Inventory, parts: list[CollectivePart],
-               iters: list[int | None], cycles: int) -> list[tuple[str, CollectiveResult]]:
+               iters: list[int | None], cycles: int, place: Placement
+               ) -> list[tuple[str, CollectiveResult]]:
     """Run the parts at once and wait: the timed pass."""
-    procs = [run.start(inv.launcher.host, nccl_command(inv, p, n, cycles))
+    procs = [run.start(inv.launcher.host, nccl_command(inv, p, n, cycles, place))
              for p, n in zip(parts, iters, strict=True)]
     while any(p.running(0.0) for p in procs):
         run.tick()

@@ -5,7 +5,9 @@ Every command is built as an argument list and joined with ``shlex.quote`` on ev
 (``join``), so no inventory or experiment value reaches a remote shell unquoted. The experiment
 is the one rocesim runs: the collective parts at once, background flows between the canary hosts
 (incast: the first host receives from the next ``fan_in``; permutation: each host sends to the
-next one), ``pairs`` probe pairs, one sample per pair every ``interval_us``.
+next one), ``pairs`` probe pairs, one sample per pair every ``interval_us``. The hosts' order
+(rank order, probe pairs, background roles) is the replicate's ``Placement``; without one, the
+inventory's order (replicate 0).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner.errors import MeasurementError
+from tuner.ssh.placement import Placement, for_replicate
 from tuner.ssh.shell import UnsafeValue, check
 
 if TYPE_CHECKING:
@@ -43,10 +46,21 @@ def join(argv: list[str]) -> str:
     return " ".join(shlex.quote(w) for w in argv)
 
 
-def hostlist(inv: Inventory) -> tuple[int, str]:
-    """``(np, hostlist)`` for the mpirun template: every canary host, gpus_per_host slots."""
+def _in_order(inv: Inventory, names: tuple[str, ...]) -> list[HostEntry]:
+    by_name = {h.name: h for h in inv.hosts}
+    return [by_name[n] for n in names]
+
+
+def rank_hosts(inv: Inventory, place: Placement | None = None) -> list[HostEntry]:
+    """The canary hosts in the placement's NCCL rank order."""
+    return _in_order(inv, (place or for_replicate(inv, 0)).ranks)
+
+
+def hostlist(inv: Inventory, place: Placement | None = None) -> tuple[int, str]:
+    """``(np, hostlist)`` for the mpirun template: every canary host in the placement's rank
+    order, gpus_per_host slots."""
     gpus = inv.launcher.gpus_per_host
-    names = [check("host", h.mpi_host or h.address) for h in inv.hosts]
+    names = [check("host", h.mpi_host or h.address) for h in rank_hosts(inv, place)]
     hl = ",".join(f"{n}:{gpus}" if gpus > 1 else n for n in names)
     return len(names) * gpus, hl
 
@@ -66,14 +80,14 @@ def part_env(part: CollectivePart) -> dict[str, str]:
 
 
 def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = None,
-              cycles: int = 1) -> list[str]:
+              cycles: int = 1, place: Placement | None = None) -> list[str]:
     """``env NCCL_...=... <launcher words> [-x NCCL_...] <dir>/<op>_perf -b S -e S ...``.
 
     The template is split into words before ``{np}``/``{hostlist}`` are filled in, so a value
     can never add a word; ``cycles`` > 1 adds nccl-tests ``-N`` (one result row per cycle).
     """
     la = inv.launcher
-    np_, hl = hostlist(inv)
+    np_, hl = hostlist(inv, place)
     words = [w.replace("{np}", str(np_)).replace("{hostlist}", hl) for w in la.mpirun.split()]
     env = {check("env_name", k): check("env_value", v)
            for k, v in {**la.nccl_env, **part_env(part)}.items()}
@@ -91,9 +105,9 @@ def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = Non
 
 
 def nccl_command(inv: Inventory, part: CollectivePart, iterations: int | None = None,
-                 cycles: int = 1) -> str:
+                 cycles: int = 1, place: Placement | None = None) -> str:
     """The shell line of ``nccl_argv`` (each part runs as its own remote process)."""
-    return join(nccl_argv(inv, part, iterations, cycles))
+    return join(nccl_argv(inv, part, iterations, cycles, place))
 
 
 @dataclass(frozen=True)
@@ -119,11 +133,12 @@ def _peer(h: HostEntry) -> str:
     return check("host", h.data_address or h.address)
 
 
-def probe_pairs(inv: Inventory, pairs: int) -> list[tuple[HostEntry, HostEntry]]:
-    """``pairs`` (server, client) pairs among the latency hosts (default: every canary host):
-    every ordered pair once, nearest neighbours first, then round again."""
-    by_name = {h.name: h for h in inv.hosts}
-    hosts = [by_name[n] for n in inv.launcher.latency_hosts] or list(inv.hosts)
+def probe_pairs(inv: Inventory, pairs: int, place: Placement | None = None
+                ) -> list[tuple[HostEntry, HostEntry]]:
+    """``pairs`` (server, client) pairs among the latency hosts (default: every canary host) in
+    the placement's probe order: every ordered pair once, nearest neighbours first, then round
+    again."""
+    hosts = _in_order(inv, (place or for_replicate(inv, 0)).probe_hosts)
     if len(hosts) < 2:
         raise MeasurementError("latency probes need two canary hosts")
     order = [(hosts[i], hosts[(i + off) % len(hosts)])
@@ -131,13 +146,14 @@ def probe_pairs(inv: Inventory, pairs: int) -> list[tuple[HostEntry, HostEntry]]
     return [order[k % len(order)] for k in range(int(pairs))]
 
 
-def probe_flows(inv: Inventory, probe: ProbePart) -> list[Flow]:
+def probe_flows(inv: Inventory, probe: ProbePart, place: Placement | None = None
+                ) -> list[Flow]:
     """One ``ib_write_lat`` pair per probe pair, ``interval_us`` as perftest's
     ``--latency_gap`` (µs between posts), ``perftest_iterations`` samples each."""
     la = inv.launcher
     gap = int(round(probe.interval_us))
     out = []
-    for k, (s, c) in enumerate(probe_pairs(inv, probe.pairs)):
+    for k, (s, c) in enumerate(probe_pairs(inv, probe.pairs, place)):
         port = PROBE_PORT + k
         extra = ["-s", str(int(probe.size_bytes)), "-n", str(int(la.perftest_iterations))]
         if gap > 0:
@@ -149,17 +165,19 @@ def probe_flows(inv: Inventory, probe: ProbePart) -> list[Flow]:
     return out
 
 
-def background_pairs(inv: Inventory, part: BackgroundPart) -> list[tuple[HostEntry, HostEntry]]:
-    """(receiver, sender) pairs of one background part over the canary hosts, as rocesim."""
-    hosts = list(inv.hosts)
+def background_pairs(inv: Inventory, part: BackgroundPart, place: Placement | None = None
+                     ) -> list[tuple[HostEntry, HostEntry]]:
+    """(receiver, sender) pairs of one background part over the canary hosts in rank order, as
+    rocesim (which places its background by the replicate's seed too)."""
+    hosts = rank_hosts(inv, place)
     if part.pattern == "incast":
         fan_in = min(part.fan_in, len(hosts) - 1)
         return [(hosts[0], s) for s in hosts[1:1 + fan_in]]
     return [(hosts[(i + 1) % len(hosts)], hosts[i]) for i in range(len(hosts))]
 
 
-def background_flows(inv: Inventory, parts: list[BackgroundPart], duration_s: float
-                     ) -> list[Flow]:
+def background_flows(inv: Inventory, parts: list[BackgroundPart], duration_s: float,
+                     place: Placement | None = None) -> list[Flow]:
     """``ib_write_bw`` flows for the background parts: one QP each (``-q 1``, one flow as in
     rocesim), ``-D`` seconds (the tuner stops them when the collectives end), rate-limited in
     software to ``load`` x the sender's line rate, in the RoCE or the declared other class."""
@@ -171,7 +189,7 @@ def background_flows(inv: Inventory, parts: list[BackgroundPart], duration_s: fl
         if tos is None:
             raise MeasurementError("background part with priority 'other' needs "
                                    "launcher.other_tos in the inventory")
-        for recv, send in background_pairs(inv, part):
+        for recv, send in background_pairs(inv, part, place):
             port = BW_PORT + len(out)
             rate = max(0.001, round(part.load * send.nic_gbps, 3))
             extra = ["-q", "1", "-D", str(seconds), "-s", "65536", "--report_gbits",

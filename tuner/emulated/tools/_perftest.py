@@ -145,6 +145,7 @@ def run(tool: str, argv: list[str], render: Callable[..., str],
     """A perftest stand-in's main: judge the command line, then serve or run the client;
     ``render(o, local, remote, stats)`` prints a finished test."""
     t = target(tool)
+    st.log_command(t.dir, tool, argv)
     try:
         refused = real_verdict(tool, argv)
         if refused is not None:

@@ -81,6 +81,7 @@ def _resolve(root: Path, hosts: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     t = target("mpirun")
+    st.log_command(t.dir, "mpirun", argv)
     try:
         o, program = _parse(argv)
         prog = Path(program[0]).name.removesuffix("_mpi")
