@@ -185,3 +185,6 @@ def test_promote_refuses_a_stored_winner_that_did_not_win(results: Path, tmp_pat
     r = _promote(copy, "a")
     assert r.exit_code == 3, r.output
     assert f"its stored winner, trial {w} (" in r.stderr and "refusing it" in r.stderr
+    if tamper == "infeasible_winner":  # export does not take it as the winner either
+        r = _export(copy, "a")
+        assert r.exit_code == 3 and f"trial {w} is infeasible:" in r.stderr, r.output
