@@ -5,7 +5,7 @@ Exit codes:
   1  unexpected internal error (a bug: please report it with the traceback)
   2  bad input: experiment/inventory file, arguments, unparsable tool output
   3  the study stopped on an apply, measurement or safety failure (canary restored);
-     `export` without a confirmed winner
+     `export` without a confirmed winner, or refusing a trial that is not it
   4  the canary could NOT be restored: targets may be dirty, run ``ecntune recover``
   5  attention: ``watch`` advises a re-tune / ``verify`` found drift from what was promoted
   130 interrupted (Ctrl-C / SIGTERM), canary restored

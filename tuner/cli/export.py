@@ -29,6 +29,7 @@ from tuner.settings import NIC_KNOBS, SWITCH_KNOBS, EcnSettings
 
 if TYPE_CHECKING:
     from tuner.inventory import HostEntry, Inventory
+    from tuner.study import TrialOutcome
 
 NP_KNOBS = ("min_time_between_cnps",)  # ecn/roce_np/; every other NIC knob is in roce_rp/
 FORMATS = ("mlx5", "sonic", "nvue")
@@ -176,9 +177,74 @@ def inventory_of(experiment_yaml: str | None) -> Inventory | None:
         return None
 
 
+def _why(st: Any, o: TrialOutcome) -> str:
+    """``verdict (detail)`` of a trial, its stored detail without the verdict's own code."""
+    from tuner import optuna_io
+
+    t = next(t for t in optuna_io.trials(st) if t.number == o.number)
+    detail = str(t.user_attrs.get("detail", "")).removeprefix(
+        o.verdict.partition(":")[2] + ": ")
+    return f"{o.verdict} ({detail})" if detail else o.verdict
+
+
+def _not_confirmed(st: Any, o: TrialOutcome) -> str:
+    """Why ``o`` (completed, feasible, not the winner) is not the confirmed winner."""
+    from tuner import study as studies
+
+    conf = studies.confirmation(st)
+    if conf is None:
+        return "was not confirmed: no confirmation ran (interrupted study, or " \
+               "budget.confirm_repeats 0)"
+    check = next((c for c in conf.candidates if c.trial == o.number), None)
+    if check is None:
+        ran = ", ".join(str(c.trial) for c in conf.candidates) or "none"
+        return f"was not among the confirmed candidates (re-measured: trials {ran})"
+    if check.confirmed:
+        return "was confirmed but is not the winner (another confirmed trial did better)"
+    return "was not confirmed: " + (f"{check.problem} on its confirmation repeats"
+                                    if check.problem else "its paired improvement on the "
+                                    "fresh repeats was not clearly above 0")
+
+
+def gate(st: Any, o: TrialOutcome, unconfirmed: bool) -> str:
+    """Whether trial ``o`` of study ``st`` may be exported: ``""`` for the confirmed winner, a
+    warning for what ``--unconfirmed`` lets through, ``NoWinner`` (exit 3) otherwise.
+
+    The baseline and any trial that did not complete (rejected, screened, rolled back, pruned,
+    failed) are refused even with ``--unconfirmed``: they were never applied or never measured
+    to the end within the limits, so there is no evidence they are even safe. An infeasible
+    trial completed but broke a guardrail: ``--unconfirmed`` exports it with that named.
+    """
+    from tuner import study as studies
+    from tuner.errors import NoWinner
+
+    n = o.number
+    if o.is_baseline:
+        raise NoWinner(f"trial {n} is the baseline (what the canary held before the study): "
+                       "nothing to change; export the confirmed winner (no --trial)")
+    if o.state != "COMPLETE":
+        raise NoWinner(f"trial {n} is {_why(st, o)} and did not complete ({o.state}): it "
+                       "was never measured to the end within the limits, so it is not "
+                       "exported, not even with --unconfirmed")
+    win = studies.winner(st)
+    if win is not None and win.number == n and o.feasible:
+        return ""
+    if not o.feasible:
+        broken = ", ".join(k for k, v in o.constraints.items() if v > 0)
+        reason = (f"trial {n} is {_why(st, o)}: it broke the {broken} "
+                  f"guardrail{'s' if ', ' in broken else ''} on its own measurements")
+    else:
+        reason = f"trial {n} {_not_confirmed(st, o)}"
+    if not unconfirmed:
+        raise NoWinner(f"{reason}; pass --unconfirmed to export it anyway")
+    return f"{reason}; exported because of --unconfirmed: review before use"
+
+
 @click.command("export")
 @click.argument("study", metavar="[STUDY|RESULTS_DIR]", required=False)
-@click.option("--trial", "trial_no", type=int, help="Trial to export (default: the best).")
+@click.option("--trial", "trial_no", type=int,
+              help="Trial to export (default: the confirmed winner); another trial needs "
+                   "--unconfirmed.")
 @click.option("--format", "fmt", type=click.Choice(["all", *FORMATS]), default="all",
               show_default=True,
               help="mlx5 (host DCQCN files), sonic (ecnconfig), nvue (nv set); with an SSH "
@@ -188,7 +254,9 @@ def inventory_of(experiment_yaml: str | None) -> Inventory | None:
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
 @click.option("--unconfirmed", is_flag=True,
-              help="Without a confirmed winner, print the best candidate anyway.")
+              help="Export a completed trial that is not the confirmed winner (default: the "
+                   "best candidate), marked UNCONFIRMED. Never the baseline or a trial that "
+                   "did not complete.")
 @click.option("--change-request", "change_request", type=click.Path(file_okay=False),
               help="Write change-request.md/.html for the confirmed winner into this folder "
                    "(docs/lifecycle.md).")
@@ -198,15 +266,22 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
             storage: str | None, results: str | None, unconfirmed: bool,
             change_request: str | None, group: str) -> None:
     """Print STUDY's confirmed winner (default: newest study) as device commands; exit 3
-    when nothing was confirmed (``--unconfirmed`` prints the best candidate anyway).
+    when nothing was confirmed or --trial names another trial (``--unconfirmed`` exports a
+    completed, non-baseline one anyway, marked UNCONFIRMED; see ``gate``).
 
     Nothing is executed: review the lines, then run them on the hosts and switches named in
     the comments (the canary first).
     """
+    from tuner.errors import ConfigError
+
     if change_request is not None:
         from pathlib import Path
 
         from tuner.lifecycle import change_request as cr
+
+        if trial_no is not None or unconfirmed:  # it is the confirmed winner's, never another's
+            raise ConfigError("--change-request writes the confirmed winner's request: drop "
+                              "--trial and --unconfirmed")
 
         for path in cr.write(cr.from_study(study, storage, results, group),
                              Path(change_request)):
@@ -215,7 +290,7 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
     from tuner import optuna_io
     from tuner import study as studies
     from tuner.cli.resume import locate
-    from tuner.errors import ConfigError, NoWinner
+    from tuner.errors import NoWinner
 
     url, study = locate(study, storage, results)
     names = optuna_io.study_names(url)
@@ -237,9 +312,9 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
             raise ConfigError(f"--trial: value {trial_no} -- study has trials "
                               f"0..{max(outcomes) if outcomes else -1}")
         chosen = outcomes[trial_no]
-        if chosen.state != "COMPLETE":
-            raise ConfigError(f"--trial: value {trial_no} -- trial is {chosen.state} "
-                              f"({chosen.verdict}); only completed trials are safe to export")
+    warning = gate(st, chosen, unconfirmed)
+    if warning:
+        click.echo(f"ecntune export: WARNING: {warning}", err=True)
     canary = st.user_attrs.get("canary", {})
     formats = FORMATS if fmt == "all" else (fmt,)
     inv = inventory_of(st.user_attrs.get("experiment_yaml"))
@@ -249,6 +324,8 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
         switches = [SwitchTarget(s.name, s.platform, s.wred_profile, s.lossless_queue)
                     for s in inv.switches]
         hosts = list(inv.hosts)
+    if warning:  # in the commands file too: whoever runs it later must see it
+        click.echo(f"# UNCONFIRMED: {warning}")
     click.echo(f"# study {st.study_name}, trial {chosen.number} ({chosen.verdict}, score "
                f"{chosen.score if chosen.score is not None else float('nan'):.4f})"
                + ("" if inv is not None else "; no SSH inventory: default names"))

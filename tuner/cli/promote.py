@@ -1,6 +1,8 @@
 """``ecntune promote STUDY --to GROUP``: roll a confirmed winner out to an inventory group in
 waves. A dry run by default (every command per target, read-only); ``--apply`` executes.
 
+Only the confirmed winner (``load_winner``): there is no option to pick another trial.
+
 Exit codes: 0 every wave promoted (or the dry run printed), 3 the study has no confirmed winner,
 or a wave was rolled back on a safety violation or failed to apply (its targets restored and
 verified), 4 a wave could not be restored (dead-man timers still heal it), 2 bad input.

@@ -78,6 +78,12 @@ def load_winner(target: str | None, storage: str | None = None,
     conf = studies.confirmation(st)
     if win is None or conf is None:
         raise NoWinner(f"study {st.study_name} has no confirmed winner ({why_no_winner(st)})")
+    check = next((c for c in conf.candidates if c.trial == win.number), None)
+    if check is None or not check.confirmed or win.is_baseline or win.state != "COMPLETE" \
+            or not win.feasible:  # an inconsistent store: never act on a trial that did not win
+        raise NoWinner(f"study {st.study_name}: its stored winner, trial {win.number} "
+                       f"({win.verdict}), is not a confirmed, completed, feasible candidate; "
+                       "refusing it")
     base = studies.baseline(st)
     canary = st.user_attrs.get("canary", {})
     return StudyWinner(
@@ -85,6 +91,6 @@ def load_winner(target: str | None, storage: str | None = None,
         values=dict(win.values), baseline=dict(base.values) if base else {},
         canary_switches=list(canary.get("switches", [])),
         canary_nics=list(canary.get("nics", [])),
-        check=next(c for c in conf.candidates if c.trial == win.number),
+        check=check,
         winner_metrics=dict(win.metrics), baseline_metrics=dict(base.metrics) if base else {},
         parent_run_id=st.user_attrs.get("mlflow_parent_run_id"))
