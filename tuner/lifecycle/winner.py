@@ -58,9 +58,10 @@ def why_no_winner(st: Any) -> str:
     b = conf.best
     if b is None:
         return "no candidate to confirm: nothing completed within the limits"
-    return (f"best candidate trial {b.trial}: paired improvement {b.improvement_percent:+.1f} % "
-            f"(95 % interval {b.ci95_low:+.1f} % to {b.ci95_high:+.1f} %)"
-            + (f", {b.problem}" if b.problem else "") + ": not above 0")
+    from objectives.verdict import winner_line
+
+    return (f"best candidate trial {b.trial}: {winner_line(b) or 'no effect measured'}; not "
+            f"confirmed: {b.problem or 'its interval includes 0'}")
 
 
 def load_winner(target: str | None, storage: str | None = None,
