@@ -76,6 +76,11 @@ def describe(violations: list[Violation]) -> str:
     return "; ".join(out)
 
 
+def kmax_ceiling(xoff_bytes: int, limits: SafetyLimits) -> int:
+    """The highest Kmax the ECN-before-PFC rule allows: XOFF less its margin."""
+    return int(xoff_bytes * (1 - limits.xoff_margin_percent / 100))
+
+
 def check_proposal(
     values: dict[str, int], *, xoff_bytes: int | None, line_rate_mbps: int, limits: SafetyLimits
 ) -> list[Violation]:
@@ -95,7 +100,7 @@ def check_proposal(
         out.append(Violation(code="kmin_ge_kmax",
                              detail=f"kmin_bytes={kmin} >= kmax_bytes={kmax}"))
     if kmax is not None and xoff_bytes is not None:
-        ceiling = int(xoff_bytes * (1 - limits.xoff_margin_percent / 100))
+        ceiling = kmax_ceiling(xoff_bytes, limits)
         if kmax > ceiling:
             out.append(Violation(
                 code="kmax_above_xoff",

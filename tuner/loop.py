@@ -47,7 +47,7 @@ from objectives.score import Score, ScoreConfig, score
 from objectives.verdict import judge as judge_confirmation
 from objectives.verdict import winner_of
 from safety.journal import Journal
-from safety.limits import check_proposal, describe
+from safety.limits import check_proposal, describe, kmax_ceiling
 from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner import __version__, optuna_io
 from tuner import study as studies
@@ -740,6 +740,9 @@ class StudyRunner:
             with self.guard.shield():
                 self._refuse_if_dirty()
                 self.desc = self.cluster.describe()
+                xoff = self.desc.facts.get("xoff_bytes")
+                self.space = self.space.bounded(
+                    kmax_ceiling(int(xoff), self.exp.safety) if xoff else None)
                 self.poll_s = poll_intervals(self.desc.facts.get("counter_poll_s", ""))
                 self.baseline_settings = self.cluster.snapshot()
                 self.baseline_values = self.baseline_settings.flat()

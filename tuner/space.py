@@ -7,7 +7,8 @@ Knobs not searched keep the baseline's value unless the experiment pins them (``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from tuner.experiment import KMAX_RATIO, Experiment, KnobRange
 from tuner.settings import KNOBS
@@ -44,10 +45,55 @@ class Dim:
     unit: str
 
 
+def _squeeze(x: float, lo: float, hi: float, new_hi: float, log: bool) -> float:
+    """``x`` in [lo, hi] mapped onto [lo, new_hi] in proportion (on a log axis if ``log``)."""
+    if new_hi >= hi or hi <= lo:
+        return x
+    if log and lo > 0:
+        t = math.log(x / lo) / math.log(hi / lo)
+        return float(lo * (new_hi / lo) ** t)
+    return lo + (x - lo) * (new_hi - lo) / (hi - lo)
+
+
+def _unsqueeze(y: float, lo: float, hi: float, new_hi: float, log: bool) -> float:
+    """The inverse of ``_squeeze`` (clamped to [lo, hi])."""
+    if new_hi >= hi or hi <= lo:
+        return y
+    y = min(max(y, lo), new_hi)
+    if log and lo > 0:
+        t = math.log(y / lo) / math.log(new_hi / lo) if new_hi > lo else 0.0
+        return float(lo * (hi / lo) ** t)
+    return lo + (y - lo) * (hi - lo) / (new_hi - lo) if new_hi > lo else lo
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     dims: tuple[Dim, ...]
     fixed: dict[str, int]
+    kmax_bound: int | None = None  # the Kmax ceiling the static limits allow (bytes)
+
+    def bounded(self, kmax_bound: int | None) -> SearchSpace:
+        """This space with the static Kmax ceiling built into its values (module docstring)."""
+        return replace(self, kmax_bound=kmax_bound)
+
+    def _ecn_dims(self) -> tuple[Dim, Dim] | None:
+        by = {d.name: d for d in self.dims}
+        if self.kmax_bound is None or "kmin_bytes" not in by or KMAX_RATIO not in by:
+            return None
+        return by["kmin_bytes"], by[KMAX_RATIO]
+
+    def _ecn_values(self, kmin_p: float, ratio_p: float) -> tuple[int, int]:
+        """(kmin, kmax) of the Kmin and ratio params, under the ceiling when there is one."""
+        dims = self._ecn_dims()
+        if dims is None:
+            kmin = int(round(kmin_p))
+            return kmin, int(round(kmin * ratio_p))
+        dk, dr = dims
+        bound = float(self.kmax_bound)  # type: ignore[arg-type]
+        kmin = int(round(_squeeze(kmin_p, dk.low, dk.high, bound / dr.low, dk.log)))
+        r_hi = max(dr.low, bound / max(kmin, 1))
+        ratio = _squeeze(ratio_p, dr.low, dr.high, r_hi, dr.log)
+        return kmin, min(int(kmin * ratio), int(bound))
 
     @property
     def names(self) -> list[str]:
@@ -65,7 +111,9 @@ class SearchSpace:
             if name != KMAX_RATIO:
                 out[name] = int(round(value))
         if KMAX_RATIO in params:
-            out["kmax_bytes"] = int(round(out["kmin_bytes"] * float(params[KMAX_RATIO])))
+            kmin_p = params.get("kmin_bytes", out["kmin_bytes"])
+            out["kmin_bytes"], out["kmax_bytes"] = self._ecn_values(float(kmin_p),
+                                                                    float(params[KMAX_RATIO]))
         return out
 
     def params_of(self, values: dict[str, int]) -> dict[str, float]:
@@ -76,6 +124,14 @@ class SearchSpace:
                 out[d.name] = values["kmax_bytes"] / values["kmin_bytes"]
             else:
                 out[d.name] = values[d.name]
+        dims = self._ecn_dims()
+        if dims is not None:  # invert the ceiling's map (a point above it lands on its edge)
+            dk, dr = dims
+            bound = float(self.kmax_bound)  # type: ignore[arg-type]
+            kmin, ratio = values["kmin_bytes"], out[KMAX_RATIO]
+            out["kmin_bytes"] = _unsqueeze(kmin, dk.low, dk.high, bound / dr.low, dk.log)
+            out[KMAX_RATIO] = _unsqueeze(ratio, dr.low, dr.high,
+                                         max(dr.low, bound / max(kmin, 1)), dr.log)
         return out
 
     def contains(self, params: dict[str, float]) -> bool:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import optuna
+import pytest
 
 from tuner import optuna_io
 from tuner.experiment import parse_experiment
 from tuner.settings import KNOBS
-from tuner.space import DEFAULT_SPACE, build_space
+from tuner.space import DEFAULT_SPACE, SearchSpace, build_space
 
+ROOT = Path(__file__).resolve().parents[2]
 BASE = {k: v.default for k, v in KNOBS.items()}
 EXP = """
 name: t
@@ -64,3 +69,42 @@ def test_default_space_covers_issue_knobs_and_holds_factory_defaults() -> None:
         if d.name in KNOBS:
             assert d.low <= KNOBS[d.name].default <= d.high, d.name
     assert set(DEFAULT_SPACE) == set(space.names)
+
+
+@pytest.mark.parametrize("name", ["quick", "new-cluster", "moe-mix", "allreduce-400g"])
+def test_the_static_limits_are_built_into_the_space(name: str) -> None:
+    """Issue #20/#21: a proposal the static limits refuse is a sampler bug, not a trial. Over
+    2000 uniform draws from each shipped experiment's box, with the Kmax ceiling read from its
+    simulated switch, none is refused; without the ceiling's map many are."""
+    from safety.limits import check_proposal, kmax_ceiling
+    from tuner.cluster.sim import SimCluster
+    from tuner.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+    cluster = SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current))
+    desc, base = cluster.describe(), cluster.snapshot().flat()
+    xoff = int(desc.facts["xoff_bytes"])
+    free = build_space(exp)
+    space = free.bounded(kmax_ceiling(xoff, exp.safety))
+    rng = np.random.default_rng(0)
+
+    def draw() -> dict[str, float]:
+        out = {}
+        for d in space.dims:
+            u = rng.uniform()
+            out[d.name] = (d.low * (d.high / d.low) ** u if d.log and d.low > 0
+                           else d.low + u * (d.high - d.low))
+        return out
+
+    def refused(s: SearchSpace, params: dict[str, float]) -> bool:
+        return bool(check_proposal(s.values(params, base), xoff_bytes=xoff,
+                                   line_rate_mbps=int(desc.nic_gbps * 1000),
+                                   limits=exp.safety))
+
+    draws = [draw() for _ in range(2000)]
+    assert sum(refused(space, p) for p in draws) == 0
+    assert sum(refused(free, p) for p in draws) > 100  # the map is what keeps them in
+    # A point inside the ceiling survives the round trip (warm starts are enqueued this way).
+    inside = dict(base, kmin_bytes=64_000, kmax_bytes=256_000)
+    back = space.values(space.params_of(inside), base)
+    assert abs(back["kmin_bytes"] - 64_000) <= 1 and abs(back["kmax_bytes"] - 256_000) <= 2
