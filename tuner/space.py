@@ -46,8 +46,10 @@ class Dim:
 
 
 def _squeeze(x: float, lo: float, hi: float, new_hi: float, log: bool) -> float:
-    """``x`` in [lo, hi] mapped onto [lo, new_hi] in proportion (on a log axis if ``log``)."""
-    if new_hi >= hi or hi <= lo:
+    """``x`` in [lo, hi] mapped onto [lo, new_hi] in proportion (on a log axis if ``log``).
+    Nothing to map onto (``new_hi`` below ``lo``: no point of the box is allowed): ``x`` as it
+    is, for the static limits to refuse, never a value outside the experiment's box."""
+    if new_hi >= hi or hi <= lo or new_hi < lo:
         return x
     if log and lo > 0:
         t = math.log(x / lo) / math.log(hi / lo)
@@ -57,7 +59,7 @@ def _squeeze(x: float, lo: float, hi: float, new_hi: float, log: bool) -> float:
 
 def _unsqueeze(y: float, lo: float, hi: float, new_hi: float, log: bool) -> float:
     """The inverse of ``_squeeze`` (clamped to [lo, hi])."""
-    if new_hi >= hi or hi <= lo:
+    if new_hi >= hi or hi <= lo or new_hi < lo:
         return y
     y = min(max(y, lo), new_hi)
     if log and lo > 0:
@@ -90,6 +92,9 @@ class SearchSpace:
             return kmin, int(round(kmin * ratio_p))
         dk, dr = dims
         bound = float(self.kmax_bound)  # type: ignore[arg-type]
+        if bound / dr.low < dk.low:  # no point of the box is allowed: the limits refuse it
+            kmin = int(round(kmin_p))
+            return kmin, int(round(kmin * ratio_p))
         kmin = int(round(_squeeze(kmin_p, dk.low, dk.high, bound / dr.low, dk.log)))
         r_hi = max(dr.low, bound / max(kmin, 1))
         ratio = _squeeze(ratio_p, dr.low, dr.high, r_hi, dr.log)

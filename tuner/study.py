@@ -257,4 +257,6 @@ def verdict_lines(conf: Confirmation | None, *, markup: bool = False) -> list[st
     else:
         head = ["nothing beat the baseline (no candidate met every guardrail): keep the "
                 "current settings"]
+    if not conf.candidates:  # nothing was re-measured: no interval to describe
+        return head
     return [*head, f"  ({interval_note(conf)})", *rows]

@@ -1,10 +1,11 @@
 """``ecntune export`` and ``ecntune promote`` act on the confirmed winner only: every other trial
 is refused (exit 3) with its reason and the override, ``--unconfirmed`` lets a completed
 non-baseline trial through marked UNCONFIRMED, and never the baseline or a trial that did not
-complete. Three real studies on the tiny fabric (run once per module, no MLflow): a 4 MiB buffer
-and a p99 guardrail of 20 µs or the baseline's +25 % give rejected, infeasible and feasible
-trials; ``a`` re-measures the top two candidates (one confirmed, one over the p99 guardrail on
-some placement), ``b`` only the top one, ``c`` none (no confirmation, so no winner)."""
+complete. Four real studies on the tiny fabric (run once per module, no MLflow): a 4 MiB buffer
+and a p99 guardrail of 20 µs or the baseline's +25 % give infeasible and feasible trials;
+``a`` re-measures the top two candidates (one confirmed, one over the p99 guardrail on some
+placement), ``b`` only the top one, ``c`` none (no confirmation, so no winner); in ``d`` no
+Kmax of the space is under the ceiling, so every proposal is rejected."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tuner import study as studies
 from tuner.cli import main
 from tuner.study import TrialOutcome
 
-SETTINGS = dict(trials=8, max_pause_fraction=1.0, xoff_margin=20.0, seed=3,
+SETTINGS = dict(trials=8, max_pause_fraction=1.0, xoff_margin=20.0, seed=5,
                 buffer_bytes=4 * 2**20, kmin_low=5000, kmin_high=10**6, ratio_low=1.5,
                 ratio_high=10.0, pmax_low=1, pmax_high=100, ai_low=1, ai_high=200,
                 mode="primary", repeats=1, warm="false", confirm=5, pfc_budget=1e6,
@@ -32,10 +33,13 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("gates")
     res = folder / "results"
     # a: the top two re-measured, one confirmed; b: only the top one re-measured; c: no
-    # confirmation at all (budget.confirm_repeats 0), so no winner whatever the fabric does.
-    for name, top_k, confirm in (("a", 2, 5), ("b", 1, 5), ("c", 1, 0)):
+    # confirmation at all (budget.confirm_repeats 0), so no winner whatever the fabric does;
+    # d: a Kmax ceiling no point of the space meets, so every proposal is rejected.
+    for name, top_k, confirm, margin in (("a", 2, 5, 20.0), ("b", 1, 5, 20.0),
+                                         ("c", 1, 0, 20.0), ("d", 1, 0, 99.9)):
         path = folder / f"{name}.yaml"
-        path.write_text(TINY_YAML.format(**{**SETTINGS, "confirm": confirm}, top_k=top_k,
+        path.write_text(TINY_YAML.format(**{**SETTINGS, "confirm": confirm,
+                                            "xoff_margin": margin}, top_k=top_k,
                                          results=res))
         r = CliRunner().invoke(main, ["run", str(path), "--study", name, "--quiet",
                                       "--no-mlflow"])
@@ -81,9 +85,9 @@ def test_the_baseline_is_refused_even_with_unconfirmed(results: Path) -> None:
 
 
 def test_a_trial_that_did_not_complete_is_refused_even_with_unconfirmed(results: Path) -> None:
-    n = _first(results, "a", "rejected:")  # never applied: Kmax above the XOFF headroom
+    n = _first(results, "d", "rejected:")  # never applied: Kmax above the XOFF headroom
     for flags in ((), ("--unconfirmed",)):
-        r = _export(results, "a", "--trial", str(n), *flags)
+        r = _export(results, "d", "--trial", str(n), *flags)
         assert r.exit_code == 3, r.output
         assert f"trial {n} is rejected:kmax_above_xoff (" in r.stderr
         assert "did not complete (PRUNED)" in r.stderr and "not even with --unconfirmed" \

@@ -94,7 +94,9 @@ def compare_tables(c: Comparison) -> list[Table]:
     for k in STUDY_METRICS:
         va, vb = c.a.metrics.get(k), c.b.metrics.get(k)
         pct = k.startswith("confirmed_")
-        delta = change(va, vb, True)[0] if k == "best_score" else ""
+        # a paired score is already relative to its baseline: its change is a difference
+        delta = f"{vb - va:+.3f}" if k == "best_score" and va is not None and vb is not None \
+            else ""
         s.add_row(k, _fmt(va, pct), _fmt(vb, pct), delta)
     verdicts = sorted(set(c.verdicts_a) | set(c.verdicts_b))
     for v in verdicts:
