@@ -115,7 +115,7 @@ def poll_intervals(fact: str) -> dict[str, float]:
 
 def repeats_for(noise_sd: float, *, detectable: float = 0.05, most: int = 6) -> int:
     """Replicates per trial so that the standard error of a trial's mean score is half the
-    smallest effect worth detecting (``detectable`` log2 units, ~3.5 % busbw-equivalent):
+    smallest effect worth detecting (``detectable`` log2 units of the objective, ~3.5 % busbw):
     ``K = ceil((2 sd / detectable)**2)``, between 2 (so early stopping has a step) and ``most``.
     """
     if not math.isfinite(noise_sd) or noise_sd <= 0:
@@ -844,6 +844,8 @@ class StudyRunner:
         status = "FAILED" if failed else ("KILLED" if interrupted else "FINISHED")
         if not interrupted:
             self._log_report()
+        if res.confirmation is not None and res.confirmation.folder:  # every number, auditable
+            self.tracker.log_dir(res.confirmation.folder, "confirmation")
         self.tracker.end_study(metrics, summary, status=status)
 
     def result(self, final: str = "baseline", *, read_devices: bool = True) -> StudyResult:

@@ -24,18 +24,24 @@ ROOT = Path(__file__).resolve().parents[2]
 def _study(tmp_path: Path, confirm: int) -> Path:
     exp = yaml.safe_load((ROOT / "experiments/quick.yaml").read_text())
     exp["budget"] = {"trials": 6, "wall_time_s": 120, "confirm_repeats": confirm}
+    # Six trials of quick.yaml meet its own guardrails nowhere (its warm starts cost the
+    # storage tenants goodput, raise probe p99 or leave PFC pause over 0.1 % on some
+    # placement); loosened here so that there is a winner, judged on busbw, to promote.
+    exp["objective"]["guardrails"].update(max_tenant_loss_percent=100,
+                                          p99_allowance_percent=1e6,
+                                          max_pfc_pause_us_per_s=1e6)
     exp["tracking"] = {"enabled": False}
     exp["results_dir"] = str(tmp_path / "results/quick")
     path = tmp_path / "quick.yaml"
     path.write_text(yaml.safe_dump(exp))
-    res = CliRunner().invoke(main, ["run", str(path)])
+    res = CliRunner().invoke(main, ["run", str(path), "--study", "quick-promote"])
     assert res.exit_code == 0, res.output
     return tmp_path / "results/quick"
 
 
 def test_promote_dry_run_then_apply(emulated_cluster: EmulatedCluster, tmp_path: Path) -> None:
     emu = emulated_cluster
-    results = _study(tmp_path, confirm=2)
+    results = _study(tmp_path, confirm=5)
     inv = yaml.safe_load(emu.inventory_path.read_text())
     inv["groups"] = {"pod1": [*emu.switch_names, *emu.host_names]}
     inv_path = tmp_path / "inventory.yaml"
@@ -79,7 +85,7 @@ def test_unconfirmed_winner_is_refused(tmp_path: Path) -> None:
 
 
 def test_export_change_request(tmp_path: Path) -> None:
-    results = _study(tmp_path, confirm=2)
+    results = _study(tmp_path, confirm=5)
     out = tmp_path / "cab"
     res = CliRunner().invoke(main, ["export", str(results), "--change-request", str(out),
                                     "--group", "pod1"])

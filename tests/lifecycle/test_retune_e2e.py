@@ -46,12 +46,16 @@ def test_new_cluster_then_retune_on_moe_mix(tmp_path: Path) -> None:
 
     old_dir, new_dir = tmp_path / "new-cluster", tmp_path / "moe-mix"
     first = CliRunner().invoke(main, ["run", str(ROOT / "experiments/new-cluster.yaml"),
-                                      "--trials", "3", "--results", str(old_dir), "--quiet"])
+                                      "--trials", "3", "--results", str(old_dir), "--quiet",
+                                      "--study", "new-cluster-e2e"])
     assert first.exit_code == 0, first.output
     assert "nothing beat the baseline" in first.output
     res = CliRunner().invoke(main, ["retune", "--from", str(old_dir),
                                     str(ROOT / "experiments/moe-mix.yaml"),
-                                    "--results", str(new_dir), "--quiet"])
+                                    "--results", str(new_dir), "--quiet",
+                                    # a named study: its confirmation placements are drawn
+                                    # from the name, so the test measures the same ones
+                                    "--study", "moe-mix-e2e"])
     assert res.exit_code == 0, res.output
     old, new = _study(old_dir), _study(new_dir)
     out = res.output[res.output.index("re-tune of study"):]
@@ -61,7 +65,7 @@ def test_new_cluster_then_retune_on_moe_mix(tmp_path: Path) -> None:
     assert "  old choice: its baseline: nothing beat it on its own mix" in out, out
     assert "old choice on the new mix: it is what runs now (trial 0" in out, out
     # The re-tune's confirmed winner and what it recovered, both paired, intervals above 0.
-    win = re.search(r"re-tune winner \(trial (\d+)\): .*vs the deployed settings " + INTERVAL,
+    win = re.search(r"re-tune winner \(trial (\d+)\): .*vs the deployed settings busbw " + INTERVAL,
                     out)
     rec = re.search(r"recovered by the re-tune \(new winner vs old choice, same replicates\): "
                     + INTERVAL, out)

@@ -32,14 +32,17 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-def _exp(name: str, tmp: Path, db: Path, trials: int) -> Path:
+def _exp(name: str, tmp: Path, db: Path, trials: int, loose: bool = False) -> Path:
     e = yaml.safe_load((ROOT / f"experiments/{name}.yaml").read_text())
     e["budget"] = {"trials": trials, "repeats": 1, "confirm_repeats": 5, "confirm_top_k": 2,
                    "baseline_every": 0, "wall_time_s": 600}
     e["tracking"] = {"uri": f"sqlite:///{db}"}
-    if name == "quick":  # its best candidate costs the storage tenants goodput: allowed here,
-        # so that the old study has a confirmed winner to carry over
-        e["objective"]["guardrails"]["max_tenant_loss_percent"] = 100
+    if loose:  # quick's warm starts cost the storage tenants goodput, raise probe p99 and
+        # leave PFC pause over 0.1 % on some placements: allowed here (and under the new mix),
+        # so that the old study has a winner, judged on busbw alone, to carry over
+        e["objective"].setdefault("guardrails", {}).update(max_tenant_loss_percent=100,
+                                            p99_allowance_percent=1e6,
+                                            max_pfc_pause_us_per_s=1e6)
     e["results_dir"] = str(tmp / "results" / name)
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(e))
@@ -64,11 +67,16 @@ def _newest(results: Path) -> object:
 def test_retune_links_and_summarises(old: str, tmp_path: Path, store: Path) -> None:
     db = tmp_path / "mlflow.db"
     shutil.copy(store, db)
-    first = CliRunner().invoke(main, ["run", str(_exp(old, tmp_path, db, 4)), "--quiet"])
+    # Named studies: the confirmation placements are drawn from the name, so every run of the
+    # test measures the same ones.
+    loose = old == "quick"
+    first = CliRunner().invoke(main, ["run", str(_exp(old, tmp_path, db, 4, loose)), "--quiet",
+                                      "--study", f"{old}-old"])
     assert first.exit_code == 0, first.output
     prior = _newest(tmp_path / "results" / old)
     res = CliRunner().invoke(main, ["retune", "--from", str(tmp_path / "results" / old),
-                                    str(_exp("moe-mix", tmp_path, db, 3)), "--quiet"])
+                                    str(_exp("moe-mix", tmp_path, db, 3, loose)), "--quiet",
+                                    "--study", f"moe-mix-from-{old}"])
     assert res.exit_code == 0, res.output
     new = _newest(tmp_path / "results/moe-mix")
     summary = res.output[res.output.index("re-tune of study"):]

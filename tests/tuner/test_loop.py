@@ -123,6 +123,9 @@ def test_study_baseline_trials_mlflow_and_restore(tiny: Tiny) -> None:
     assert len(block["effects"]["busbw"]["per_placement"]) == 5
     assert parent.data.metrics["confirmed_busbw_change_percent"] == pytest.approx(
         block["effects"]["busbw"]["change_percent"])
+    # The confirmation's measurements are in the parent run too, one file per measurement.
+    logged = runner.tracker.client().list_artifacts(res.parent_run_id, "confirmation")
+    assert len(logged) == 5 * (1 + len(conf.candidates))
 
 
 def test_every_trial_is_measured_on_the_same_paired_replicates(tiny: Tiny) -> None:
