@@ -65,8 +65,8 @@ def test_new_cluster_then_retune_on_moe_mix(tmp_path: Path) -> None:
     assert "  old choice: its baseline: nothing beat it on its own mix" in out, out
     assert "old choice on the new mix: it is what runs now (trial 0" in out, out
     # The re-tune's confirmed winner and what it recovered, both paired, intervals above 0.
-    win = re.search(r"re-tune winner \(trial (\d+)\): .*vs the deployed settings busbw " + INTERVAL,
-                    out)
+    win = re.search(r"re-tune winner \(trial (\d+)\): .*vs the deployed settings busbw "
+                    + INTERVAL, out)
     rec = re.search(r"recovered by the re-tune \(new winner vs old choice, same replicates\): "
                     + INTERVAL, out)
     assert win and rec, out
