@@ -41,7 +41,7 @@ VERDICT_MARKS: dict[str, Mark] = {
     "ok": Mark(OK, "o", 36, "ok"),
     "baseline": Mark(BASE, "*", 160, "baseline (trial 0)"),
     "rolled_back": Mark(ROLLED, "X", 70, "rolled back"),
-    "infeasible": Mark("#9467bd", "P", 60, "infeasible (measured; broke a constraint)"),
+    "infeasible": Mark("#9467bd", "P", 60, "infeasible (measured; broke a guardrail)"),
     "pruned": Mark("#8c564b", "D", 40, "stopped early"),
     "rejected": Mark(REJECTED, "v", 44, "rejected by safety limits (not applied)"),
     "screened": Mark("#17becf", "^", 44, "screened out by the twin (not applied)"),

@@ -87,8 +87,8 @@ assert {k for k, _, _ in COMPARE_METRICS} <= {k for k, _, _ in HEADLINE}
 PLOTS: tuple[tuple[str, str, str], ...] = (
     ("convergence", "Convergence",
      "Score of every trial (higher is better) and the best so far. Red crosses were rolled "
-     "back by the safety checks, purple pluses were measured but broke a constraint (busbw "
-     "floor, tenant allowance), grey and cyan triangles were never applied: rejected by the "
+     "back by the safety checks, purple pluses were measured but broke a guardrail on some "
+     "placement (busbw loss, tenant goodput, probe p99, PFC pause), grey and cyan triangles were never applied: rejected by the "
      "static limits or screened out by the digital twin."),
     ("best_vs_baseline", "Best trial against the baseline",
      "Left: each candidate's paired improvement over the baseline on fresh placements, one dot "

@@ -90,7 +90,7 @@ def test_every_verdict_kind_is_drawn_and_counted() -> None:
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend[:9] == [
         "ok (3)", "baseline (trial 0) (1)", "rolled back (1)",
-        "infeasible (measured; broke a constraint) (1)", "stopped early (1)",
+        "infeasible (measured; broke a guardrail) (1)", "stopped early (1)",
         "rejected by safety limits (not applied) (1)",
         "screened out by the twin (not applied) (2)", "failed (1)", "interrupted/other (1)"]
     v = StudyView(name="hand", storage="sqlite:///x.db", mode="scalar", trials=every,
