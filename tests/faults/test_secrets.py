@@ -22,10 +22,10 @@ SECRETS = {
 
 
 def plant(exp: Path, results: Path) -> None:
+    """Secrets where the tool accepts them and must hide them: URLs in free text."""
     text = exp.read_text().replace("tracking: {enabled: false}", (
-        f"tracking: {{enabled: true, uri: 'sqlite://ml:{SECRETS['tracking.uri']}@/"
-        f"{results}/mlflow.db'}}"))
-    text += (f"storage: 'sqlite://ecntune:{SECRETS['storage']}@/{results}/optuna.db'\n"
+        f"tracking: {{enabled: true, uri: 'sqlite:///{results}/mlflow.db'}}"))
+    text += (f"storage: 'sqlite:///{results}/optuna.db'\n"
              f"description: >\n  mirror at https://ops:{SECRETS['description']}@db.example/x"
              f" and http://10.0.0.1/?api_key={SECRETS['description query']}\n")
     exp.write_text(text)
@@ -42,13 +42,25 @@ def test_planted_secret_found_nowhere(tmp_path: Path, reliability) -> None:
                              timeout=300)
         assert res.returncode == 0, (args, res.stdout[-2000:], res.stderr[-2000:])
         outputs.append(res.stdout + res.stderr)
-    # secrets the tool must refuse outright: in an inventory, in a URL it cannot clean
+    # Passwords in the storage and tracking URLs are refused outright (they belong in
+    # PGPASSWORD / MLFLOW_TRACKING_PASSWORD), and the refusal must not echo them either.
     bad = tmp_path / "bad.yaml"
-    bad.write_text(exp.read_text().replace("storage: 'sqlite://", "storage: 'mysql://"))
-    res = subprocess.run([*ECNTUNE, "run", str(bad)], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120)
-    assert res.returncode == 2 and "a password in a mysql URL" in res.stderr
-    outputs.append(res.stdout + res.stderr)
+    refusals = {
+        f"storage: 'sqlite:///{results}/optuna.db'":
+            (f"storage: 'sqlite://ecntune:{SECRETS['storage']}@/{results}/optuna.db'",
+             "PGPASSWORD"),
+        f"storage: 'sqlite:///{results}/optuna.db'\n":
+            (f"storage: 'mysql://ecntune:{SECRETS['storage']}@db/x'\n",
+             "use sqlite:///PATH"),
+        f"uri: 'sqlite:///{results}/mlflow.db'":
+            (f"uri: 'sqlite://ml:{SECRETS['tracking.uri']}@/{results}/mlflow.db'",
+             "MLFLOW_TRACKING_PASSWORD")}
+    for clean, (dirty, says) in refusals.items():
+        bad.write_text(exp.read_text().replace(clean, dirty))
+        res = subprocess.run([*ECNTUNE, "run", str(bad)], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+        assert res.returncode == 2 and says in res.stderr, (dirty, res.stderr)
+        outputs.append(res.stdout + res.stderr)
 
     files = [p for p in tmp_path.rglob("*") if p.is_file() and p not in (exp, bad)]
     assert any(p.name == "mlflow.db" for p in files) and any("mlartifacts" in p.parts
@@ -66,5 +78,6 @@ def test_planted_secret_found_nowhere(tmp_path: Path, reliability) -> None:
                        "parameter); study with MLflow, resume, show, report",
                        f"none of them in any of the {len(files)} files written (Optuna and "
                        "MLflow stores, artifacts, reports, journal) nor on the console; a "
-                       "password it cannot move out of a URL is refused (exit 2)",
+                       "password in a storage or tracking URL is refused (exit 2) without "
+                       "being echoed",
                        dirty_targets=0, trials_lost=0, restore_s=None)

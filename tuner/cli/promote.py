@@ -81,11 +81,10 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
                                                           sorted(failed.items())))
         plans = {k: plan_target(fleet.driver(k), v, win.values, persist)  # type: ignore[arg-type]
                  for k, v in {**live.switches, **live.nics}.items()}
-        c = win.check
-        click.echo(f"promote study {win.study} trial {win.trial} (paired improvement "
-                   f"{c.improvement_percent:+.1f} %, 95 % interval {c.ci95_low:+.1f} % to "
-                   f"{c.ci95_high:+.1f} %) to {group} "
-                   f"({len(fleet.keys)} targets, {len(plan)} waves)"
+        from objectives.verdict import winner_line
+
+        click.echo(f"promote study {win.study} trial {win.trial} ({winner_line(win.check)}) "
+                   f"to {group} ({len(fleet.keys)} targets, {len(plan)} waves)"
                    + ("" if do_apply else "; DRY RUN: nothing is changed, --apply executes"))
         for line in render_plan(plan, plans):
             click.echo(line)
