@@ -88,8 +88,8 @@ PLOTS: tuple[tuple[str, str, str], ...] = (
     ("convergence", "Convergence",
      "Score of every trial (higher is better) and the best so far. Red crosses were rolled "
      "back by the safety checks, purple pluses were measured but broke a guardrail on some "
-     "placement (busbw loss, tenant goodput, probe p99, PFC pause), grey and cyan triangles were never applied: rejected by the "
-     "static limits or screened out by the digital twin."),
+     "placement (busbw loss, tenant goodput, probe p99, PFC pause), grey and cyan triangles "
+     "were never applied: rejected by the static limits or screened out by the digital twin."),
     ("best_vs_baseline", "Best trial against the baseline",
      "Left: each candidate's paired improvement over the baseline on fresh placements, one dot "
      "per repeat, with its bootstrap 95 % interval (a winner's interval lies above 0). Middle: "
