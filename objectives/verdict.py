@@ -76,6 +76,11 @@ class Effect:
         return float(np.median(xs)), worst
 
 
+def _pct_of(log2_ratio: float) -> float | None:
+    """A log2 ratio as a % change; None for an unbounded end (fewer than two pairs)."""
+    return log2_percent(log2_ratio) if math.isfinite(log2_ratio) else None
+
+
 def _ratio_effect(metric: str, pairs: list[tuple[int, float | None, float | None]],
                   comparisons: int) -> Effect:
     """Change from paired log2 ratios (both sides > 0)."""
@@ -84,8 +89,7 @@ def _ratio_effect(metric: str, pairs: list[tuple[int, float | None, float | None
     lo, hi = t_interval(logs, comparisons=comparisons)
     mean = float(np.mean(logs)) if logs else None
     return Effect(metric, METRICS[metric],
-                  log2_percent(mean) if mean is not None else None,
-                  log2_percent(lo) if logs else None, log2_percent(hi) if logs else None,
+                  log2_percent(mean) if mean is not None else None, _pct_of(lo), _pct_of(hi),
                   float(np.mean([b for _, b, _ in rows])) if rows else None,
                   float(np.mean([c for _, _, c in rows])) if rows else None,
                   [{"replicate": r, "baseline": b, "candidate": c} for r, b, c in rows])
@@ -141,8 +145,8 @@ def effects(base: Sequence[Measurement], cand: Sequence[Measurement], cfg: Score
         lo, hi = t_interval(logs, comparisons=comparisons)
         e = out["busbw"]
         out["busbw"] = Effect(e.metric, e.unit, log2_percent(float(np.mean(logs))),
-                              log2_percent(lo), log2_percent(hi), e.baseline_mean,
-                              e.candidate_mean, e.per_placement)
+                              _pct_of(lo), _pct_of(hi), e.baseline_mean, e.candidate_mean,
+                              e.per_placement)
     return out
 
 

@@ -38,6 +38,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -713,7 +714,7 @@ class StudyRunner:
         return [int(x) for x in seeds][:self.exp.budget.confirm_repeats]
 
     @staticmethod
-    def _save_confirmation(path: Any, m: Measurement) -> None:
+    def _save_confirmation(path: Path, m: Measurement) -> None:
         """One confirmation measurement, for audit (every effect is recomputable from them)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_stripped(m).model_dump_json(indent=1), encoding="utf-8")
