@@ -229,7 +229,7 @@ def best_vs_baseline(base: TrialOutcome, best: TrialOutcome,
                      base_m: Measurement | None = None,
                      best_m: Measurement | None = None,
                      confirm: Confirmation | None = None) -> Figure:
-    """Best trial against the baseline, left to right: the paired improvements of the
+    """Best trial against the baseline, left to right: the paired busbw changes of the
     confirmation repeats (``confirm``, see ``tuner.study``), busbw of every iteration of each
     collective (both are the repeat spread), and the change of the headline metrics, green
     where better. Panels without data are left out."""

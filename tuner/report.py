@@ -91,8 +91,9 @@ PLOTS: tuple[tuple[str, str, str], ...] = (
      "placement (busbw loss, tenant goodput, probe p99, PFC pause), grey and cyan triangles "
      "were never applied: rejected by the static limits or screened out by the digital twin."),
     ("best_vs_baseline", "Best trial against the baseline",
-     "Left: each candidate's paired improvement over the baseline on fresh placements, one dot "
-     "per repeat, with its bootstrap 95 % interval (a winner's interval lies above 0). Middle: "
+     "Left: each candidate's paired busbw change over the baseline on the placements drawn for "
+     "the study, one dot per placement, with its 95 % t-interval corrected for the candidates "
+     "(a winner's lies above 0, unless it fixes a guardrail the baseline breaks). Middle: "
      "the bus bandwidth of every iteration. Right: change of each headline metric, green "
      "where the best trial is better."),
     ("drift", "Baseline drift",

@@ -202,8 +202,8 @@ def _not_confirmed(st: Any, o: TrialOutcome) -> str:
     if check.confirmed:
         return "was confirmed but is not the winner (another confirmed trial did better)"
     return "was not confirmed: " + (f"{check.problem} on its confirmation repeats"
-                                    if check.problem else "its paired improvement on the "
-                                    "fresh repeats was not clearly above 0")
+                                    if check.problem else "its paired change on the "
+                                    "confirmation's placements was not clearly above 0")
 
 
 def gate(st: Any, o: TrialOutcome, unconfirmed: bool) -> str:

@@ -2,10 +2,10 @@
 
 One document model (headings, paragraphs, tables, code blocks) rendered twice, so the two files
 never disagree. Content: the winning settings per platform next to what runs today, the evidence
-(paired improvement with its confidence interval; PFC pause time, tail latency and bus bandwidth
-before and after), the exact commands per platform (``ecntune export``'s generators), how they
-are made to survive a reboot, the rollback commands (the same generators, back to today's
-values) and how to verify afterwards.
+(the paired busbw change with its confidence interval, and every trade; PFC pause time, tail
+latency and bus bandwidth before and after), the exact commands per platform (``ecntune
+export``'s generators), how they are made to survive a reboot, the rollback commands (the same
+generators, back to today's values) and how to verify afterwards.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def blocks(cr: ChangeRequest) -> list[Block]:
     ]
     ev = cr.evidence
     if ev is None:
-        out.append("No confirmation repeats were recorded: the improvement is a single "
+        out.append("No confirmation repeats were recorded: the change is a single "
                    "measurement and is not evidence for a change.")
     else:
         out.append(f"Paired change of {ev.metric}: {ev.improvement_percent:+.1f} % "
