@@ -225,7 +225,7 @@ def judge(base: Sequence[Measurement], cands: Mapping[int, Sequence[Measurement]
             if base_breaks:  # the candidate meets what the baseline breaks: at its price
                 confirmed = True
             else:
-                confirmed, problem = _beats(ts, logs, lo, hi, cfg, k)
+                confirmed, problem = _beats(ts, lo, hi, cfg, k)
         price = trade_text(eff, base_breaks)
         out.append(CandidateCheck(
             number, logs, log2_percent(mean), log2_percent(lo) if math.isfinite(lo) else -100.0,
@@ -234,9 +234,10 @@ def judge(base: Sequence[Measurement], cands: Mapping[int, Sequence[Measurement]
     return out
 
 
-def _beats(ts: list[tuple[int, Terms, Raw, Raw]], logs: list[float], lo: float, hi: float,
-           cfg: ScoreConfig, k: int) -> tuple[bool, str]:
-    """(confirmed, why not) for a candidate against a baseline that meets every guardrail."""
+def _beats(ts: list[tuple[int, Terms, Raw, Raw]], lo: float, hi: float, cfg: ScoreConfig,
+           k: int) -> tuple[bool, str]:
+    """(confirmed, why not) for a candidate against a baseline that meets every guardrail;
+    ``lo``/``hi`` bound the primary metric's corrected interval (log2, better is positive)."""
     if cfg.mode == "scalar":
         s_lo, s_hi = t_interval([t.scalar for _, t, _, _ in ts], comparisons=k)
         if s_lo > 0:
