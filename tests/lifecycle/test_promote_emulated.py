@@ -60,7 +60,7 @@ def test_waves_roll_back_on_a_violation_then_finish_with_persist(
         assert text.count("rollback: ") == 6 and "persist:  config save -y" in text
         assert fleet.read_settings()[0] == live  # the dry run changed nothing
 
-        emu.inject("host2", pfc_storm=20000)  # 1 s of pause per counter read
+        emu.inject("host2", pfc_storm=20000)  # 20 000 frames/s of 50 us: paused all the time
         first = promote_waves(fleet, waves, WINNER, study="moe-1", limits=limits,
                               gate_s=1.0, journal=journal, record=record)
         assert [r.outcome for r in first] == ["promoted", "promoted", "rolled_back:pfc_storm"]

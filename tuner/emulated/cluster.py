@@ -221,6 +221,8 @@ class EmulatedCluster:
                 else:
                     current[key] = value
             st.write_json(tdir / "faults.json", current)
+            if set(faults) & set(st.RATE_FAULTS):
+                st.start_fault_clock(tdir)
             self._write_refused(tdir, current)
             self._apply_link(tdir, bool(current.get("link_down")))
 

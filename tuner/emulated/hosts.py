@@ -197,21 +197,21 @@ def ethtool_stats(state: dict[str, Any], c: dict[str, int]) -> list[tuple[str, i
     return rows
 
 
-def fault_counter_deltas(state: dict[str, Any], faults: dict[str, Any]) -> dict[str, int]:
-    """Counter increments the rate faults add per read/run (PFC storm, drops, CRC errors)."""
+def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]) -> dict[str, int]:
+    """Counter increments for ``events`` of the rate faults (PFC storm, drops, CRC errors)."""
     prio = int(state.get("roce_priority", 3))
     d: dict[str, int] = {}
-    storm = int(faults.get("pfc_storm", 0) or 0)
+    storm = events.get("pfc_storm", 0)
     if storm:
         d.update({f"rx_prio{prio}_pause": storm, f"rx_prio{prio}_pause_duration": storm * 50,
                   f"tx_prio{prio}_pause": storm, f"tx_prio{prio}_pause_duration": storm * 50,
                   "rx_pause_ctrl_phy": storm, "tx_pause_ctrl_phy": storm,
                   "tx_pause_storm_warning_events": 1})
-    drops = int(faults.get("lossless_drops", 0) or 0)
+    drops = events.get("lossless_drops", 0)
     if drops:
         d.update({f"rx_prio{prio}_discards": drops, "rx_discards_phy": drops,
                   "rx_out_of_buffer": drops})
-    crc = int(faults.get("crc_errors", 0) or 0)
+    crc = events.get("crc_errors", 0)
     if crc:
         d["rx_crc_errors_phy"] = crc
     return d

@@ -39,9 +39,9 @@ FAULT_KEYS = {
     "exit_code": "{command: rc} the stand-in prints an error and exits with rc",
     "nccl_warn": "text: mpirun prints an 'NCCL WARN' line with it",
     "nccl_wrong": "int: nccl-tests '#wrong' column reports this many errors",
-    "pfc_storm": "int: pause frames added on the lossless priority per counter read/run",
-    "lossless_drops": "int: drops on the lossless priority added per counter read/run",
-    "crc_errors": "int: rx_crc_errors_phy added per counter read/run",
+    "pfc_storm": "float: pause frames per second received on the lossless priority (50 us each)",
+    "lossless_drops": "float: drops per second on the lossless priority",
+    "crc_errors": "float: rx_crc_errors_phy per second",
     "link_down": "bool: the port is down (ethtool/ip/switch show it; mpirun fails)",
     "ecnconfig_fail_after": "int: ecnconfig's CONFIG_DB writes fail after this many",
     "nv_apply_fail": "text: 'nv config apply' fails with this message",
@@ -108,6 +108,33 @@ def load_state(tdir: Path) -> dict[str, Any]:
 
 def load_faults(tdir: Path) -> dict[str, Any]:
     return dict(read_json(tdir / "faults.json", {}) or {})
+
+
+# Faults that are rates in time, as on a real port: a counter read sees the events that happened
+# since the fault was injected, however often or slowly it is read.
+RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors")
+FAULT_CLOCK = "fault_clock.json"
+
+
+def start_fault_clock(tdir: Path) -> None:
+    """The rate faults were (re)set: count their events from now. Call under ``locked``."""
+    write_json(tdir / FAULT_CLOCK, {"since": time.time(), "counted": {}})
+
+
+def take_fault_events(tdir: Path, faults: dict[str, Any]) -> dict[str, int]:
+    """Events of each rate fault since the last call (whole events; the fraction carries)."""
+    with locked(tdir):
+        clock = read_json(tdir / FAULT_CLOCK) or {"since": time.time(), "counted": {}}
+        elapsed = max(0.0, time.time() - float(clock["since"]))
+        counted: dict[str, int] = clock["counted"]
+        events = {}
+        for key in RATE_FAULTS:
+            due = int(float(faults.get(key) or 0) * elapsed)
+            if due > counted.get(key, 0):
+                events[key] = due - counted.get(key, 0)
+                counted[key] = due
+        write_json(tdir / FAULT_CLOCK, {"since": clock["since"], "counted": counted})
+    return events
 
 
 def apply_command_faults(command: str, faults: dict[str, Any]) -> None:

@@ -155,12 +155,12 @@ def applied_ecn(state: dict[str, Any]) -> dict[str, Any]:
     return sonic_ecn(state) if state["platform"] == "sonic" else nvue_ecn(state)
 
 
-def fault_counter_deltas(state: dict[str, Any], faults: dict[str, Any]
+def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
                          ) -> dict[str, dict[str, int]]:
-    """Per host-facing port: PFC storm frames, lossless-queue drops."""
+    """Per host-facing port, for ``events`` of the rate faults: PFC storm frames, drops."""
     q = int(state["lossless_queue"])
-    storm = int(faults.get("pfc_storm", 0) or 0)
-    drops = int(faults.get("lossless_drops", 0) or 0)
+    storm = events.get("pfc_storm", 0)
+    drops = events.get("lossless_drops", 0)
     out: dict[str, dict[str, int]] = {}
     for port in state["host_ports"]:
         d: dict[str, int] = {}

@@ -18,15 +18,18 @@ class Target:
     faults: dict[str, Any]
 
     def tick_counter_faults(self) -> None:
-        """Rate faults (PFC storm, drops, CRC) move the counters on every read."""
+        """Rate faults (PFC storm, drops, CRC) add the events that happened since last read."""
+        events = state.take_fault_events(self.dir, self.faults)
+        if not events:
+            return
         if self.state["kind"] == "host":
-            deltas = hosts.fault_counter_deltas(self.state, self.faults)
+            deltas = hosts.fault_counter_deltas(self.state, events)
             if deltas:
                 state.add_counters(self.dir, {self.state["netdev"]: deltas})
         else:
             from tuner.emulated import switches
 
-            deltas_sw = switches.fault_counter_deltas(self.state, self.faults)
+            deltas_sw = switches.fault_counter_deltas(self.state, events)
             if deltas_sw:
                 state.add_counters(self.dir, deltas_sw)
 
