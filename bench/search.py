@@ -45,8 +45,13 @@ BEST = ROOT / "bench" / "search-best-known.json"
 RESULTS = ROOT / "bench" / "search-results.json"
 START, END = "<!-- search:start -->", "<!-- search:end -->"
 
+# The shipped experiments, and two scenarios written before the default sampler changed and
+# never adjusted afterwards (bench/scenarios/: a method is judged on them, not fitted to them).
 SCENARIOS = {"quick": "experiments/quick.yaml", "moe-mix": "experiments/moe-mix.yaml",
-             "allreduce-400g": "experiments/allreduce-400g.yaml"}
+             "allreduce-400g": "experiments/allreduce-400g.yaml",
+             "fsdp-200g-2nic": "bench/scenarios/fsdp-200g-2nic.yaml",
+             "moe-100g-deep": "bench/scenarios/moe-100g-deep.yaml",
+             "single-200g-incast": "bench/scenarios/single-200g-incast.yaml"}
 METHODS = ["tpe", "local-tpe", "random", "hillclimb", "ecn-shifter", "static"]
 SEARCHERS = ["random", "hillclimb", "ecn-shifter"]
 REACH = 0.98  # "reached": a feasible trial scoring at least 98 % of the best known score
