@@ -215,11 +215,19 @@ class BudgetSpec(BaseModel):
 
 class SamplerSpec(BaseModel):
     model_config = _STRICT
-    # hillclimb, ecn-shifter: the benchmark's alternative tuners (tuner/samplers.py)
-    name: Literal["tpe", "local-tpe", "random", "cmaes", "gp", "qmc", "hillclimb",
-                  "ecn-shifter"] = "tpe"
+    # twin: the twin explores, the canary confirms (tuner/twin_search.py), the best measured by
+    # bench/search.py; hillclimb, ecn-shifter: the benchmark's alternatives (tuner/samplers.py)
+    name: Literal["twin", "tpe", "local-tpe", "random", "cmaes", "gp", "qmc", "hillclimb",
+                  "ecn-shifter"] = "twin"
     seed: int | None = Field(default=0, ge=0, le=2**32 - 1)  # numpy's seed range
     startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
+    twin_trials: int = Field(default=60, ge=0, le=100_000)  # twin: trials of its exploration
+
+    @property
+    def random_startup(self) -> int:
+        """Proposals drawn at random before the sampler models anything (the start-up that
+        ``rolled_back_share`` leaves out). The twin sampler has none: it starts from the twin."""
+        return 0 if self.name == "twin" else self.startup_trials
 
 
 class ScreenSpec(BaseModel):
@@ -305,6 +313,31 @@ class Experiment(BaseModel):
                                                    and self.workload.probes):
             raise ValueError("objective.mode multi (busbw up, p99 down) needs both a collective "
                              "and a probe part in the workload")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_sampler(cls, data: Any) -> Any:
+        """Without ``sampler.name``: ``twin`` where the experiment has a twin (the simulator
+        backend, or ``screen.fabric`` describing the canary), else ``tpe``."""
+        if not isinstance(data, dict):
+            return data
+        sampler, fabric, screen = (data.get(k) for k in ("sampler", "fabric", "screen"))
+        if sampler is None:
+            sampler = {}
+        if not isinstance(sampler, dict) or "name" in sampler:
+            return data
+        backend = fabric.get("backend", "sim") if isinstance(fabric, dict) else "sim"
+        twin = backend == "sim" or (isinstance(screen, dict) and screen.get("fabric"))
+        return {**data, "sampler": {**sampler, "name": "twin" if twin else "tpe"}}
+
+    @model_validator(mode="after")
+    def _twin_exists(self) -> Experiment:
+        if self.sampler.name == "twin" and self.fabric.backend != "sim" \
+                and self.screen.fabric is None:
+            raise ValueError("sampler.name twin searches a digital twin of the canary: "
+                             "describe it in screen.fabric (topology, speeds, buffer), or "
+                             "choose another sampler.name (tpe, hillclimb, ...)")
         return self
 
     # Derived locations ---------------------------------------------------------------------

@@ -238,6 +238,7 @@ class StudyRunner:
         self.space: SearchSpace = build_space(exp)
         self.dists = optuna_io.distributions(self.space)
         self.cfg = score_config(exp)
+        self.twin_key = studies.TWIN_TRIALS  # where this runner counts its twin trials
         self.guard = SignalGuard()
         self.study: Any = None
         self.desc: ClusterDescription | None = None
@@ -287,7 +288,7 @@ class StudyRunner:
         for k, v in {"experiment_yaml": self.exp_yaml, "experiment_name": self.exp.name,
                      "mode": self.exp.objective.mode, "created_at": time.time(),
                      "ecntune_version": __version__,
-                     "startup_trials": self.exp.sampler.startup_trials}.items():
+                     "startup_trials": self.exp.sampler.random_startup}.items():
             self.study.set_user_attr(k, v)
         if self.lineage:
             self.study.set_user_attr("lineage", self.lineage)
@@ -504,6 +505,9 @@ class StudyRunner:
         with self.guard.shield():  # a local, quick write: never half-done
             optuna_io.tell(self.study, asked, state=state, values=tell_values,
                            constraints=cons, attrs=attrs)
+        twin_trials = getattr(self.study.sampler, "twin_trials", None)
+        if twin_trials is not None:  # counted apart: the canary budget counts the canary only
+            self.study.set_user_attr(self.twin_key, twin_trials)
         # Not shielded: a hung tracking server must stay interruptible. The canary is already
         # back on the baseline here, and a missed run is back-filled from Optuna later.
         self.tracker.log_trial(self._record(asked.number, state.name, attrs, asked.params))
@@ -549,6 +553,21 @@ class StudyRunner:
         return self._finish_trial(asked, verdict="baseline", values=values,
                                   state=optuna_io.COMPLETE, ms=ms, sc=sc, role="baseline",
                                   extra_metrics={f"noise_{k}": v for k, v in noise.items()})
+
+    def _attach_twin(self) -> None:
+        """The digital twin, for the screen and for ``sampler: twin`` (one twin, one
+        measurement per setting, shared by both)."""
+        attach = getattr(self.study.sampler, "attach", None)
+        if self.exp.screen.mode != "twin" and attach is None:
+            return
+        from tuner.screen import TwinScreen
+
+        twin = TwinScreen(self.exp, self.cfg)
+        if self.exp.screen.mode == "twin":
+            self.screen = twin
+        if attach is not None:
+            attach(lambda params: twin.evaluate(self.space.values(params,
+                                                                  self.baseline_values)))
 
     # One trial -------------------------------------------------------------------------------
     def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
@@ -753,10 +772,7 @@ class StudyRunner:
                 self.study.set_user_attr("canary", {"switches": self.desc.canary_switches,
                                                     "nics": self.desc.canary_nics})
                 self._ensure_baseline()
-                if self.exp.screen.mode == "twin":
-                    from tuner.screen import TwinScreen
-
-                    self.screen = TwinScreen(self.exp, self.cfg)
+                self._attach_twin()
                 self._start_tracking()
                 self.backfill()
             t0 = time.monotonic()
@@ -816,6 +832,14 @@ class StudyRunner:
             if key in counts:
                 counts[key] += 1
         metrics = dict(counts, canary_time_saved_s=self.saved_s)
+        sampler = self.study.sampler
+        if getattr(sampler, "twin_trials", None) is not None:
+            metrics["twin_trials"] = studies.twin_trials(self.study) or 0
+            folder = self.results / self.study_name / "twin"
+            folder.mkdir(parents=True, exist_ok=True)
+            name = self.twin_key.removeprefix(studies.TWIN_TRIALS).replace(":", "-")
+            (folder / f"trials{name}.json").write_text(json.dumps(sampler.records(), indent=1))
+            self.tracker.log_dir(folder, "twin")
         if res.rolled_back_share is not None:
             metrics["rolled_back_share"] = res.rolled_back_share
         if res.best is not None and res.best.score is not None:

@@ -61,6 +61,10 @@ def make_sampler(spec: SamplerSpec, multi: bool, *,
                  pfc_alarm_us_per_s: float = 1000.0) -> optuna.samplers.BaseSampler:
     """The sampler, checked now rather than at trial 10 (GP needs torch, CMA-ES cmaes).
     ``pfc_alarm_us_per_s``: the pause level the ``ecn-shifter`` treats as a PFC alarm."""
+    if spec.name == "twin":
+        from tuner.twin_search import TwinSampler
+
+        return TwinSampler(seed=spec.seed, twin_trials=spec.twin_trials)
     if spec.name == "tpe":
         return optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.startup_trials,
                                           multivariate=True, constant_liar=True)

@@ -7,11 +7,14 @@ and post-hoc rules as a trial, against the twin's own baseline; a predicted stor
 safety violation) or a busbw loss beyond ``objective.guardrails.max_busbw_loss_percent`` gives
 the verdict ``screened:<reason>``: recorded, told to the sampler as infeasible, never applied.
 The screen costs simulator time only, and is judged by ``bench/search.py`` (storms prevented,
-good settings wrongly skipped).
+good settings wrongly skipped). The same twin serves ``sampler: twin`` (``evaluate``, the
+score and guardrails on the twin; ``tuner/twin_search.py``); each setting is measured there
+once, for both.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from objectives.score import score
@@ -19,10 +22,11 @@ from safety.limits import describe
 from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner.errors import ConfigError, SafetyAbort
 from tuner.settings import Settings
+from tuner.twin_search import TwinResult
 
 if TYPE_CHECKING:
     from objectives.measurement import Measurement
-    from objectives.score import ScoreConfig
+    from objectives.score import Score, ScoreConfig
     from tuner.cluster.sim import SimCluster
     from tuner.experiment import Experiment
 
@@ -47,21 +51,44 @@ class TwinScreen:
         self.base_settings = self.twin.snapshot()
         self.baseline: Measurement = self.twin.measure(exp.workload)
         self.window_s = storm_window_s(exp.safety, self.baseline.duration_s)
-        self.screened = 0
+        self._seen: dict[tuple[tuple[str, int], ...],
+                         tuple[Score | None, tuple[str, str] | None]] = {}
 
     def verdict(self, values: dict[str, int]) -> tuple[str, str] | None:
         """(verdict, detail) when the twin predicts trouble, else None."""
+        sc, trouble = self._measure(values)
+        if trouble is not None:
+            return trouble
+        assert sc is not None
+        loss = [text for code, text in sc.violations() if code == "busbw_loss"]
+        return ("screened:busbw_loss", f"twin: {loss[0]}") if loss else None
+
+    def evaluate(self, values: dict[str, int]) -> TwinResult:
+        """The twin's score for ``values`` and its guardrail violation (``sampler: twin``)."""
+        sc, trouble = self._measure(values)
+        if trouble is not None or sc is None:
+            return TwinResult(score=None, violation=math.inf)
+        return TwinResult(score=sc.scalar,
+                          violation=sum(max(v, 0.0) for v in sc.constraints.values()))
+
+    def _measure(self, values: dict[str, int]) -> tuple[Score | None, tuple[str, str] | None]:
+        """One twin measurement of ``values`` (kept: the screen and the search ask alike)."""
+        key = tuple(sorted(values.items()))
+        if key not in self._seen:
+            self._seen[key] = self._measure_now(values)
+        return self._seen[key]
+
+    def _measure_now(self, values: dict[str, int]
+                     ) -> tuple[Score | None, tuple[str, str] | None]:
         settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics, values)
         self.twin.apply(settings)
         try:
             m = self.twin.measure(self.exp.workload, LiveMonitor(self.exp.safety, self.window_s))
             found = judge(m, self.exp.safety, self.window_s)
             if found:
-                return f"screened:{found[0].code}", "twin: " + describe(found)
-            loss = [text for code, text in score([m], [self.baseline], self.cfg).violations()
-                    if code == "busbw_loss"]
-            return ("screened:busbw_loss", f"twin: {loss[0]}") if loss else None
+                return None, (f"screened:{found[0].code}", "twin: " + describe(found))
+            return score([m], [self.baseline], self.cfg), None
         except SafetyAbort as exc:
-            return f"screened:{exc.reason}", f"twin: {exc.detail}"
+            return None, (f"screened:{exc.reason}", f"twin: {exc.detail}")
         finally:
             self.twin.apply(self.base_settings)

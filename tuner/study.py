@@ -196,6 +196,16 @@ def rolled_back_share(trials: list[TrialOutcome], startup: int) -> float | None:
     return sum(t.verdict.startswith("rolled_back") for t in after) / len(after)
 
 
+TWIN_TRIALS = "twin_trials"  # + ":<slice>:<worker>" for each scale-out worker's own count
+
+
+def twin_trials(study: Any) -> int | None:
+    """Twin trials of the study (``sampler: twin``), every worker's summed; None without."""
+    counts = [int(v) for k, v in study.user_attrs.items()
+              if k == TWIN_TRIALS or k.startswith(TWIN_TRIALS + ":")]
+    return sum(counts) if counts else None
+
+
 def read(study: Any) -> dict[str, Any]:
     """The study attributes the review needs besides the trials (repeats, noise, drift)."""
     ua = study.user_attrs

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from objectives.measurement import Measurement
 from safety.rollback import restore
 from tuner import __version__, optuna_io
+from tuner import study as studies
 from tuner.errors import ConfigError
 from tuner.lease import Lease, LeaseKeeper
 from tuner.loop import Interrupted, SignalGuard, StudyRunner, TrialOutcome
@@ -126,6 +128,8 @@ class SliceWorker(StudyRunner):
         super().__init__(exp, exp_yaml, cluster, study_name=study_name, **kw)
         self.slice = slice_name
         self.keeper = keeper
+        # Each worker counts its own twin trials (a shared key would keep the last writer's).
+        self.twin_key = f"{studies.TWIN_TRIALS}:{slice_name}:{uuid.uuid4().hex[:8]}"
         self.leases = keeper.leases
         self.heartbeat_s = max(1, round(self.leases.ttl_s / 3))
         self.lease_guard = _LeaseGuard(slice_name)
@@ -215,7 +219,7 @@ class SliceWorker(StudyRunner):
                 for k, v in {"experiment_yaml": self.exp_yaml,
                              "experiment_name": self.exp.name, "mode": self.exp.objective.mode,
                              "created_at": time.time(), "ecntune_version": __version__,
-                             "startup_trials": self.exp.sampler.startup_trials,
+                             "startup_trials": self.exp.sampler.random_startup,
                              "shared": True}.items():
                     self.study.set_user_attr(k, v)
                 self._enqueue_warm_starts()  # once per study, for any worker to take

@@ -3,12 +3,13 @@ slice, logging to one real ``mlflow server`` backed by PostgreSQL (``storage`` a
 ``tracking.uri`` both shared, as in docs/scale-out.md); one is SIGKILLed in the middle of a
 trial and a new worker takes its slice over.
 
-Checked: every trial is recorded once (Optuna, and one nested MLflow run each, all under one
+The workers run the default sampler (``twin``). Checked: every trial is recorded once (Optuna, and one nested MLflow run each, all under one
 parent run) and the shared budget is spent exactly; no slice is held twice (a held slice's
 lease cannot be acquired, the trials of one slice never overlap in time, every lease is
 released at the end); the killed worker's trial is failed, re-queued and run with the same
 params (the surviving workers wait for it: ``tuner.worker.budget_step``); its slice is
-restored (open journal change closed, devices back on the baseline).
+restored (open journal change closed, devices back on the baseline); no two workers measured
+the same proposal.
 
 Deterministic by construction: the victim is frozen (SIGSTOP) at a moment its trial is known to
 run with its change applied, and its lease checked while it is frozen; after the kill the
@@ -41,8 +42,7 @@ pytestmark = pytest.mark.timeout(900)  # seconds idle, minutes under a load of 1
 def experiment(tmp: Path, storage: str, tracking: str, mlflow_exp: str) -> Path:
     text = tiny_yaml(tmp / "results", storage, trials=TRIALS)
     text = text.replace("canary: {switches: [leaf0]}", "canary: {switches: [leaf0], slices: 3}")
-    text = text.replace("sampler: {name: random, seed: 0}",
-                        "sampler: {name: tpe, seed: 0, startup_trials: 3}")
+    text = text.replace("sampler: {name: random, seed: 0}", "sampler: {seed: 0}")  # the default
     text = text.replace("tracking: {enabled: false}",
                         f"tracking: {{uri: '{tracking}', experiment: {mlflow_exp}}}")
     f = tmp / "exp.yaml"
@@ -95,6 +95,7 @@ def test_three_workers_one_killed_mid_trial(pg_url: str, mlflow_pg: str,
     from mlflow.tracking import MlflowClient
 
     from tuner import optuna_io
+    from tuner import study as studies
     from tuner.cluster.statefile import read_state
     from tuner.lease import SliceLeases
 
@@ -172,6 +173,12 @@ def test_three_workers_one_killed_mid_trial(pg_url: str, mlflow_pg: str,
                        if t.user_attrs["slice"] == s)
         for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
             assert start >= end, f"two trials on {s} at once"
+    # The default sampler (twin): no two workers measured the same proposal (the re-queued
+    # trial repeats the dead one's params by design).
+    proposed = [tuple(sorted(t.params.items())) for t in finished
+                if t.user_attrs.get("role") == "proposal" and t.number != retry[0].number]
+    assert len(proposed) == TRIALS - 1 and len(set(proposed)) == len(proposed)
+    assert (studies.twin_trials(st) or 0) > 0  # counted per worker, summed
     leases = SliceLeases(pg_url, "tiny", ttl_s=TTL_S)
     try:
         assert leases.rows() == []

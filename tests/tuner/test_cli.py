@@ -225,3 +225,35 @@ def test_sigkill_mid_study_then_recover_and_resume(tiny: Tiny,
     after = {t.number: t.params for t in st.trials if t.state.name in ("COMPLETE", "PRUNED")}
     assert {n: after[n] for n in done} == done
     assert not [t for t in st.trials if t.state.name == "RUNNING"]
+
+
+def test_twin_trials_are_counted_apart_from_the_canary_budget(tiny: Tiny, tmp_path: Path) -> None:
+    """``sampler: twin``: the budget counts canary trials only; the twin trials are counted in
+    the study, printed by ``show`` and logged to the MLflow parent run with every one of them."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    exp, text = tiny(trials=3)
+    text = text.replace("sampler: {name: random, seed: 0}",
+                        "sampler: {name: twin, seed: 0, twin_trials: 12}")
+    assert "name: twin" in text
+    r = CliRunner().invoke(main, ["run", str(_write(tmp_path, text)), "--study", "tw",
+                                  "--quiet"])
+    assert r.exit_code == 0, r.output
+    st = optuna_io.load_study("tw", exp.storage_url)
+    canary = [t for t in st.trials if t.user_attrs.get("role") != "baseline"]
+    assert len(canary) == 3  # the budget: canary trials only
+    twin = st.user_attrs["twin_trials"]
+    assert twin >= 12 + 3  # the exploration, plus each canary trial measured on the twin
+    r = CliRunner().invoke(main, ["show", "tw", "--results", str(exp.results_path)])
+    assert r.exit_code == 0, r.output
+    assert f"twin trials: {twin} on the digital twin" in r.output
+    client = MlflowClient(exp.tracking_uri)
+    parent = next(run for run in client.search_runs(
+        [client.get_experiment_by_name(exp.tracking_experiment).experiment_id])
+        if "ecntune.trial" not in run.data.tags)
+    assert parent.data.metrics["twin_trials"] == twin
+    logged = json.loads(Path(client.download_artifacts(
+        parent.info.run_id, "twin/trials.json")).read_text())
+    assert len(logged) == twin and {"params", "score", "violation", "feasible"} <= set(logged[0])

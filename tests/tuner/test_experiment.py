@@ -133,3 +133,19 @@ def test_every_field_is_in_the_reference() -> None:
             if not any(f"`{sf}`" in r or f"`{name}.{sf}`" in r for r in mine):
                 missing.append(f"{name}.{sf}")
     assert not missing, f"not in docs/experiment-file.md: {missing}"
+
+
+def test_the_default_sampler_is_twin_where_the_experiment_has_a_twin() -> None:
+    assert parse_experiment(MINIMAL).sampler.name == "twin"  # the simulator backend
+    ssh = MINIMAL + "fabric: {backend: ssh, inventory_file: inv.yaml}\n"
+    assert parse_experiment(ssh).sampler.name == "tpe"  # no twin described
+    twin = ssh + ("screen: {fabric: {topology: {kind: leaf_spine, leaves: 2, spines: 1, "
+                  "hosts_per_leaf: 4}}}\n")
+    assert parse_experiment(twin).sampler.name == "twin"
+    assert parse_experiment(ssh + "sampler: {seed: 3}\n").sampler.name == "tpe"
+
+
+def test_twin_sampler_without_a_twin_names_the_fields() -> None:
+    msg = _error(MINIMAL + "fabric: {backend: ssh, inventory_file: inv.yaml}\n"
+                 "sampler: {name: twin}\n")
+    assert "exp.yaml" in msg and "sampler.name twin" in msg and "screen.fabric" in msg

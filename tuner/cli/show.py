@@ -63,6 +63,11 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
             example[v] = (t.number, str(t.user_attrs.get("detail", "")) or verdict_meaning(v))
     console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
                   highlight=False)
+    twin = studies.twin_trials(st)
+    if twin is not None:
+        console.print(f"twin trials: {twin} on the digital twin "
+                      "(sampler twin; not canary trials, not counted in the budget)",
+                      highlight=False)
     if example:
         why = Table(title="why trials were not kept (first example of each)")
         for col in ("verdict", "trials", "e.g. trial", "detail"):

@@ -1,0 +1,291 @@
+"""``sampler: twin`` -- the twin explores, the canary confirms.
+
+Canary time is scarce and a twin trial costs a few hundredths of a second, so the search runs on
+the twin and the canary only measures what the twin ranks best, corrected by what the canary has
+shown so far:
+
+1. **Explore** (once, at the first proposal): a multivariate TPE study on the twin alone,
+   ``twin_trials`` trials, scored against the twin's own baseline with the study's objective and
+   guardrails (``TwinScreen.evaluate``: the score, and the violation, the sum of the positive
+   guardrail margins). The canary's baseline and warm starts seed it.
+2. **Refine** (every proposal): ``local`` steps around the canary's incumbent (the best feasible
+   canary trial; while there is none, the measured trial closest to meeting every guardrail),
+   measured on the twin too, join the pool.
+3. **Correct**: the canary re-ranks the twin. The residuals (canary - twin) of the score and of
+   the violation of every measured trial are smoothed over the search space (Gaussian kernel in
+   the unit cube, shrunk towards the residuals' mean), so the twin's bias is removed where the
+   canary has been and the prediction is left uncertain where it has not. A rollback on the
+   canary (a storm, drops) makes its neighbourhood likelier to roll back too; a guardrail break
+   is corrected through the violation, not banned.
+4. **Propose**, among the pool points the twin measured safe that the canary has not measured
+   and is not measuring now (other workers' trials included): first those whose neighbourhood
+   rolled back in fewer than half the weighted cases; then, by Deb's rule, those predicted to
+   meet every guardrail (optimistic violation 0) by the highest ``prediction + kappa *
+   uncertainty``, or, while none is, the smallest optimistic violation. With no safe point
+   left, a hill-climb step.
+
+The sampler keeps no state a resume needs beyond the study itself: the pool is rebuilt from the
+twin (same seed, same pool) and the corrections from the trials. Without a twin attached (the
+loop attaches one, ``attach``), it hill-climbs. Twin trials are counted apart from canary trials
+(``twin_trials``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.samplers import HillClimbSampler, _bounds, _clip, _finished
+
+# A canary outcome that says the setting broke a safety limit (a storm, drops): not a guardrail
+# (``infeasible``, corrected through the violation) and not a failed SSH link.
+_BAD = ("rolled_back",)
+# The violation told to the twin's TPE for a storm: above any sum of guardrail margins (each
+# is a tanh, at most 1).
+_STORM = 10.0
+
+
+@dataclass(frozen=True)
+class TwinResult:
+    """One twin trial: its score against the twin's baseline and by how much it broke the
+    guardrails there (the sum of the positive constraint margins, 0 when it met every one).
+    Score None and violation ``inf``: it stormed or broke a safety limit."""
+
+    score: float | None
+    violation: float
+
+    @property
+    def feasible(self) -> bool:
+        return self.violation <= 0.0
+
+    @property
+    def safe(self) -> bool:
+        return self.score is not None and math.isfinite(self.violation)
+
+
+Evaluate = Callable[[dict[str, Any]], TwinResult]
+
+
+def unit(params: dict[str, Any], space: dict[str, BaseDistribution],
+         names: list[str]) -> np.ndarray:
+    """``params`` in the unit cube (log dimensions on a log scale)."""
+    out = []
+    for k in names:
+        low, high, log = _bounds(space[k])
+        x = float(params[k])
+        if log:
+            out.append((math.log(max(x, low)) - math.log(low)) / (math.log(high) - math.log(low)))
+        else:
+            out.append((x - low) / (high - low) if high > low else 0.0)
+    return np.array(out)
+
+
+@dataclass
+class Correction:
+    """Kernel-smoothed canary-minus-twin residuals and canary limit breaks (see step 3)."""
+
+    points: np.ndarray  # (n, d) canary trials in the unit cube
+    residuals: np.ndarray  # (n,) score residuals, NaN where the canary has no score
+    violations: np.ndarray  # (n,) guardrail-violation residuals, NaN likewise
+    bad: np.ndarray  # (n,) 1.0 where the canary outcome broke a limit
+    bandwidth: float
+    prior: float = 1.0  # pseudo-observations of the mean residual / of a clean outcome
+
+    def weights(self, x: np.ndarray) -> np.ndarray:
+        return np.exp(-((self.points - x) ** 2).sum(axis=1) / (2 * self.bandwidth ** 2))
+
+    def smooth(self, residuals: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+        """(correction, its uncertainty) at the point whose kernel weights are ``w``: the
+        weighted residual, shrunk towards the residuals' mean; unsure where no canary trial is
+        near."""
+        known = ~np.isnan(residuals)
+        r, wk = residuals[known], w[known]
+        if len(r) == 0:
+            return 0.0, 0.1
+        mean = float(r.sum() / (len(r) + self.prior))
+        spread = max(float(np.std(r)) if len(r) > 1 else 0.1, 0.02)
+        total = float(wk.sum())
+        corr = (float((wk * r).sum()) + self.prior * mean) / (total + self.prior)
+        return corr, spread * math.sqrt(self.prior / (total + self.prior))
+
+    def at(self, x: np.ndarray) -> tuple[float, float, float, float, float]:
+        """(score correction, its uncertainty, violation correction, its uncertainty, weighted
+        share of broken limits) at ``x``."""
+        if len(self.points) == 0:
+            return 0.0, 0.1, 0.0, 0.1, 0.0
+        w = self.weights(x)
+        c, u = self.smooth(self.residuals, w)
+        vc, vu = self.smooth(self.violations, w)
+        broke = float((w * self.bad).sum()) / (float(w.sum()) + self.prior)
+        return c, u, vc, vu, broke
+
+
+class TwinSampler(optuna.samplers.BaseSampler):
+    """The twin explores, the canary confirms (see the module docstring)."""
+
+    def __init__(self, seed: int | None = None, *, twin_trials: int = 60, local: int = 2,
+                 kappa: float = 1.0, step: float = 0.1) -> None:
+        self.seed = seed
+        self.twin_trials_planned = twin_trials
+        self.local = local
+        self.kappa = kappa
+        self.step = step
+        self._hc = HillClimbSampler(seed=seed)
+        self._rng = np.random.RandomState(seed)
+        self._evaluate: Evaluate | None = None
+        self._pool: dict[tuple[tuple[str, Any], ...], tuple[dict[str, Any], TwinResult]] = {}
+        self._explored = False
+        self.twin_trials = 0  # twin measurements made (the canary budget does not count them)
+
+    # Wiring ------------------------------------------------------------------------------
+    def attach(self, evaluate: Evaluate) -> None:
+        """The twin: measures Optuna params on the twin (``TwinScreen.evaluate``)."""
+        self._evaluate = evaluate
+
+    def reseed_rng(self) -> None:
+        self._rng.seed()
+        self._hc.reseed_rng()
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._hc.infer_relative_search_space(study, trial)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._hc.sample_independent(study, trial, param_name, param_distribution)
+
+    # The twin --------------------------------------------------------------------------------
+    def twin(self, params: dict[str, Any]) -> TwinResult:
+        """The twin's result for ``params`` (measured once, then kept in the pool)."""
+        assert self._evaluate is not None
+        key = tuple(sorted(params.items()))
+        if key not in self._pool:
+            self._pool[key] = (dict(params), self._evaluate(params))
+            self.twin_trials += 1
+        return self._pool[key][1]
+
+    def explore(self, space: dict[str, BaseDistribution], seeds: list[dict[str, Any]]) -> None:
+        """Step 1: a TPE study on the twin alone, seeded with the canary's known points."""
+        self._explored = True
+        if self.twin_trials_planned <= 0:
+            return
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        inner = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(
+            seed=self.seed, multivariate=True, n_startup_trials=min(20, self.twin_trials_planned),
+            constraints_func=lambda t: [float(t.user_attrs["violation"])]))
+        for p in seeds:
+            inner.enqueue_trial(p, skip_if_exists=True)
+        for _ in range(self.twin_trials_planned):
+            t = inner.ask(space)
+            res = self.twin(t.params)
+            # A storm is worse than any guardrail break: TPE ranks by the violation first.
+            t.set_user_attr("violation", res.violation if res.safe else _STORM)
+            inner.tell(t, res.score if res.safe else -1.0)
+
+    def refine(self, space: dict[str, BaseDistribution], names: list[str],
+               around: dict[str, Any]) -> None:
+        """Step 2: ``local`` steps of one or two coordinates around ``around``."""
+        base = unit(around, space, names)
+        for _ in range(self.local):
+            u = base.copy()
+            for i in self._rng.choice(len(names), size=min(2, len(names)), replace=False):
+                u[i] = min(max(u[i] + self._rng.normal() * self.step, 0.0), 1.0)
+            params = {k: _from_unit(space[k], float(u[i])) for i, k in enumerate(names)}
+            self.twin(params)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every twin trial, for the record (``twin/trials.json`` in the study's MLflow run)."""
+        return [{"params": params, "score": res.score,
+                 "violation": res.violation if res.safe else None, "safe": res.safe,
+                 "feasible": res.safe and res.feasible} for params, res in self._pool.values()]
+
+    # The proposal ----------------------------------------------------------------------------
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self._evaluate is None or not search_space:
+            return self._hc.sample_relative(study, trial, search_space)
+        names = sorted(search_space)
+        done = [t for t in _finished(study) if all(k in t.params for k in names)]
+        if not self._explored:
+            self.explore(search_space, [{k: t.params[k] for k in names} for t in done])
+        anchor = self.anchor(done)
+        if anchor is not None:
+            self.refine(search_space, names, anchor.params)
+        corr = self.correction(done, search_space, names)
+        busy = [unit(t.params, search_space, names) for t in study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+            if t.number != trial.number and all(k in t.params for k in names)]
+        taken = np.array([*corr.points, *busy]) if len(corr.points) or busy else None
+        best: tuple[tuple[float, float, float], dict[str, Any]] | None = None
+        for params, res in self._pool.values():
+            if not res.safe:
+                continue
+            x = unit(params, search_space, names)
+            if taken is not None and float(np.min(np.abs(taken - x).max(axis=1))) < 1e-3:
+                continue
+            c, u, vc, vu, broke = corr.at(x)
+            # Safety first: a point whose neighbourhood mostly rolled back on the canary goes
+            # last. Then feasibility (Deb's rule): a point likely to meet every guardrail beats
+            # any that is not; among those, the optimistic score; among the rest, the smallest
+            # optimistic violation.
+            assert res.score is not None
+            violation = max(res.violation + vc - self.kappa * vu, 0.0)
+            key = (0.0 if broke < 0.5 else -broke, -violation, res.score + c + self.kappa * u)
+            if best is None or key > best[0]:
+                best = (key, params)
+        if best is None:
+            return self._hc.sample_relative(study, trial, search_space)
+        return {k: _clip(search_space[k], best[1][k]) for k in names}
+
+    def anchor(self, done: list[FrozenTrial]) -> FrozenTrial | None:
+        """Where to refine: the canary's incumbent, or while nothing met every guardrail, the
+        measured trial that came closest."""
+        inc = self._hc.incumbent(done)
+        if inc is not None:
+            return inc
+        scored = [t for t in done if t.state == TrialState.COMPLETE
+                  and t.user_attrs.get("score") is not None]
+        return min(scored, key=lambda t: (_violation(t), -t.number), default=None)
+
+    def correction(self, done: list[FrozenTrial], space: dict[str, BaseDistribution],
+                   names: list[str]) -> Correction:
+        """Step 3 from the canary's finished trials (the twin measures any it has not)."""
+        pts, res, vio, bad = [], [], [], []
+        for t in done:
+            verdict = str(t.user_attrs.get("verdict", ""))
+            if verdict.startswith(("rejected", "screened", "failed")):
+                continue  # never measured on the canary, or not the setting's fault
+            params = {k: t.params[k] for k in names}
+            twin = self.twin(params)
+            s = t.user_attrs.get("score")
+            measured = s is not None and twin.safe and t.state == TrialState.COMPLETE
+            pts.append(unit(params, space, names))
+            res.append(float(s) - float(twin.score)
+                       if measured and s is not None and twin.score is not None else math.nan)
+            vio.append(_violation(t) - twin.violation if measured else math.nan)
+            bad.append(1.0 if verdict.startswith(_BAD) else 0.0)
+        d = len(names)
+        return Correction(np.array(pts).reshape(-1, d), np.array(res), np.array(vio),
+                          np.array(bad), bandwidth=0.15 * math.sqrt(d))
+
+
+def _violation(t: FrozenTrial) -> float:
+    """A canary trial's guardrail violation (the sum of its positive constraint margins)."""
+    return float(sum(max(float(v), 0.0) for v in dict(t.constraints).values()))
+
+
+def _from_unit(d: BaseDistribution, u: float) -> float | int:
+    low, high, log = _bounds(d)
+    x = math.exp(math.log(low) + u * (math.log(high) - math.log(low))) if log \
+        else low + u * (high - low)
+    return _clip(d, x)
+
+
+__all__ = ["Correction", "TwinResult", "TwinSampler", "unit"]
