@@ -3,9 +3,9 @@ slice, logging to one real ``mlflow server`` backed by PostgreSQL (``storage`` a
 ``tracking.uri`` both shared, as in docs/scale-out.md); one is SIGKILLed in the middle of a
 trial and a new worker takes its slice over.
 
-The workers run the default sampler (``twin``). Checked: every trial is recorded once (Optuna, and one nested MLflow run each, all under one
-parent run) and the shared budget is spent exactly; no slice is held twice (a held slice's
-lease cannot be acquired, the trials of one slice never overlap in time, every lease is
+The workers run the default sampler (``twin``). Checked: every trial is recorded once (Optuna,
+and one nested MLflow run each, all under one parent run) and the shared budget is spent
+exactly; no slice is held twice (a held slice's lease cannot be acquired, the trials of one slice never overlap in time, every lease is
 released at the end); the killed worker's trial is failed, re-queued and run with the same
 params (the surviving workers wait for it: ``tuner.worker.budget_step``); its slice is
 restored (open journal change closed, devices back on the baseline); no two workers measured
