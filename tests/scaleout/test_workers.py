@@ -5,11 +5,11 @@ trial and a new worker takes its slice over.
 
 The workers run the default sampler (``twin``). Checked: every trial is recorded once (Optuna,
 and one nested MLflow run each, all under one parent run) and the shared budget is spent
-exactly; no slice is held twice (a held slice's lease cannot be acquired, the trials of one slice never overlap in time, every lease is
-released at the end); the killed worker's trial is failed, re-queued and run with the same
-params (the surviving workers wait for it: ``tuner.worker.budget_step``); its slice is
-restored (open journal change closed, devices back on the baseline); no two workers measured
-the same proposal.
+exactly; no slice is held twice (a held slice's lease cannot be acquired, the trials of one
+slice never overlap in time, every lease is released at the end); the killed worker's trial is
+failed, re-queued and run with the same params (the surviving workers wait for it:
+``tuner.worker.budget_step``); its slice is restored (open journal change closed, devices back
+on the baseline); no two workers measured the same proposal.
 
 Deterministic by construction: the victim is frozen (SIGSTOP) at a moment its trial is known to
 run with its change applied, and its lease checked while it is frozen; after the kill the
