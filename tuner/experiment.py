@@ -213,6 +213,9 @@ class BudgetSpec(BaseModel):
         return v
 
 
+MODEL_BASED = ("tpe", "local-tpe", "cmaes", "gp")  # samplers with a random start-up
+
+
 class SamplerSpec(BaseModel):
     model_config = _STRICT
     # twin: the twin explores, the canary confirms (tuner/twin_search.py), the best measured by
@@ -225,9 +228,11 @@ class SamplerSpec(BaseModel):
 
     @property
     def random_startup(self) -> int:
-        """Proposals drawn at random before the sampler models anything (the start-up that
-        ``rolled_back_share`` leaves out). The twin sampler has none: it starts from the twin."""
-        return 0 if self.name == "twin" else self.startup_trials
+        """Random proposals before a model-based sampler (TPE, CMA-ES, GP) takes over: the
+        start-up that ``rolled_back_share`` leaves out. The others have none: random and QMC
+        never model, the hill climber and the shifter step from the start, twin starts from the
+        twin."""
+        return self.startup_trials if self.name in MODEL_BASED else 0
 
 
 class ScreenSpec(BaseModel):
@@ -318,18 +323,39 @@ class Experiment(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_sampler(cls, data: Any) -> Any:
-        """Without ``sampler.name``: ``twin`` where the experiment has a twin (the simulator
-        backend, or ``screen.fabric`` describing the canary), else ``tpe``."""
+        """Without ``sampler.name``: ``twin`` (the field's default) where the experiment has a
+        twin (the simulator backend, or ``screen.fabric`` describing the canary), else ``tpe``.
+        Either way ``name`` stays out of the sampler's fields set: the file did not choose."""
         if not isinstance(data, dict):
             return data
         sampler, fabric, screen = (data.get(k) for k in ("sampler", "fabric", "screen"))
-        if sampler is None:
-            sampler = {}
+        sampler = {} if sampler is None else sampler
         if not isinstance(sampler, dict) or "name" in sampler:
             return data
         backend = fabric.get("backend", "sim") if isinstance(fabric, dict) else "sim"
-        twin = backend == "sim" or (isinstance(screen, dict) and screen.get("fabric"))
-        return {**data, "sampler": {**sampler, "name": "twin" if twin else "tpe"}}
+        if backend == "sim" or (isinstance(screen, dict) and screen.get("fabric")):
+            return data
+        try:
+            spec = SamplerSpec.model_validate(sampler)
+        except ValidationError:
+            return data  # reported with its field by the validation proper
+        return {**data, "sampler": SamplerSpec.model_construct(
+            _fields_set=spec.model_fields_set, **{**spec.model_dump(), "name": "tpe"})}
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> Experiment:
+        # A model-based sampler the file chose must have budget.trials for its random start-up
+        # plus the candidates to confirm, or the study ends before the model proposes anything
+        # worth confirming.
+        startup, top_k = self.sampler.random_startup, self.budget.confirm_top_k
+        if startup and "name" in self.sampler.model_fields_set \
+                and self.budget.trials < startup + top_k:
+            raise ValueError(
+                f"budget.trials {self.budget.trials} is smaller than sampler.startup_trials "
+                f"({startup} random proposals before {self.sampler.name} models anything) plus "
+                f"budget.confirm_top_k ({top_k} candidates to confirm): raise budget.trials to "
+                f"at least {startup + top_k}, or lower the other two")
+        return self
 
     @model_validator(mode="after")
     def _twin_exists(self) -> Experiment:

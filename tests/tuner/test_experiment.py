@@ -149,3 +149,21 @@ def test_twin_sampler_without_a_twin_names_the_fields() -> None:
     msg = _error(MINIMAL + "fabric: {backend: ssh, inventory_file: inv.yaml}\n"
                  "sampler: {name: twin}\n")
     assert "exp.yaml" in msg and "sampler.name twin" in msg and "screen.fabric" in msg
+
+
+def test_a_budget_smaller_than_start_up_plus_confirmation_names_the_fields() -> None:
+    msg = _error(MINIMAL + "sampler: {name: tpe, startup_trials: 6}\n"
+                 "budget: {trials: 8, confirm_top_k: 3}\n")
+    assert "budget.trials 8" in msg and "sampler.startup_trials (6" in msg
+    assert "budget.confirm_top_k (3" in msg and "at least 9" in msg
+    parse_experiment(MINIMAL + "sampler: {name: tpe, startup_trials: 6}\n"
+                     "budget: {trials: 9, confirm_top_k: 3}\n")  # enough
+    parse_experiment(MINIMAL + "budget: {trials: 3, confirm_top_k: 3}\n")  # twin: no start-up
+
+
+def test_the_budget_check_applies_to_a_start_up_the_file_chose() -> None:
+    # SSH without a twin falls back to tpe, and a one-trial smoke test stays allowed there.
+    ssh = MINIMAL + "fabric: {backend: ssh, inventory_file: inv.yaml}\n"
+    assert parse_experiment(ssh + "budget: {trials: 1}\n").sampler.name == "tpe"
+    assert "budget.trials 1" in _error(ssh + "budget: {trials: 1}\nsampler: {name: tpe}\n")
+    parse_experiment(MINIMAL + "budget: {trials: 1}\nsampler: {name: random}\n")  # no start-up
