@@ -92,7 +92,8 @@ def kept_rows(old_doc: str, replaced: list[str],
         nodeid = _row_nodeid(line)
         gone = nodeid is not None and (
             any(nodeid == r or nodeid.startswith(r.rstrip("/") + ("" if "::" in r else "::"))
-                or nodeid.startswith(r + "[") for r in replaced)
+                or nodeid.startswith(r + "[") or nodeid.startswith(r.rstrip("/") + "/")
+                for r in replaced)
             or not _test_exists(nodeid))
         state = (results or {}).get(nodeid or "", ("passed", 0.0))[0]
         if gone and state != "passed" and nodeid not in (recorded or set()) \

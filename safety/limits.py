@@ -16,12 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.settings import KNOBS
 
+MAX_WINDOW_S = 5.0  # SONiC's longest PFC watchdog detection time (see storm_window_s)
 RATE_KNOBS = ("rpg_max_rate", "rpg_ai_rate", "rpg_hai_rate", "rpg_min_rate",
               "rate_to_set_on_first_cnp")
 
 
 class SafetyLimits(BaseModel):
-    """The experiment file's ``safety:`` section."""
+    """The experiment file's ``safety:`` section. Every limit is finite and bounded: a limit
+    that cannot be reached (``.inf``, ``1e21`` drops, a poll interval longer than any storm
+    window) would switch the safety check off, so it is refused by name, with its bound."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     xoff_margin_percent: float = Field(default=20.0, ge=0, lt=100)
@@ -29,14 +32,18 @@ class SafetyLimits(BaseModel):
     # whole ``storm_window_s`` (a sliding window; None = SONiC's PFC watchdog detection time,
     # 200 ms, scaled down to half the baseline measurement when that is shorter).
     # A start-up burst that clears within the window is not a storm (it is priced by the
-    # score's PFC term instead).
+    # score's PFC term instead). At most 5 s: the longest detection time SONiC's PFC watchdog
+    # accepts (sonic-utilities pfcwd/main.py, ``detection-time`` IntRange(100, 5000) ms).
     max_pause_fraction: float = Field(default=0.5, gt=0, le=1)  # paused µs per µs, per port
-    storm_window_s: float | None = Field(default=None, gt=0)
-    max_pause_frames_per_s: float = Field(default=50_000, gt=0)  # per port and priority
-    max_lossless_drops: int = Field(default=0, ge=0)
-    max_crc_errors: int = Field(default=0, ge=0)
-    poll_interval_s: float = Field(default=1.0, gt=0)
-    measurement_timeout_s: float = Field(default=600.0, gt=0)
+    storm_window_s: float | None = Field(default=None, gt=0, le=MAX_WINDOW_S)
+    # Per port and priority. At most 1e6/s: one pause frame of quanta 0xFFFF holds a 100G port
+    # for 335 µs, so ~3000 frames/s keep it paused; a limit far above that never trips.
+    max_pause_frames_per_s: float = Field(default=50_000, gt=0, le=1_000_000)
+    max_lossless_drops: int = Field(default=0, ge=0, le=1_000_000)
+    max_crc_errors: int = Field(default=0, ge=0, le=1_000_000)
+    # Polled at least once per longest storm window, or the live monitor cannot see a storm.
+    poll_interval_s: float = Field(default=1.0, gt=0, le=MAX_WINDOW_S)
+    measurement_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     roce_priority: int = Field(default=3, ge=0, le=7)
     # Dead-man timer on every changed target (SSH backend): restores the baseline by itself
     # unless renewed within this time (0 = off). See safety/deadman.py.
