@@ -56,10 +56,6 @@ def kind(name: str) -> Kind:
     return _CACHE[name]
 
 
-def is_cumulative(name: str) -> bool:
-    return kind(name) == "count"
-
-
 def delta_row(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """One port's change from ``before`` to ``after`` (see the module docstring)."""
     out: dict[str, int] = {}

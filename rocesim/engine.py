@@ -573,10 +573,6 @@ class Simulation:
             return True
         return bool(len(self.g_iters) and np.all(self.g_iter >= self.g_iters))
 
-    @property
-    def now_us(self) -> float:
-        return self.t * self.dt
-
     def advance(self, us: float) -> None:
         """Advance by ``us`` of simulated time (or less, if the run finishes)."""
         n = max(1, int(round(us / self.dt)))

@@ -273,9 +273,3 @@ def parse_reply(stdout: str) -> tuple[TimerState, str]:
     if word not in _STATES:
         raise ValueError(f"unexpected dead-man reply {first!r}")
     return word, rest.strip()  # type: ignore[return-value]
-
-
-def reply_rc(rest: str) -> int | None:
-    """The restore's exit status from the rest of a ``fired rc=N`` reply."""
-    m = re.search(r"rc=(\d+)", rest)
-    return int(m.group(1)) if m else None

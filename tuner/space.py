@@ -139,9 +139,6 @@ class SearchSpace:
                                          max(dr.low, bound / max(kmin, 1)), dr.log)
         return out
 
-    def contains(self, params: dict[str, float]) -> bool:
-        return all(d.low <= params[d.name] <= d.high for d in self.dims if d.name in params)
-
     def describe(self) -> dict[str, str]:
         """``{"kmin_bytes": "5000..4000000 bytes log", ...}`` for MLflow params and reports."""
         out = {d.name: f"{d.low:g}..{d.high:g} {d.unit}{' log' if d.log else ''}"

@@ -13,6 +13,7 @@ import yaml
 from tests.emulated.helpers import connect, run
 from tuner.emulated import EmulatedCluster, sshd_available
 from tuner.emulated.cluster import free_base_address
+from tuner.inventory import load_inventory
 
 pytestmark = [pytest.mark.ssh, pytest.mark.skipif(
     not sshd_available(), reason="/usr/sbin/sshd missing (apt-get install openssh-server)")]
@@ -68,8 +69,7 @@ def test_inventory_has_agreed_schema(emulated_cluster: EmulatedCluster) -> None:
 
 
 def test_inventory_loads_with_the_inventory_model(emulated_cluster: EmulatedCluster) -> None:
-    inventory = pytest.importorskip("tuner.inventory", reason="tuner.inventory not landed yet")
-    inv = inventory.load_inventory(emulated_cluster.inventory_path)
+    inv = load_inventory(emulated_cluster.inventory_path)
     assert [h.nic_layout for h in inv.hosts] == ["sysfs", "debugfs", "sysfs", "debugfs"]
     assert {s.platform for s in inv.switches} == {"sonic", "nvue"}
 

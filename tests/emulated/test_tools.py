@@ -9,13 +9,13 @@ import time
 
 import pytest
 
+from objectives import parsers
 from tests.emulated.helpers import run
 from tuner.emulated import EmulatedCluster, sshd_available
 
 pytestmark = [pytest.mark.ssh, pytest.mark.skipif(
     not sshd_available(), reason="/usr/sbin/sshd missing (apt-get install openssh-server)")]
 
-parsers = pytest.importorskip("objectives.parsers", reason="objectives.parsers not landed yet")
 HW = "sys/class/infiniband/mlx5_0/ports/1/hw_counters"
 MPIRUN = ("mpirun --allow-run-as-root -np 4 -H host0,host1,host2,host3 "
           "alltoall_perf -b 2M -e 2M -f 2 -g 1 -n 5 -w 1 -c 1")
@@ -232,9 +232,7 @@ def test_ib_write_lat_client_server(emulated_cluster: EmulatedCluster) -> None:
 
 
 def test_nvue_outputs_parse(emulated_cluster: EmulatedCluster) -> None:
-    parse_nvue = getattr(parsers, "parse_nvue", None)
-    if parse_nvue is None:
-        pytest.skip("objectives.parsers.parse_nvue not landed yet")
+    parse_nvue = parsers.parse_nvue
     emu = emulated_cluster
     base = "nv set qos congestion-control default-global traffic-class 3"
     ok(emu, "leaf1", f"{base} min-threshold 40000 && {base} max-threshold 300000")

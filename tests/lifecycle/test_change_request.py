@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-import pytest
-
 from tuner.lifecycle.change_request import ChangeRequest, Evidence, to_html, to_markdown
 from tuner.settings import KNOBS
 
@@ -58,7 +56,7 @@ def _tables(page: str) -> list[list[str]]:
 
 
 def test_markdown_and_html_carry_the_same_tables() -> None:
-    mdit = pytest.importorskip("markdown_it")
+    import markdown_it as mdit
     md_html = mdit.MarkdownIt("commonmark").enable("table").render(to_markdown(CR))
     ours = to_html(CR)
     assert _tables(md_html) == _tables(ours)

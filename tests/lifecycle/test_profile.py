@@ -102,7 +102,7 @@ def test_features_are_rates_of_named_counters() -> None:
 
 def test_prometheus_textfile_parses_with_the_reference_client(tmp_path) -> None:  # noqa: ANN001
     """The official Python client's parser reads every family and sample back."""
-    parser = pytest.importorskip("prometheus_client.parser")
+    from prometheus_client import parser
     prof = _profile({"np_cnp_sent": [1.0, 2.0, 1.5], 'we"ird\\name': [1.0, 1.0, 1.0]})
     v = compare(prof, {"np_cnp_sent": [900.0, 1000.0, 1100.0],
                        'we"ird\\name': [1.0, 1.0, 1.0]}, 1.0)

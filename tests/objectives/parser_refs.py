@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,12 @@ DERIVED_NAMES = {"FORMAT-NOTES.md", "INDEX.md", "eos-random-detect-ecn-pfc-note.
 
 
 def reference_dir() -> Path:
-    """``$ECNTUNE_REFERENCE`` or ``<repo>/../shared/reference``; skip the test if absent."""
-    env = os.environ.get("ECNTUNE_REFERENCE")
-    path = Path(env) if env else REPO.parent / "shared" / "reference"
+    """``<repo>/../shared/reference``, and only there; a missing copy fails the test: the
+    parsers are tested on real samples or not at all."""
+    path = REPO.parent / "shared" / "reference"
     if not (path / "INDEX.md").is_file():
-        pytest.skip(
-            f"reference samples not found at {path} (set ECNTUNE_REFERENCE or copy shared/ "
-            "beside the repository)"
-        )
+        pytest.fail(f"reference samples not found at {path}: the parser tests expect shared/ "
+                    "beside the repository (../shared/reference/INDEX.md)")
     return path
 
 

@@ -735,8 +735,7 @@ def test_every_reference_sample_has_a_parser_check() -> None:
 def test_reference_sample(name: str) -> None:
     root = reference_dir()
     matches = [p for p in sample_files(root) if p.name == name]
-    if not matches:
-        pytest.skip(f"{name} not in this copy of the reference samples")
+    assert matches, f"{name} not in the reference samples at {root}"
     path = matches[0]
     CHECKS[name](path)
 

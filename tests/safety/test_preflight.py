@@ -19,9 +19,7 @@ from safety.preflight import (
     worst,
 )
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
-if not REF.exists():
-    REF = Path("/work/shared/reference")
+REF = Path(__file__).resolve().parents[3] / "shared" / "reference"  # beside the repository
 QOS_PFC3 = REF / "mlx5-dcqcn-config" / "mlnx_qos-show-fw-dcbx-dscp-trust-pfc3.txt"
 SPIDERPOOL = REF / "mlx5-dcqcn-config" / "sysfs-ecn-enable-cnp_dscp-traffic_class-readback-" \
     "spiderpool.txt"

@@ -129,16 +129,6 @@ def load_profile(path: str | Path) -> TrafficProfile:
         raise ConfigError(f"{p}: not a traffic profile: {where}: {first['msg']}") from None
 
 
-def profile_from_samples(rows: list[dict[str, float]], interval_s: float,
-                         **fields: object) -> TrafficProfile:
-    """A profile from per-interval feature dicts; keeps features every interval has."""
-    common = set(rows[0]) if rows else set()
-    for r in rows[1:]:
-        common &= set(r)
-    samples = {f: [float(r[f]) for r in rows] for f in sorted(common)}
-    return TrafficProfile(interval_s=interval_s, samples=samples, **fields)  # type: ignore[arg-type]
-
-
 class FeatureVerdict(BaseModel):
     """One feature's comparison: geometric-mean rates, their ratio, Welch's p, the verdict."""
 
