@@ -15,25 +15,38 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_quick_yaml_recommendation_beats_vendor_defaults(tmp_path: Path,
-                                                         mlflow_template: Path) -> None:
+def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> None:
+    """The README's headline, as bench/headline.py measures it: quick.yaml as shipped with
+    sampler seeds 0-4, each study under the name the script gives it (the name draws the
+    confirmation placements). The winners sit at the edge of the guardrails, so a seed may
+    confirm nothing on its placements (the README says so); the claim is the median over
+    seeds, against the vendor defaults that meet no guardrail."""
     path = ROOT / "experiments" / "quick.yaml"
-    exp = load_experiment(path)
-    exp = exp.model_copy(update={"results_dir": str(tmp_path / "r")})
-    (tmp_path / "r").mkdir()
-    shutil.copy(mlflow_template, tmp_path / "r" / "mlflow.db")
-    cluster = build_cluster(exp)
-    base = cluster.snapshot()
-    assert base.flat()["kmin_bytes"] == 1_048_576  # vendor defaults: 1 MiB / 2 MiB / 5 %
-    res = StudyRunner(exp, path.read_text(), cluster, study_name="demo").run()
-    assert res.winner is not None and res.confirmation is not None
-    best = res.confirmation.best
-    assert best is not None and best.confirmed and best.ci95_low > 5.0  # paired, fresh
-    share = res.rolled_back_share
-    assert share is not None and share <= 0.10  # safe exploration after the start-up trials
-    trial0 = res.trials[0]
-    assert trial0.is_baseline and trial0.metrics["pfc_pause_frames"] > 0  # counters kept
-    assert cluster.read_back() == base
+    shipped = load_experiment(path)
+    changes = []
+    for seed in range(5):
+        exp = shipped.model_copy(update={
+            "results_dir": str(tmp_path / f"r{seed}"),
+            "sampler": shipped.sampler.model_copy(update={"seed": seed}),
+            "tracking": shipped.tracking.model_copy(update={"enabled": seed == 0})})
+        (tmp_path / f"r{seed}").mkdir()
+        shutil.copy(mlflow_template, tmp_path / f"r{seed}" / "mlflow.db")
+        cluster = build_cluster(exp)
+        base = cluster.snapshot()
+        assert base.flat()["kmin_bytes"] == 1_048_576  # vendor defaults: 1 MiB / 2 MiB / 5 %
+        res = StudyRunner(exp, path.read_text(), cluster, study_name=f"headline-{seed}").run()
+        assert res.confirmation is not None and res.rolled_back_share == 0.0  # twin: no storm
+        best = res.confirmation.best
+        if res.winner is not None:
+            assert best is not None and best.confirmed and best.ci95_low > 0  # paired, fresh
+            changes.append(best.effects["busbw"]["change_percent"])
+        else:
+            changes.append(0.0)  # keep the current settings
+        trial0 = res.trials[0]
+        assert trial0.is_baseline and trial0.metrics["pfc_pause_frames"] > 0  # counters kept
+        assert cluster.read_back() == base
+    assert sum(c > 0 for c in changes) >= 4, changes
+    assert sorted(changes)[2] > 15.0, changes  # the median: +20.8 % in the README
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """``ecntune recover``: bring the canary back to its baseline after a crash.
 
-Reads the change journal (``<results>/journal.jsonl``; with no argument every
-``results/*/journal.jsonl``). Every change without a closing outcome (the tuner died between
+Reads the change journals: ``<results>/journal.jsonl`` and every slice's
+``<results>/slices/<name>/journal.jsonl`` (a scale-out worker's; with no argument, those of every
+study folder under ``results/``), so no form of the command passes over a slice. Every change without a closing outcome (the tuner died between
 ``begin`` and ``restored``) has its baseline re-applied, read back and compared
 (``safety.rollback.restore``), then the entry is closed as ``restored:recover``. A record that
 cannot be read (torn by a full disk, a size limit, power loss) means a change is *possibly*
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 
 def _experiment(experiment: Path | None, results: str | None,
                 entry: JournalEntry, slice_name: str | None = None) -> Experiment:
+    """The experiment that wrote ``entry``: the file, else the one stored with its study in
+    ``<results>/optuna.db``; ``results`` is the study's results_dir, and a slice's canary and
+    folder are derived from it (tuner/slices.py)."""
+    from tuner.errors import ConfigError
     from tuner.experiment import load_experiment, parse_experiment
     from tuner.study import load_for_resume
 
@@ -35,14 +40,19 @@ def _experiment(experiment: Path | None, results: str | None,
         exp = load_experiment(experiment)
     else:
         storage = f"sqlite:///{Path(results or 'results') / 'optuna.db'}"
-        name, text = load_for_resume(storage, entry.study)
+        try:
+            name, text = load_for_resume(storage, entry.study)
+        except ConfigError as exc:
+            where = f" --slice {slice_name}" if slice_name else ""
+            raise ConfigError(f"{exc}; pass the experiment file that ran study {entry.study} "
+                              f"(ecntune recover EXPERIMENT{where})") from None
         exp = parse_experiment(text, f"<experiment stored with study {name}>")
-    if slice_name is not None:  # the slice's canary (tuner/slices.py)
+    if results is not None:
+        exp = exp.model_copy(update={"results_dir": results})
+    if slice_name is not None:
         from tuner.slices import for_slice
 
         exp = for_slice(exp, slice_name)
-    if results is not None:
-        exp = exp.model_copy(update={"results_dir": results})
     return exp
 
 
@@ -112,19 +122,29 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
     return len(todo) + len(scan.bad)
 
 
-def find_journals(root: Path = Path("results")) -> list[Path]:
-    """``results/*/journal.jsonl`` (and a legacy ``results/journal.jsonl``), sorted."""
-    found = sorted(root.glob("*/journal.jsonl"))
-    if (root / "journal.jsonl").is_file():
-        found.insert(0, root / "journal.jsonl")
-    return found
+def find_journals(root: Path = Path("results")) -> list[tuple[Path, str | None, Path]]:
+    """Every journal under ``root``: ``results/*/journal.jsonl`` (and a legacy
+    ``results/journal.jsonl``) and every slice's, ``results/*/slices/*/journal.jsonl``, as
+    (journal, slice or None, the study's results_dir), sorted."""
+    folders = sorted({p.parent for p in root.glob("*/journal.jsonl")}
+                     | {p.parent.parent.parent for p in root.glob("*/slices/*/journal.jsonl")})
+    if (root / "journal.jsonl").is_file() or (root / "slices").is_dir():
+        folders.insert(0, root)
+    return [j for f in folders for j in study_journals(f)]
+
+
+def study_journals(folder: Path) -> list[tuple[Path, str | None, Path]]:
+    """A study folder's journal and each of its slices' (``<folder>/slices/<name>/``)."""
+    return [(folder / "journal.jsonl", None, folder),
+            *((p, p.parent.name, folder)
+              for p in sorted((folder / "slices").glob("*/journal.jsonl")))]
 
 
 @click.command("recover")
 @click.argument("experiment", required=False,
                 type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--results", help="results_dir holding journal.jsonl (default: the experiment's "
-                                "results_dir, else every results/*/journal.jsonl).")
+@click.option("--results", help="the study's results_dir, holding journal.jsonl and slices/ "
+                                "(default: the experiment's, else every folder under results/).")
 @click.option("--discard-unreadable", is_flag=True,
               help="Acknowledge unreadable journal lines without restoring (only when the "
                    "journal records no baseline and the canary was checked by hand).")
@@ -139,35 +159,36 @@ def command(experiment: Path | None, results: str | None, discard_unreadable: bo
     Run it after the tuner was killed (SIGKILL, power loss, lost session). Every target of the
     open change gets the journal's baseline snapshot, is read back and compared; exit 0 when the
     canary is verified on its baseline, 4 when it could not be restored. An unreadable journal
-    record counts as an open change. With no argument every results/*/journal.jsonl is checked.
+    record counts as an open change. Every slice's journal under the results folder is checked
+    too; with no argument, every study folder under results/.
     """
     from safety.lock import hold
     from tuner.errors import ConfigError
     from tuner.experiment import load_experiment
 
-    folder = results
+    if slice_name is not None and experiment is None:
+        raise ConfigError(f"--slice {slice_name}: pass the experiment file that declares the "
+                          "slices")
+    folder = results if results is not None else (
+        load_experiment(experiment).results_dir if experiment is not None else None)
     if slice_name is not None:
-        if experiment is None:
-            raise ConfigError(f"--slice {slice_name}: pass the experiment file that declares "
-                              "the slices")
-        from tuner.slices import for_slice
-
-        folder = folder or for_slice(load_experiment(experiment), slice_name).results_dir
-    if folder is None and experiment is not None:
-        folder = load_experiment(experiment).results_dir
-    if folder is not None:
-        journals = [Path(folder) / "journal.jsonl"]
+        assert folder is not None
+        journals = [(Path(folder) / "slices" / slice_name / "journal.jsonl", slice_name,
+                     Path(folder))]
+    elif folder is not None:  # the study's journal and every slice's: a slice is not skipped
+        journals = study_journals(Path(folder))
     else:
         journals = find_journals()
         if not journals:
-            raise ConfigError(f"no journal found: looked for results/*/journal.jsonl under "
-                              f"{Path.cwd()}; pass --results DIR or the experiment file")
-        click.echo("found " + ", ".join(str(j) for j in journals))
-    for path in journals:
+            raise ConfigError(f"no journal found: looked for results/*/journal.jsonl and "
+                              f"results/*/slices/*/journal.jsonl under {Path.cwd()}; pass "
+                              "--results DIR or the experiment file")
+        click.echo("found " + ", ".join(str(j) for j, _, _ in journals if j.is_file()))
+    for path, name, study_folder in journals:
         if not path.is_file():
-            click.echo(f"journal {path} does not exist: no change was ever recorded there")
+            if name is None:
+                click.echo(f"journal {path} does not exist: no change was ever recorded there")
             continue
         with hold(path.parent, "recover"):  # never underneath a live tuner
-            recover(path, experiment, str(path.parent) if folder is None else
-                    (results if results is not None else folder),
-                    discard_unreadable=discard_unreadable, slice_name=slice_name)
+            recover(path, experiment, str(study_folder),
+                    discard_unreadable=discard_unreadable, slice_name=name)
