@@ -2,7 +2,8 @@
 
 Reads the change journals: ``<results>/journal.jsonl`` and every slice's
 ``<results>/slices/<name>/journal.jsonl`` (a scale-out worker's; with no argument, those of every
-study folder under ``results/``), so no form of the command passes over a slice. Every change without a closing outcome (the tuner died between
+study folder under ``results/``), so no form of the command passes over a slice. Every change
+without a closing outcome (the tuner died between
 ``begin`` and ``restored``) has its baseline re-applied, read back and compared
 (``safety.rollback.restore``), then the entry is closed as ``restored:recover``. A record that
 cannot be read (torn by a full disk, a size limit, power loss) means a change is *possibly*
