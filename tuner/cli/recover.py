@@ -172,6 +172,7 @@ def command(experiment: Path | None, results: str | None, discard_unreadable: bo
                           "slices")
     folder = results if results is not None else (
         load_experiment(experiment).results_dir if experiment is not None else None)
+    journals: list[tuple[Path, str | None, Path]]
     if slice_name is not None:
         assert folder is not None
         journals = [(Path(folder) / "slices" / slice_name / "journal.jsonl", slice_name,
