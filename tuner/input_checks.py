@@ -77,9 +77,12 @@ def load_yaml(text: str, source: str) -> Any:
     try:
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
+        # Where and what, never the text: a file that is not ours (a credentials file given as
+        # the inventory) must not have its lines echoed into a terminal or a log.
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{line}: not valid YAML: {exc}") from None
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{source}{line}: not valid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested deeper than {MAX_DEPTH} levels -- no field of an "
                           "experiment or inventory needs that; flatten it") from None

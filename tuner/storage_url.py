@@ -23,24 +23,34 @@ def _secret_query_keys(url: str) -> list[str]:
     return [k for k, _ in parse_qsl(urlsplit(url).query) if "password" in k.lower()]
 
 
+def _user_is_secret(url: str) -> bool:
+    """On http(s) any user info is a credential (a token as the user name authenticates);
+    a PostgreSQL user name is not."""
+    return scheme(url) in ("http", "https")
+
+
 def has_secret(url: str) -> bool:
-    """True when the URL carries a password (``user:pw@`` or a ``password=`` parameter)."""
+    """True when the URL carries a password (``user:pw@`` or a ``password=`` parameter), a
+    credential as an http(s) user name, or cannot be parsed at all (then nobody can tell
+    what it carries: it is treated as secret)."""
     try:
-        return urlsplit(url).password is not None or bool(_secret_query_keys(url))
+        parts = urlsplit(url)
+        return parts.password is not None or bool(_secret_query_keys(url)) or (
+            parts.username is not None and _user_is_secret(url))
     except ValueError:
-        return False
+        return True
 
 
 def hide(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages; never log the raw URL)."""
+    """The URL with any credential replaced by ``***`` (for messages; never log the raw URL)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparsable URL>"
     netloc = parts.netloc
-    if parts.password is not None:
+    if parts.password is not None or (parts.username is not None and _user_is_secret(url)):
         userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
+        user = "***" if _user_is_secret(url) else userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{hostport}"
     query = "&".join(f"{k}={'***' if 'password' in k.lower() else v}"
                      for k, v in parse_qsl(parts.query, keep_blank_values=True))
@@ -51,8 +61,17 @@ def scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
+def _parsable(url: str) -> None:
+    try:
+        urlsplit(url).port  # noqa: B018 -- the port is parsed lazily
+    except ValueError:
+        raise ValueError("not a valid URL (check the brackets of an IPv6 host and the port); "
+                         "it is not repeated here, as it may hold a credential") from None
+
+
 def check_storage(url: str) -> str:
     """The Optuna storage URL if acceptable; ``ValueError`` saying what to do otherwise."""
+    _parsable(url)
     s = scheme(url)
     if s not in STORAGE_SCHEMES:
         raise ValueError(f"scheme {s or '(none)'!r} not supported; use sqlite:///PATH (one "
@@ -67,6 +86,7 @@ def check_storage(url: str) -> str:
 
 def check_tracking(url: str) -> str:
     """The MLflow tracking URI if acceptable; ``ValueError`` otherwise."""
+    _parsable(url)
     s = scheme(url)
     if s not in TRACKING_SCHEMES:
         raise ValueError(f"scheme {s or '(none)'!r} not supported; use sqlite:///PATH, "
@@ -75,7 +95,8 @@ def check_tracking(url: str) -> str:
         hint = (_PG_HINT if s.startswith("postgresql") else "put the credentials in "
                 "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, never in the "
                 "experiment file")
-        raise ValueError(f"the URL carries a password; {hint}")
+        raise ValueError(f"the URL carries a credential (a password, or a user name on "
+                         f"http(s)); {hint}")
     return url
 
 
