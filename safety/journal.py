@@ -137,7 +137,8 @@ class Journal:
         data = encode(record)
         try:
             new = not self.path.exists()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+                         | os.O_NOFOLLOW, 0o600)  # a planted symlink is refused
             try:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":

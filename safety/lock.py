@@ -13,12 +13,13 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tuner.errors import TunerError
+from tuner.errors import ConfigError, TunerError
 
 LOCK_NAME = "ecntune.lock"
 
@@ -27,13 +28,43 @@ class CanaryBusy(TunerError):
     """Another ecntune process holds the results folder (exit 3; nothing was touched)."""
 
 
+def check_private(folder: Path) -> None:
+    """Refuse a results folder another account could plant files in (``ConfigError``), as
+    OpenSSH refuses a ``~/.ssh`` others can write: it and each parent up to the first parent
+    this account owns must belong to this account (or root) and be writable by no one else,
+    unless sticky (``/tmp``: others cannot replace what is ours there). Its lock, journal and state
+    files are what ``recover`` trusts and what a tuner running as root writes through."""
+    me = os.geteuid()
+    for d in (folder, *folder.parents):
+        st = d.stat()
+        sticky = st.st_mode & stat.S_ISVTX
+        if st.st_uid not in (me, 0) or (st.st_mode & 0o022 and not sticky):
+            raise ConfigError(
+                f"{d}: owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}: another "
+                f"account can write there, so it could plant the lock, journal or state files "
+                f"of {folder} (a journal is what `recover` restores from). Use a folder only "
+                f"this account can write (chmod go-w {d})")
+        if d != folder and st.st_uid == me:  # ours, and safe: nothing above can swap it
+            return
+
+
 @contextmanager
 def hold(results: str | os.PathLike[str], command: str) -> Iterator[Path]:
     """Hold the exclusive lock of the results folder ``results`` while the block runs."""
-    folder = Path(results)
+    folder = Path(results).absolute()
     try:
+        created = [d for d in (folder, *folder.parents) if not d.exists()]
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        for d in created:  # ours, whatever the umask: writable by this account alone
+            os.chmod(d, 0o755)
+    except OSError as exc:
+        raise CanaryBusy(f"{folder}: cannot create the results folder ({exc.strerror}); "
+                         "check the path") from None
+    check_private(folder)
+    try:
+        # O_NOFOLLOW: a symlink planted as the lock file is refused, never truncated through.
+        fd = os.open(folder / LOCK_NAME,
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
         raise CanaryBusy(f"{folder}: cannot create the lock file {LOCK_NAME} "
                          f"({exc.strerror}); check the results folder") from None

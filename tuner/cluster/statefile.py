@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,10 @@ def write_state(path: str | os.PathLike[str], settings: Settings) -> None:
     """Atomic, durable replace (a crash leaves the old or the new file, never half of one)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    # An unpredictable name, created exclusively (mkstemp: O_EXCL, mode 0600): nothing can be
+    # planted in its place beforehand.
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(settings.model_dump_json())
         fh.flush()
         os.fsync(fh.fileno())
