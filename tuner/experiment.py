@@ -63,8 +63,11 @@ class FabricSpec(BaseModel):
     backend: Literal["sim", "ssh"] = "sim"
     topology: TopologySpec = Field(default_factory=TopologySpec)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    max_time_us: float = Field(default=50_000.0, gt=0)  # simulated-time cap of one measurement
-    step_us: float = Field(default=500.0, gt=0)  # simulated time between live safety polls
+    # Simulated-time cap of one measurement (finite; what it costs in memory is checked against
+    # the machine, tuner/input_checks.py), and the simulated time between live safety polls
+    # (at least 1 µs: finer never ends).
+    max_time_us: float = Field(default=50_000.0, gt=0, allow_inf_nan=False)
+    step_us: float = Field(default=500.0, ge=1, le=1_000_000)
     # ssh backend (tuner.inventory): the inventory inline, or a YAML file ($VARS expanded).
     inventory: dict[str, Any] | None = None
     inventory_file: str | None = None
@@ -223,7 +226,7 @@ class SamplerSpec(BaseModel):
     name: Literal["twin", "tpe", "local-tpe", "random", "cmaes", "gp", "qmc", "hillclimb",
                   "ecn-shifter"] = "twin"
     seed: int | None = Field(default=0, ge=0, le=2**32 - 1)  # numpy's seed range
-    startup_trials: int = Field(default=5, ge=0)  # random proposals before TPE models
+    startup_trials: int = Field(default=5, ge=0, le=10_000)  # random proposals before TPE models
     twin_trials: int = Field(default=60, ge=0, le=100_000)  # twin: trials of its exploration
 
     @property

@@ -11,6 +11,7 @@ to the inventory entry's ``address``.
 from __future__ import annotations
 
 import os
+import stat
 import types
 import typing
 from pathlib import Path
@@ -28,20 +29,35 @@ if TYPE_CHECKING:
 
 MAX_DEPTH = 32  # no experiment or inventory field nests deeper than a handful of levels
 MAX_NODES = 200_000  # values after YAML aliases are expanded (a "billion laughs" file)
+MAX_FILE_BYTES = 1_000_000  # an experiment or inventory is a few KB; the scrubs stay quick
 
 
 # -- reading files -------------------------------------------------------------------------------
 
 def read_text_file(path: str | os.PathLike[str], what: str) -> str:
-    """The UTF-8 text of ``path``; ``ConfigError`` naming the file and the fix otherwise."""
+    """The UTF-8 text of ``path``, a regular file of at most ``MAX_FILE_BYTES``; ``ConfigError``
+    naming the file and the fix otherwise (a FIFO would hang the read, ``/dev/zero`` never
+    end it)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory, not a{'n' if what[0] in 'aeiou' else ''} "
                           f"{what} -- give the file inside it")
     try:
-        raw = p.read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read {what}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{p}: not a regular file (a device, FIFO or socket) -- give "
+                              f"the {what} itself")
+        try:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read {what}: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{p}: larger than {MAX_FILE_BYTES // 1_000_000} MB -- an {what} "
+                          "is a few kilobytes; is this the right file?")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -72,9 +88,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML refusing duplicate keys, deep nesting and alias bombs; ``ConfigError`` with
     the file and line otherwise."""
-    loader = _UniqueKeyLoader(text)
-    loader.name = source
+    loader = None
     try:
+        loader = _UniqueKeyLoader(text)  # its reader checks every character (a NUL byte)
+        loader.name = source
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
         # Where and what, never the text: a file that is not ours (a credentials file given as
@@ -82,12 +99,16 @@ def load_yaml(text: str, source: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character such as NUL
+            line = f":{text[:exc.position].count(chr(10)) + 1}"
+            problem = f"character #x{exc.character:04x} is not allowed ({exc.reason})"
         raise ConfigError(f"{source}{line}: not valid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested deeper than {MAX_DEPTH} levels -- no field of an "
                           "experiment or inventory needs that; flatten it") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     _shape_limits(data, source)
     return data
 

@@ -21,7 +21,7 @@ class CollectivePart(BaseModel):
     model_config = _STRICT
     kind: Literal["collective"] = "collective"
     op: CollectiveOp
-    size_bytes: int = Field(gt=0)
+    size_bytes: int = Field(gt=0, le=2**36)  # at most 64 GiB, past any nccl-tests sweep
     iterations: int = Field(default=5, ge=1, le=1000)
     weight: float = Field(default=1.0, ge=0)
     channels: int = Field(default=4, ge=1, le=64)  # ring channels (NCCL_MIN_NCHANNELS-like)

@@ -142,3 +142,51 @@ def test_breaker_stops_calling_a_dead_server_after_the_first_failure(monkeypatch
         assert len(hits) > first
     finally:
         srv.close()
+
+
+def test_scrub_finds_the_urls_the_scheme_regex_finds_in_linear_time() -> None:
+    """Red team M5: ``scheme://rest`` as a regex retried every start of a long run of letters
+    (40 KB in 3.9 s, so a valid 50 MB experiment held the results lock for minutes)."""
+    import random
+    import re
+    import time
+
+    from tuner.tracking import redact_url, scrub
+
+    ref = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+    rng = random.Random(7)
+    pieces = ["a", "Z", "9", "+", ".", "-", ":", "/", "://", " ", "'", "\"", "<", "@",
+              "https://u:pw@h/x", "postgresql://a:b@db/o?password=z", "x"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        assert scrub(text) == ref.sub(lambda m: redact_url(m.group(0)), text), text
+    t0 = time.perf_counter()
+    for text in ("a" * 1_000_000, "x1" * 500_000, "a://" * 250_000, "-a" * 500_000):
+        scrub(text)
+    assert time.perf_counter() - t0 < 5.0  # the regex: ~15 min for the first alone
+
+
+def test_input_files_are_regular_and_bounded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Red team L3: a FIFO hung the read, /dev/zero was read without bound."""
+    import os
+    import time
+
+    import pytest
+
+    from tuner.errors import ConfigError
+    from tuner.input_checks import MAX_FILE_BYTES, read_text_file
+
+    fifo = tmp_path / "exp.yaml"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_text_file(fifo, "experiment file")
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(ConfigError, match="/dev/zero: not a regular file"):
+        read_text_file("/dev/zero", "experiment file")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(ConfigError, match="larger than 1 MB"):
+        read_text_file(big, "experiment file")
+    big.write_bytes(b"#" * MAX_FILE_BYTES)
+    assert len(read_text_file(big, "experiment file")) == MAX_FILE_BYTES
