@@ -107,11 +107,19 @@ def tiny_disk(tmp_path: Path):
     subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_disk_full_while_journalling(tmp_path: Path, tiny_disk: Path, reliability) -> None:
+def test_disk_full_while_journalling(tmp_path: Path, tiny_disk: Path, reliability,
+                                    request: pytest.FixtureRequest) -> None:
     exp = sim_experiment(tmp_path, trials=40, iterations=3)
     results = tmp_path / "results"
     results.mkdir()
-    (results / "journal.jsonl").symlink_to(tiny_disk / "journal.jsonl")
+    # The journal file itself lives on the tiny tmpfs, bind-mounted in place (a symlink would
+    # be refused: the journal is opened O_NOFOLLOW).
+    (tiny_disk / "journal.jsonl").touch()
+    (results / "journal.jsonl").touch()
+    subprocess.run(["mount", "--bind", str(tiny_disk / "journal.jsonl"),
+                    str(results / "journal.jsonl")], check=True)
+    request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(results / "journal.jsonl")],
+                                                check=False))
     t0 = time.monotonic()
     full = ecntune("run", str(exp), "--quiet", "--no-mlflow", cwd=tmp_path)
     no_traceback(full)

@@ -87,9 +87,9 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
                 f"journal {journal_path}: no readable change records a baseline to restore. "
                 "Check the canary by hand, then run `ecntune recover --results "
                 f"{journal_path.parent} --discard-unreadable`")
-        todo = [scan.entries[-1]]  # the last baseline the journal recorded
-        echo(f"restoring the last recorded baseline (study {todo[0].study}, trial "
-             f"{todo[0].trial})")
+        todo = [scan.entries[-1]]  # the last state the journal recorded
+        echo(f"restoring the last recorded state (study {todo[0].study}, trial "
+             f"{todo[0].trial}: {'its kept settings' if _kept(todo[0]) else 'its baseline'})")
     exp = _experiment(experiment, results, todo[0], slice_name)
     with build_cluster(exp) as cluster:
         desc = cluster.describe()
@@ -105,22 +105,30 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
                     f"journal entry {entry.id} (study {entry.study}, trial {entry.trial}) "
                     f"changed {outside}, which the experiment's canary does not contain; "
                     "pass the experiment file that ran it")
+            # A kept change's last known state is its settings (a winner left on the canary),
+            # every other change's its baseline.
+            want = entry.settings if _kept(entry) else entry.baseline
             before = cluster.read_back()
-            dirty = before.diff(entry.baseline)
+            dirty = before.diff(want)
             targets = sorted({k.split(".", 1)[0] for k in dirty})
-            report = restore(cluster, entry.baseline)
+            report = restore(cluster, want)
             if not entry.closed:
                 journal.end(entry.id, "restored:recover")
+            what = "kept settings" if _kept(entry) else "baseline"
             echo(f"study {entry.study} trial {entry.trial}: "
-                 + (f"{len(targets)} target(s) were off the baseline ({', '.join(targets)}); "
-                    if targets else "no target was off the baseline; ")
-                 + f"baseline restored and verified by read-back in {report.seconds:.2f} s "
+                 + (f"{len(targets)} target(s) were off the {what} ({', '.join(targets)}); "
+                    if targets else f"no target was off the {what}; ")
+                 + f"{what} restored and verified by read-back in {report.seconds:.2f} s "
                  f"({report.attempts} attempt(s))")
-            for key, (have, want) in list(dirty.items())[:20]:
-                echo(f"  {key}: {have} -> {want}")
+            for key, (have, wanted) in list(dirty.items())[:20]:
+                echo(f"  {key}: {have} -> {wanted}")
         for b in scan.bad:
             journal.acknowledge(b.line)
     return len(todo) + len(scan.bad)
+
+
+def _kept(entry: JournalEntry) -> bool:
+    return any(o.split(":")[0] == "kept" for o in entry.outcomes)
 
 
 def find_journals(root: Path = Path("results")) -> list[tuple[Path, str | None, Path]]:
