@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -108,6 +109,22 @@ def start_run(exp: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*ECNTUNE, "run", str(exp), "--quiet", "--no-mlflow", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=exp.parent)
+
+
+def freeze_when(proc: subprocess.Popen[str], pred, timeout_s: float = 60.0) -> bool:
+    """SIGSTOP ``proc`` at a moment ``pred()`` holds, checked again while it is stopped, so a
+    signal sent next finds that state (checking and then signalling a running process races:
+    a 0.3 s sleep after seeing an open change let the change close first). Returns with the
+    process stopped, or False after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not wait_until(pred, deadline - time.monotonic()):
+            return False
+        proc.send_signal(signal.SIGSTOP)
+        if pred():
+            return True
+        proc.send_signal(signal.SIGCONT)
+    return False
 
 
 def wait_until(pred, timeout_s: float, interval_s: float = 0.005) -> bool:

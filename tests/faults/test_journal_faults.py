@@ -22,10 +22,10 @@ from safety.journal import Journal
 from tests.faults.conftest import (
     ECNTUNE,
     finished_trials,
+    freeze_when,
     lost_trials,
     sim_experiment,
     start_run,
-    wait_until,
 )
 from tests.faults.test_sim_crash import dirty_targets, kill_mid_trial
 from tuner.cluster.statefile import read_state
@@ -184,9 +184,8 @@ def test_recover_without_arguments_scans_results_folders(tmp_path: Path) -> None
     results = tmp_path / "results" / "faults"
     proc = start_run(exp)
     journal = Journal(results / "journal.jsonl")
-    assert wait_until(lambda: journal.path.exists() and journal.dirty() is not None, 60)
-    time.sleep(0.3)
-    proc.kill()
+    assert freeze_when(proc, lambda: journal.path.exists() and journal.dirty() is not None)
+    proc.kill()  # stopped with its change open: killed with it open
     proc.wait(timeout=30)
     rec = ecntune("recover", cwd=tmp_path)
     no_traceback(rec)

@@ -19,10 +19,10 @@ from safety.journal import Journal
 from tests.faults.conftest import (
     ECNTUNE,
     finished_trials,
+    freeze_when,
     lost_trials,
     sim_experiment,
     start_run,
-    wait_until,
 )
 from tuner.cluster.statefile import read_state
 
@@ -52,8 +52,10 @@ def kill_mid_trial(exp: Path, sig: int, min_trial: int = 2) -> tuple[subprocess.
         state = read_state(results / "sim-state.json")
         return state is not None and state == e.settings
 
-    assert wait_until(applied, 60.0), proc.communicate(timeout=30)
-    proc.send_signal(sig)
+    assert freeze_when(proc, applied), proc.communicate(timeout=30)
+    if sig:
+        proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)  # SIGTERM/SIGINT are handled once it runs again
     return proc, time.monotonic()
 
 
