@@ -288,7 +288,9 @@ class StudyRunner:
         for k, v in {"experiment_yaml": self.exp_yaml, "experiment_name": self.exp.name,
                      "mode": self.exp.objective.mode, "created_at": time.time(),
                      "ecntune_version": __version__,
-                     "startup_trials": self.exp.sampler.random_startup}.items():
+                     "startup_trials": self.exp.sampler.random_startup,
+                     # the effective budget (--trials included): what `resume` continues to
+                     "trials_budget": self.exp.budget.trials}.items():
             self.study.set_user_attr(k, v)
         if self.lineage:
             self.study.set_user_attr("lineage", self.lineage)

@@ -257,3 +257,22 @@ def test_twin_trials_are_counted_apart_from_the_canary_budget(tiny: Tiny, tmp_pa
     logged = json.loads(Path(client.download_artifacts(
         parent.info.run_id, "twin/trials.json")).read_text())
     assert len(logged) == twin and {"params", "score", "violation", "feasible"} <= set(logged[0])
+
+
+def test_resume_keeps_the_budget_the_run_was_started_with(tiny: Tiny, tmp_path: Path) -> None:
+    """Red team M3: `run --trials 2` then `resume` ran the file's budget (35 more trials on the
+    canary in their run); the effective budget is stored with the study."""
+    exp, text = tiny(trials=6)
+    path = _write(tmp_path, text)
+    r = CliRunner().invoke(main, ["run", str(path), "--study", "b2", "--trials", "2", "--quiet"])
+    assert r.exit_code == 0, r.output
+    st = optuna_io.load_study("b2", exp.storage_url)
+    assert st.user_attrs["trials_budget"] == 2 and len(st.trials) == 3  # baseline + 2
+    res = str(exp.results_path)
+    r = CliRunner().invoke(main, ["resume", "b2", "--results", res, "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert len(optuna_io.load_study("b2", exp.storage_url).trials) == 3  # nothing more
+    r = CliRunner().invoke(main, ["resume", "b2", "--results", res, "--trials", "3", "--quiet"])
+    assert r.exit_code == 0, r.output
+    st = optuna_io.load_study("b2", exp.storage_url)
+    assert len(st.trials) == 4 and st.user_attrs["trials_budget"] == 3

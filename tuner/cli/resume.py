@@ -55,7 +55,8 @@ def locate(target: str | None, storage: str | None, results: str | None
 def command(study: str | None, storage: str | None, results: str | None,
             experiment: Path | None, trials: int | None, keep_best: bool, no_mlflow: bool,
             quiet: bool) -> None:
-    """Continue STUDY (a name or a results folder; default: the newest) up to its budget.
+    """Continue STUDY (a name or a results folder; default: the newest) up to its budget (the
+    one it was started with, `run --trials` included, unless --trials gives a new total).
 
     Completed trials are kept; a trial a killed process left running is closed as
     `interrupted` and does not count against the budget. The experiment file stored with the
@@ -78,6 +79,10 @@ def command(study: str | None, storage: str | None, results: str | None,
 
     st = optuna_io.load_study(name, url)  # logs where it started; a re-tune stays one
     store = str(st.user_attrs.get("mlflow_tracking_uri") or "")
+    if trials is None and st.user_attrs.get("trials_budget") is not None:
+        trials = int(st.user_attrs["trials_budget"])  # the budget it was started with
+    elif trials is not None:
+        st.set_user_attr("trials_budget", trials)  # the new total, for a later resume
     execute(text, source, study=name, resume=True, trials=trials, keep_best=keep_best,
             results=results, no_mlflow=no_mlflow, quiet=quiet, runner_options=resumed(st),
             prepare=lambda exp: same_store(exp, store))
