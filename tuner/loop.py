@@ -278,9 +278,11 @@ class StudyRunner:
         storage = self.exp.storage_url
         if resume:
             self.study = optuna_io.load_study(self.study_name, storage, sampler, self._pruner())
-            stale = optuna_io.fail_stale(self.study)
+            stale, alive = optuna_io.fail_stale(self.study)
             if stale:
                 self.on_event("stale", {"trials": stale})
+            if alive:  # another live run's (a shared study), or one this host cannot judge
+                self.on_event("running_elsewhere", {"trials": alive})
             return
         dirs = ["maximize"] if not multi else ["maximize", "minimize"]
         self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler,

@@ -25,8 +25,11 @@ fails the trials whose heartbeat stopped and re-queues them with the same params
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -218,8 +221,6 @@ def _requeue_copy(t: FrozenTrial) -> FrozenTrial:
 
 def ensure_storage_dir(url: str) -> None:
     """Create the folder of a ``sqlite:///path`` storage so Optuna can create the file."""
-    from pathlib import Path
-
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
 
@@ -264,15 +265,56 @@ def study_names(storage: str) -> list[str]:
                                          key=lambda s: s.user_attrs.get("created_at", 0.0))]
 
 
-def fail_stale(study: optuna.Study) -> list[int]:
-    """Close trials a killed process left RUNNING (no heartbeat janitor in ask/tell)."""
-    closed = []
+def process_owner(pid: int | None = None) -> dict[str, Any]:
+    """Who runs a trial: host, boot, pid and the process's start time, so that "dead" is proved
+    (the pid gone, or reused by a later process) rather than assumed."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid,
+            "start": _start_ticks(pid)}
+
+
+def owner_gone(owner: Any) -> bool:
+    """True only when ``owner`` (``process_owner``) provably no longer runs: same host and boot,
+    and its pid is gone or belongs to a process started since. Another machine or another boot
+    cannot be told apart from a live owner here: False."""
+    if not isinstance(owner, dict):
+        return True  # a trial of a version that did not record its owner: the old rule
+    if owner.get("host") != socket.gethostname() or owner.get("boot") != _boot_id():
+        return False
+    start = _start_ticks(int(owner.get("pid", -1)))
+    return start is None or start != owner.get("start")
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time since boot (/proc/<pid>/stat field 22), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def fail_stale(study: optuna.Study) -> tuple[list[int], list[int]]:
+    """Close the trials a killed process left RUNNING (no heartbeat janitor in ask/tell): those
+    whose owner is provably gone (``owner_gone``). Returns (closed, left alone: a live owner,
+    or one on another machine, for example another run on a shared PostgreSQL study)."""
+    closed, alive = [], []
     for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
+        if not owner_gone(t.user_attrs.get("owner")):
+            alive.append(t.number)
+            continue
         # Optuna has no public setter for another process's trial attrs; the storage has.
         study._storage.set_trial_user_attr(t._trial_id, "verdict", "interrupted")
         study.tell(t.number, state=FAIL, skip_if_finished=True)
         closed.append(t.number)
-    return closed
+    return closed, alive
 
 
 @dataclass
@@ -294,6 +336,7 @@ def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
     with warnings.catch_warnings():  # enqueued baseline values may sit outside the ranges
         warnings.simplefilter("ignore")
         trial = study.ask(fixed_distributions=dists)
+    trial.set_user_attr("owner", process_owner())
     return Asked(trial=trial, number=trial.number, params=dict(trial.params))
 
 

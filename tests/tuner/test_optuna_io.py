@@ -45,9 +45,36 @@ def test_study_names_newest_last_and_duplicate_refused(tmp_path: Path) -> None:
 def test_fail_stale_closes_running_trials_as_interrupted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'o.db'}"
     st = optuna_io.create_study("s", url, ["maximize"], optuna.samplers.RandomSampler())
-    st.ask()  # a trial a killed process never told
+    st.ask()  # a trial a killed process (of a version that recorded no owner) never told
     st.tell(st.ask(), 1.0)
-    assert optuna_io.fail_stale(st) == [0]
+    assert optuna_io.fail_stale(st) == ([0], [])
     t0, t1 = st.trials
     assert (t0.state.name, t0.user_attrs["verdict"]) == ("FAIL", "interrupted")
     assert t1.state.name == "COMPLETE"
+
+
+def test_fail_stale_leaves_a_live_owners_trial_alone(tmp_path: Path) -> None:
+    """Red team M2: resume on a shared PostgreSQL study closed a live run's RUNNING trial, and
+    the live run died with UpdateFinishedTrialError. Only a provably gone owner's is closed."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    st = optuna_io.create_study("s", url, ["maximize"], optuna.samplers.RandomSampler())
+    dists = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    live = optuna_io.ask(st, dists)  # this process: alive
+    other = optuna_io.ask(st, dists)
+    st._storage.set_trial_user_attr(other.trial._trial_id, "owner",
+                                    dict(optuna_io.process_owner(), host="elsewhere"))
+    gone = optuna_io.ask(st, dists)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = optuna_io.process_owner(child.pid)
+    child.wait()  # started, recorded, now gone
+    st._storage.set_trial_user_attr(gone.trial._trial_id, "owner", owner)
+    reused = optuna_io.ask(st, dists)  # the pid now belongs to a process started later
+    st._storage.set_trial_user_attr(reused.trial._trial_id, "owner",
+                                    dict(optuna_io.process_owner(), start=1))
+    closed, alive = optuna_io.fail_stale(st)
+    assert closed == [gone.number, reused.number]
+    assert alive == [live.number, other.number]
+    assert st.trials[live.number].state.name == "RUNNING"

@@ -100,6 +100,9 @@ class LiveProgress:
         elif kind == "stale":
             self.console.print(f"closed trials left running by a killed process: "
                                f"{data['trials']}")
+        elif kind == "running_elsewhere":
+            self.console.print(f"left running, their owner is alive or on another machine: "
+                               f"trials {data['trials']} (a live run on a shared study)")
         elif kind == "wall_time":
             self.console.print(f"wall-time budget reached after {data['elapsed_s']:.0f} s")
 
