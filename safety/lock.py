@@ -52,6 +52,9 @@ def check_private(folder: Path) -> None:
 def hold(results: str | os.PathLike[str], command: str) -> Iterator[Path]:
     """Hold the exclusive lock of the results folder ``results`` while the block runs."""
     folder = Path(results).absolute()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: results_dir is a file, not a folder -- point results_dir "
+                          "(or --results) at a folder")
     try:
         created = [d for d in (folder, *folder.parents) if not d.exists()]
         folder.mkdir(parents=True, exist_ok=True)

@@ -263,6 +263,15 @@ class TrackingSpec(BaseModel):
         return None if v is None else storage_url.check_tracking(v)
 
 
+def check_name(value: str, field: str) -> str:
+    """A name that becomes a folder or a run name (a study, a slice): ``ConfigError`` unless it
+    is 1-64 letters, digits, '_', '-', '.', starting with a letter or digit."""
+    if not _NAME.fullmatch(value):
+        raise ConfigError(f"{field}: value {value!r} -- use 1-64 letters, digits, '_', '-', "
+                          "'.', starting with a letter or digit (it names a folder and runs)")
+    return value
+
+
 class Experiment(BaseModel):
     """A whole experiment file."""
 

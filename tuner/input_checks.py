@@ -358,10 +358,24 @@ def inventory_source(exp: Experiment, source: str) -> str:
     return os.path.expandvars(os.path.expanduser(f)) if f else f"{source}: fabric.inventory"
 
 
+def _slice_problems(exp: Experiment) -> list[str]:
+    """canary.slices names and counts, checked by every command, not only by ``worker``."""
+    from tuner.slices import slices
+
+    if exp.canary.slices is None:
+        return []
+    try:
+        slices(exp)
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
 def check_inputs(exp: Experiment, source: str, inventory: Any = None) -> None:
     """Raise ``ConfigError`` listing every contradiction (one line each) or do nothing."""
     lines = [f"{source}: {p}" for p in
-             (*_knob_problems(exp), *_url_problems(exp), *_size_problems(exp))]
+             (*_knob_problems(exp), *_url_problems(exp), *_size_problems(exp),
+              *_slice_problems(exp))]
     if inventory is not None:
         lines += inventory_problems(inventory, inventory_source(exp, source))
     if lines:

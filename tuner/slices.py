@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from tuner.experiment import Experiment
 
 MAX_SIM_SLICES = 64
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# A folder name under <results>/slices/: it starts with a letter or digit, so never '.' or '..'.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def slices(exp: Experiment) -> dict[str, list[str]]:
@@ -45,9 +46,10 @@ def slices(exp: Experiment) -> dict[str, list[str]]:
         raise ConfigError("canary.slices: empty -- name at least one slice")
     owner: dict[str, str] = {}
     for name, switches in decl.items():
-        if not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ConfigError(f"canary.slices: slice name {name!r} -- use 1-64 letters, "
-                              "digits, '_', '-', '.' (it names a folder and MLflow tags)")
+                              "digits, '_', '-', '.', starting with a letter or digit (it names "
+                              "a folder and MLflow tags)")
         if not switches:
             raise ConfigError(f"canary.slices.{name}: no switches")
         for sw in switches:

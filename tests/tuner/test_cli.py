@@ -276,3 +276,21 @@ def test_resume_keeps_the_budget_the_run_was_started_with(tiny: Tiny, tmp_path: 
     assert r.exit_code == 0, r.output
     st = optuna_io.load_study("b2", exp.storage_url)
     assert len(st.trials) == 4 and st.user_attrs["trials_budget"] == 3
+
+
+def test_names_and_folders_that_would_escape_or_mislead(tiny: Tiny, tmp_path: Path) -> None:
+    """Red team L3: a --study with '..' escaped the results folder, a results_dir that is a file
+    exited 3 as if the canary were busy, a slice named '..' was accepted by all but `worker`."""
+    exp, text = tiny(trials=1)
+    path = _write(tmp_path, text)
+    r = CliRunner().invoke(main, ["run", str(path), "--study", "../../escape", "--quiet"])
+    assert r.exit_code == 2 and "--study: value '../../escape'" in r.output
+    assert not (tmp_path / "escape").exists()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = CliRunner().invoke(main, ["run", str(path), "--results", str(afile), "--quiet"])
+    assert r.exit_code == 2 and "results_dir is a file, not a folder" in r.output
+    sliced = _write(tmp_path, text.replace("canary: {switches: [leaf0]}",
+                                           "canary: {switches: [leaf0], slices: {'..': [leaf0]}}"))
+    r = CliRunner().invoke(main, ["preflight", str(sliced)])
+    assert r.exit_code == 2 and "slice name '..'" in r.output

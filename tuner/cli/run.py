@@ -33,11 +33,13 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     from rich.console import Console
 
     from safety.lock import hold
-    from tuner.experiment import parse_experiment
+    from tuner.experiment import check_name, parse_experiment
     from tuner.input_checks import check_inputs
     from tuner.loop import default_study_name
     from tuner.tracking import redact
 
+    if study is not None:
+        check_name(study, "--study")  # it names a folder under the results: never '..'
     exp = overridden(parse_experiment(exp_text, source), trials=trials, results=results,
                      no_mlflow=no_mlflow)
     if prepare is not None:

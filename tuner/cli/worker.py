@@ -73,7 +73,7 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     from safety.lock import hold
     from tuner import optuna_io
     from tuner.cli.run import overridden
-    from tuner.experiment import parse_experiment
+    from tuner.experiment import check_name, parse_experiment
     from tuner.input_checks import check_inputs, read_text_file
     from tuner.lease import LeaseKeeper, SliceLeases
     from tuner.slices import for_slice
@@ -85,7 +85,7 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     exp = overridden(parse_experiment(text, source), trials=trials, results=results,
                      no_mlflow=no_mlflow)
     check_inputs(exp, source)
-    name = study or exp.name
+    name = check_name(study, "--study") if study is not None else exp.name
     mine = for_slice(exp, slice_name)
     optuna_io.ensure_storage_dir(mine.storage_url)
     warm_up(mine)
