@@ -72,6 +72,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: merged keys may be overridden here, by YAML's rule
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
             try:
                 first = seen.get(key)
@@ -126,6 +128,9 @@ def _shape_limits(data: Any, source: str) -> None:
         if depth > MAX_DEPTH:
             raise ConfigError(f"{source}: {where or '<top level>'}: nested deeper than "
                               f"{MAX_DEPTH} levels -- flatten it")
+        if isinstance(node, bytes):  # !!binary would carry control characters past the checks
+            raise ConfigError(f"{source}: {where or '<top level>'}: a binary value (!!binary) -- "
+                              "write it as plain text")
         if isinstance(node, dict):
             stack.extend((v, depth + 1, f"{where}.{k}" if where else str(k))
                          for k, v in node.items())

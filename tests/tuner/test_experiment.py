@@ -167,3 +167,15 @@ def test_the_budget_check_applies_to_a_start_up_the_file_chose() -> None:
     assert parse_experiment(ssh + "budget: {trials: 1}\n").sampler.name == "tpe"
     assert "budget.trials 1" in _error(ssh + "budget: {trials: 1}\nsampler: {name: tpe}\n")
     parse_experiment(MINIMAL + "budget: {trials: 1}\nsampler: {name: random}\n")  # no start-up
+
+
+def test_yaml_merge_keys_work_and_binary_values_are_refused() -> None:
+    """Red team L3: every legitimate merge key was refused; ``!!binary`` smuggled a newline
+    into results_dir past the control-character check."""
+    exp = parse_experiment(MINIMAL + "search:\n  knobs:\n"
+                           "    kmin_bytes: &r {low: 20000, high: 200000, log: true}\n"
+                           "    rpg_ai_rate:\n      <<: *r\n      low: 1\n      high: 100\n")
+    ai = exp.search.knobs["rpg_ai_rate"]
+    assert (ai.low, ai.high, ai.log) == (1, 100, True)  # merged, then overridden
+    msg = _error(MINIMAL + "results_dir: !!binary cmVzdWx0cwpldmls\n")  # b"results\nevil"
+    assert "exp.yaml: results_dir: a binary value (!!binary)" in msg
