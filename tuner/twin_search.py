@@ -219,10 +219,13 @@ class TwinSampler(optuna.samplers.BaseSampler):
         if anchor is not None:
             self.refine(search_space, names, anchor.params)
         corr = self.correction(done, search_space, names)
-        busy = [unit(t.params, search_space, names) for t in study.get_trials(
-            deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-            if t.number != trial.number and all(k in t.params for k in names)]
-        taken = np.array([*corr.points, *busy]) if len(corr.points) or busy else None
+        # Never again a point already tried in any way (a screened or refused one too, which
+        # would be screened again), nor one another worker is measuring now.
+        busy = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
+                                                                   TrialState.WAITING))
+                if t.number != trial.number and all(k in t.params for k in names)]
+        taken = np.array([unit(t.params, search_space, names) for t in (*done, *busy)]) \
+            if done or busy else None
         best: tuple[tuple[float, float, float], dict[str, Any]] | None = None
         for params, res in self._pool.values():
             if not res.safe:

@@ -185,6 +185,13 @@ def test_never_proposes_what_the_canary_measured_or_another_worker_is_measuring(
     assert not _near(p, A, 1e-3) and not _near(p, busy, 1e-3)
 
 
+def test_a_screened_point_is_not_proposed_again() -> None:
+    study = _study(_sampler(_peaks()))
+    _add(study, A, verdict="screened:busbw_loss", score=None, state=TrialState.FAIL,
+         constraints={"screen": 10.0})
+    assert _near(_ask(study), B)  # A was screened: asking for it again would loop
+
+
 def test_storms_on_the_twin_are_never_proposed() -> None:
     def twin(params: dict[str, Any]) -> TwinResult:
         if _near(params, A):
