@@ -294,3 +294,13 @@ def test_names_and_folders_that_would_escape_or_mislead(tiny: Tiny, tmp_path: Pa
                                            "canary: {switches: [leaf0], slices: {'..': [leaf0]}}"))
     r = CliRunner().invoke(main, ["preflight", str(sliced)])
     assert r.exit_code == 2 and "slice name '..'" in r.output
+
+
+def test_kmin_above_kmax_in_current_is_one_plain_line(tiny: Tiny, tmp_path: Path) -> None:
+    """Red team L3: `current` with Kmin > Kmax printed pydantic's raw dump."""
+    exp, text = tiny(trials=1)
+    path = _write(tmp_path, text + "current: {kmin_bytes: 500000, kmax_bytes: 100000}\n")
+    r = CliRunner().invoke(main, ["preflight", str(path)])
+    assert r.exit_code == 2
+    assert "current: kmin_bytes (500000) must be below kmax_bytes (100000)" in r.output
+    assert "validation error" not in r.output and "errors.pydantic.dev" not in r.output

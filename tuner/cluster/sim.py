@@ -17,6 +17,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from objectives.counters import merge_row
 from objectives.measurement import (
     CollectiveResult,
@@ -95,6 +97,9 @@ class SimCluster(Cluster):
         self._other_nics = [n for n in self._fabric.nic_names if n not in nics]
         try:
             base = Settings.uniform(switches, list(self._fabric.nic_names), baseline or {})
+        except ValidationError as exc:  # one line per problem, not pydantic's dump
+            raise ConfigError("current: " + "; ".join(
+                str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from None
         except ValueError as exc:
             raise ConfigError(f"current: {exc}") from None
         for s, e in base.switches.items():
