@@ -355,6 +355,10 @@ def inventory_problems(inv: Inventory, source: str) -> list[str]:
     if not inv.ssh.trust_on_first_use and not kh.exists():
         out.append(f"{source}: ssh.known_hosts: {inv.ssh.known_hosts} does not exist -- add "
                    "the hosts' keys with ssh-keyscan, or set ssh.trust_on_first_use: true")
+    elif kh.exists() and str(kh) != os.devnull and not kh.is_file():
+        # /dev/zero would be read without end; /dev/null (no host known) stays allowed
+        out.append(f"{source}: ssh.known_hosts: {inv.ssh.known_hosts} is not a regular file -- "
+                   "point it at an OpenSSH known_hosts file")
     return out
 
 
