@@ -60,6 +60,11 @@ class JournalEntry(BaseModel):
     def closed(self) -> bool:
         return any(o.split(":")[0] in CLOSING_OUTCOMES for o in self.outcomes)
 
+    @property
+    def kept(self) -> bool:
+        """Closed by keeping its settings on the canary (a winner): its last known state."""
+        return any(o.split(":")[0] == "kept" for o in self.outcomes)
+
 
 @dataclass(frozen=True)
 class BadLine:

@@ -37,7 +37,8 @@ _STRICT = ConfigDict(frozen=True, extra="forbid")
 
 # The one search dimension that is not a device knob: kmax_bytes = kmin_bytes * kmax_ratio.
 KMAX_RATIO = "kmax_ratio"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: anchored at \Z
+# Names that become folders and run names (experiment, study, slice); fullmatch: anchored.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class TopologySpec(BaseModel):
@@ -266,7 +267,7 @@ class TrackingSpec(BaseModel):
 def check_name(value: str, field: str) -> str:
     """A name that becomes a folder or a run name (a study, a slice): ``ConfigError`` unless it
     is 1-64 letters, digits, '_', '-', '.', starting with a letter or digit."""
-    if not _NAME.fullmatch(value):
+    if not NAME.fullmatch(value):
         raise ConfigError(f"{field}: value {value!r} -- use 1-64 letters, digits, '_', '-', "
                           "'.', starting with a letter or digit (it names a folder and runs)")
     return value
@@ -303,7 +304,7 @@ class Experiment(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
+        if not NAME.fullmatch(v):
             raise ValueError("use 1-64 letters, digits, '_', '-', '.' (it names files and runs)")
         return v
 

@@ -16,17 +16,15 @@ study storage and MLflow store.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from tuner.errors import ConfigError
+from tuner.experiment import NAME
 
 if TYPE_CHECKING:
     from tuner.experiment import Experiment
 
 MAX_SIM_SLICES = 64
-# A folder name under <results>/slices/: it starts with a letter or digit, so never '.' or '..'.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def slices(exp: Experiment) -> dict[str, list[str]]:
@@ -46,7 +44,7 @@ def slices(exp: Experiment) -> dict[str, list[str]]:
         raise ConfigError("canary.slices: empty -- name at least one slice")
     owner: dict[str, str] = {}
     for name, switches in decl.items():
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):  # a folder: never '..'
             raise ConfigError(f"canary.slices: slice name {name!r} -- use 1-64 letters, "
                               "digits, '_', '-', '.', starting with a letter or digit (it names "
                               "a folder and MLflow tags)")

@@ -89,7 +89,7 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
                 f"{journal_path.parent} --discard-unreadable`")
         todo = [scan.entries[-1]]  # the last state the journal recorded
         echo(f"restoring the last recorded state (study {todo[0].study}, trial "
-             f"{todo[0].trial}: {'its kept settings' if _kept(todo[0]) else 'its baseline'})")
+             f"{todo[0].trial}: {'its kept settings' if todo[0].kept else 'its baseline'})")
     exp = _experiment(experiment, results, todo[0], slice_name)
     with build_cluster(exp) as cluster:
         desc = cluster.describe()
@@ -107,14 +107,14 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
                     "pass the experiment file that ran it")
             # A kept change's last known state is its settings (a winner left on the canary),
             # every other change's its baseline.
-            want = entry.settings if _kept(entry) else entry.baseline
+            want = entry.settings if entry.kept else entry.baseline
             before = cluster.read_back()
             dirty = before.diff(want)
             targets = sorted({k.split(".", 1)[0] for k in dirty})
             report = restore(cluster, want)
             if not entry.closed:
                 journal.end(entry.id, "restored:recover")
-            what = "kept settings" if _kept(entry) else "baseline"
+            what = "kept settings" if entry.kept else "baseline"
             echo(f"study {entry.study} trial {entry.trial}: "
                  + (f"{len(targets)} target(s) were off the {what} ({', '.join(targets)}); "
                     if targets else f"no target was off the {what}; ")
@@ -125,10 +125,6 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
         for b in scan.bad:
             journal.acknowledge(b.line)
     return len(todo) + len(scan.bad)
-
-
-def _kept(entry: JournalEntry) -> bool:
-    return any(o.split(":")[0] == "kept" for o in entry.outcomes)
 
 
 def find_journals(root: Path = Path("results")) -> list[tuple[Path, str | None, Path]]:
