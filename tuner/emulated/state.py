@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +121,15 @@ def start_fault_clock(tdir: Path) -> None:
     write_json(tdir / FAULT_CLOCK, {"since": time.time(), "counted": {}})
 
 
-def take_fault_events(tdir: Path, faults: dict[str, Any]) -> dict[str, int]:
-    """Events of each rate fault since the last call (whole events; the fraction carries)."""
+def tick_fault_events(tdir: Path, faults: dict[str, Any],
+                      to_deltas: Callable[[dict[str, int]], dict[str, dict[str, int]]]) -> None:
+    """Count the events of each rate fault since the last tick (whole events; the fraction
+    carries) into ``counters.json`` as ``to_deltas(events)``.
+
+    Taking the events and adding them is one step under the lock: a ``show pfc counters``
+    running beside a ``show queue counters`` that took the events but had not yet added them
+    would miss them in this reading and double them in the next (a burst and a lull).
+    """
     with locked(tdir):
         clock = read_json(tdir / FAULT_CLOCK) or {"since": time.time(), "counted": {}}
         elapsed = max(0.0, time.time() - float(clock["since"]))
@@ -134,7 +141,8 @@ def take_fault_events(tdir: Path, faults: dict[str, Any]) -> dict[str, int]:
                 events[key] = due - counted.get(key, 0)
                 counted[key] = due
         write_json(tdir / FAULT_CLOCK, {"since": clock["since"], "counted": counted})
-    return events
+        if events:
+            _add_counters(tdir, to_deltas(events))
 
 
 def apply_command_faults(command: str, faults: dict[str, Any]) -> None:
@@ -167,10 +175,14 @@ def read_commands(tdir: Path) -> list[dict[str, Any]]:
 def add_counters(tdir: Path, deltas: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Add ``{port: {counter: delta}}`` to ``counters.json``; returns the new totals."""
     with locked(tdir):
-        totals: dict[str, dict[str, int]] = read_json(tdir / "counters.json", {}) or {}
-        for port, cnts in deltas.items():
-            row = totals.setdefault(port, {})
-            for name, value in cnts.items():
-                row[name] = int(row.get(name, 0)) + int(value)
-        write_json(tdir / "counters.json", totals)
+        return _add_counters(tdir, deltas)
+
+
+def _add_counters(tdir: Path, deltas: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = read_json(tdir / "counters.json", {}) or {}
+    for port, cnts in deltas.items():
+        row = totals.setdefault(port, {})
+        for name, value in cnts.items():
+            row[name] = int(row.get(name, 0)) + int(value)
+    write_json(tdir / "counters.json", totals)
     return totals
