@@ -22,6 +22,9 @@ from tuner.workload import BackgroundPart, CollectivePart, ProbePart
 
 LOW = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
 TUNED = DcqcnSettings(rpg_time_reset=150, rpg_ai_rate=10, min_time_between_cnps=4)
+# Measurement processes and NIC counter reads never run under sudo (tuner/ssh/measure.py
+# ``_Run.start``, tuner/drivers/_mlx5.py ``counters``): sudo is for device settings and switches.
+UNPRIVILEGED = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ def catalog(inv: Inventory) -> list[Planned]:
                         "(example: 3 knobs), read-back", drv.write_command(DcqcnSettings(),
                                                                             TUNED), h.sudo),
                 Planned(h.name, tag + "counters (ethtool -S + hw_counters)",
-                        drv.counters_command(), h.sudo),
+                        drv.counters_command(), UNPRIVILEGED),
             ]
     for s in inv.switches:
         sw = switch_driver(None, s)  # type: ignore[arg-type]
@@ -105,8 +108,6 @@ def catalog(inv: Inventory) -> list[Planned]:
             out.append(Planned(s.name, "counters", sw.counters_command(), s.sudo))
             out += _nvue_confirm(sw, s.name, s.sudo)
     la = inv.launcher
-    launcher = next(h for h in inv.hosts if h.name == la.host)
-    hosts = {h.name: h for h in inv.hosts}
     parts = [CollectivePart(op="all_reduce", size_bytes=4_194_304, iterations=5),
              CollectivePart(op="alltoall", size_bytes=1_048_576, iterations=5)]
     probe = ProbePart(size_bytes=64, pairs=2, interval_us=50)
@@ -114,27 +115,25 @@ def catalog(inv: Inventory) -> list[Planned]:
                                  600):
         out.append(Planned(flow.server, "background flow server (example: incast at 30 % of "
                            "line rate; runs through the measurement, stopped at its end)",
-                           flow.server_cmd, hosts[flow.server].sudo))
-        out.append(Planned(flow.client, "background flow client", flow.client_cmd,
-                           hosts[flow.client].sudo))
+                           flow.server_cmd, UNPRIVILEGED))
+        out.append(Planned(flow.client, "background flow client", flow.client_cmd, UNPRIVILEGED))
     for i, part in enumerate(parts):
         out.append(Planned(la.host, f"nccl-tests part {i}, timed pass (example workload: "
                            "all_reduce 4 MiB and alltoall 1 MiB, started at once); started "
                            "with `echo $$; exec ...` so it can be stopped",
-                           nccl_command(inv, part), launcher.sudo))
+                           nccl_command(inv, part), UNPRIVILEGED))
     for i, part in enumerate(parts):
         out.append(Planned(la.host, f"nccl-tests part {i}, measured pass: `-n` sized from the "
                            f"timed pass (example: 2000), `-N {la.nccl_cycles}` result rows",
-                           nccl_command(inv, part, 2000, la.nccl_cycles), launcher.sudo))
+                           nccl_command(inv, part, 2000, la.nccl_cycles), UNPRIVILEGED))
     for flow in probe_flows(inv, probe):
         out.append(Planned(flow.server, "latency probe server (example: 2 pairs, one sample "
                            "every 50 µs), started once every part printed a row",
-                           flow.server_cmd, hosts[flow.server].sudo))
-        out.append(Planned(flow.client, "latency probe client", flow.client_cmd,
-                           hosts[flow.client].sudo))
+                           flow.server_cmd, UNPRIVILEGED))
+        out.append(Planned(flow.client, "latency probe client", flow.client_cmd, UNPRIVILEGED))
     out.append(Planned("(any measurement host)", "stop a measurement process on a safety "
                        "abort or at the end (PID printed by `echo $$`)",
-                       "kill -TERM <pid> 2>/dev/null || true", launcher.sudo))
+                       "kill -TERM <pid> 2>/dev/null || true", UNPRIVILEGED))
     return out
 
 
