@@ -262,7 +262,7 @@ class SshCluster(Cluster):
         if failed:
             raise MeasurementError(f"counters unreadable on {sorted(failed)}: "
                                    f"{_describe_failures(failed)}")
-        return Counters.gather(o.value for o in res.values())
+        return Counters.gather(o.value for o in res.values() if o.value is not None)
 
     def measure(self, workload: Workload, monitor: Monitor | None = None, *,
                 replicate: int = 0) -> Measurement:

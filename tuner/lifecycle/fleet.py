@@ -110,7 +110,7 @@ class Fleet:
         if failed:
             raise MeasurementError("counters unreadable on " + "; ".join(
                 f"{k}: {e}" for k, e in sorted(failed.items())))
-        return Counters.gather(o.value for o in res.values())
+        return Counters.gather(o.value for o in res.values() if o.value is not None)
 
     def cluster(self, keys: list[str] | None = None) -> SshCluster:
         """The SSH backend over some of the fleet's targets (all by default), sharing its
