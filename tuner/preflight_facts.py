@@ -206,11 +206,15 @@ def cc_algorithm(text: str, port: int) -> str | None:
     return None
 
 
-def _ping(conn: Connection, peer: HostEntry, mtu: int) -> str | None:
-    """``ok``, the failure text, or ``None`` when the host has no ``ping``."""
+def _ping(conn: Connection, own: HostEntry, peer: HostEntry, mtu: int) -> str | None:
+    """``ok``, the failure text, or ``None`` when the host has no ``ping``.
+
+    ``-I <netdev>``: out of the RoCE port, not whichever interface the routing table picks
+    for the peer (the management port, or another rail of a GPU host)."""
     size = max(0, mtu - 28)  # ICMP payload = MTU - 20 (IPv4) - 8 (ICMP)
     addr = q("host", peer.data_address or peer.address)
-    res = conn.run(f"ping -M do -c 1 -W 1 -s {size} {addr}", check=False, timeout_s=10)
+    res = conn.run(f"ping -M do -c 1 -W 1 -s {size} -I {q('netdev', own.netdev)} {addr}",
+                   check=False, timeout_s=10)
     if res.status == 127:
         return None
     if res.status == 0:
@@ -326,7 +330,8 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
         mtu = spec.mtu or max((p.get("mtu") or 0 for p in parsed.values()), default=0)
         pairs = {a: b for a, b in zip(names, names[1:] + names[:1], strict=True) if a != b}
         if mtu and pairs:
-            pings = pool.fan_out(lambda c: _ping(c, hosts[pairs[c.name]], mtu), list(pairs))
+            pings = pool.fan_out(lambda c: _ping(c, hosts[c.name], hosts[pairs[c.name]], mtu),
+                                 list(pairs))
             for a, o in pings.items():
                 res = o.value if o.error is None else str(o.error)
                 if res is not None:
