@@ -51,6 +51,18 @@ DB = "sonic-db-cli CONFIG_DB"
 POLL_GROUPS = {"pfc": "PORT_STAT", "queue": "QUEUE_STAT", "wred": "WRED_ECN_QUEUE_STAT"}
 
 
+def stock_profile(settings: EcnSettings) -> dict[str, str]:
+    """A WRED profile's fields as sonic-buildimage's qos_config.j2 makes AZURE_LOSSLESS
+    (``ecn_all``, every colour alike) with ``settings``' thresholds."""
+    prof = {"ecn": "ecn_all"}
+    for colour in ("green", "yellow", "red"):
+        prof |= {f"wred_{colour}_enable": "true",
+                 f"{colour}_min_threshold": str(settings.kmin_bytes),
+                 f"{colour}_max_threshold": str(settings.kmax_bytes),
+                 f"{colour}_drop_probability": str(settings.pmax_percent)}
+    return prof
+
+
 def ecnconfig_calls(profile: str, current: EcnSettings, settings: EcnSettings) -> list[str]:
     """``ecnconfig -p <profile>`` calls taking ``current`` to ``settings``, never min > max.
 
@@ -174,12 +186,7 @@ class SonicDriver(Driver[EcnSettings]):
         red traffic like the original does."""
         prof = (self.profiles or {}).get(self.original)
         if prof is None:  # never read (only the command catalog does this): a stock profile
-            prof = {"ecn": "ecn_all"}  # as qos_config.j2 makes it, every colour alike
-            for colour in ("green", "yellow", "red"):
-                prof |= {f"wred_{colour}_enable": "true",
-                         f"{colour}_min_threshold": current.kmin_bytes,
-                         f"{colour}_max_threshold": current.kmax_bytes,
-                         f"{colour}_drop_probability": current.pmax_percent}
+            return stock_profile(current)
         return {str(k): str(v) for k, v in prof.items()}
 
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
