@@ -1,14 +1,16 @@
 """Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``queue counters [-j]``,
-``queue wredcounters``, ``pfcwd stats`` (formats: shared/reference/sonic/*.txt, produced by
-pfcstat, queuestat, wredstat and pfcwd in sonic-utilities @691b1bbc4)."""
+``queue wredcounters`` (202505 and later), ``pfcwd stats`` (formats:
+shared/reference/sonic/*.txt, produced by pfcstat, queuestat, wredstat and pfcwd in
+sonic-utilities @691b1bbc4)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+from tuner.emulated.switches import WRED_ECN_SINCE, has_wred_ecn
 from tuner.emulated.tools._base import Target, target
-from tuner.emulated.tools._fmt import comma, simple_table
+from tuner.emulated.tools._fmt import click_no_such_command, comma, simple_table
 
 UC = 8  # Mellanox SONiC: UC0-7 and MC8-15 per port
 
@@ -92,6 +94,10 @@ def main(argv: list[str]) -> int:
         from tuner.emulated.tools import ecnconfig
 
         return ecnconfig.main(["-l", *flags])
+    if words[:2] == ["queue", "wredcounters"] and not has_wred_ecn(
+            t.state.get("sonic_release", WRED_ECN_SINCE)):  # before 202505: no such command
+        sys.stderr.write(click_no_such_command("show queue", "wredcounters"))
+        return 2
     t.tick_counter_faults()
     port = words[2] if len(words) == 3 and words[:1] == ["queue"] else None
     if port is not None and port not in _ports(t):
