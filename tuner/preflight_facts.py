@@ -16,7 +16,14 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from safety.preflight import HostFacts, PreflightFacts, PreflightSpec, QosPath, SwitchFacts
+from safety.preflight import (
+    CheckResult,
+    HostFacts,
+    PreflightFacts,
+    PreflightSpec,
+    QosPath,
+    SwitchFacts,
+)
 from tuner.drivers import SonicDriver, switch_driver
 from tuner.errors import TunerError
 from tuner.ssh.shell import check, q
@@ -370,6 +377,50 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
         backend="ssh", roce_priority=min(prios), hosts=out_hosts,
         switches=out_switches,
         line_rate_mbps=int(max((h.nic_gbps for h in inv.hosts), default=0) * 1000) or None)
+
+
+def _cnp_watermarks(cluster: Any, switches: list[SwitchFacts]) -> dict[str, int]:
+    """Peak occupancy of each CNP queue (``show queue watermark unicast``, bytes, since the
+    last clear), ``{"leaf0/Ethernet0": 2704}``; a switch that cannot show it gives nothing."""
+    from objectives.parsers import parse_watermark
+    from tuner.errors import ParseError
+
+    out: dict[str, int] = {}
+    for s in switches:
+        res = cluster.pool.conns[s.name].run("show queue watermark unicast", check=False,
+                                             timeout_s=30)
+        try:
+            rows = parse_watermark(res.stdout).merged() if res.status == 0 else {}
+        except ParseError:
+            continue
+        for port, queue in s.cnp_queue_index.items():
+            value = rows.get(port, {}).get(f"UC{queue}")
+            if value is not None:
+                out[f"{s.name}/{port}"] = value
+    return out
+
+
+def cnp_starvation(exp: Experiment, cluster: Cluster, ms: list[Any]) -> list[CheckResult]:
+    """The CNP queue of every SONiC canary port under the baseline load (``ms``: the baseline
+    measurements): its drops (a fail) and watermark (evidence). Other backends: nothing."""
+    from safety.preflight import check_cnp_starvation
+
+    if cluster.describe().backend != "ssh":
+        return []
+    inner: Any = getattr(cluster, "inner", cluster)
+    spec = getattr(exp, "preflight", None) or PreflightSpec()
+    found = inner.switch_facts()
+    switches = [switch_facts(s, None, switch_driver(inner.pool.conns[s.name], s),
+                             found[s.name].value, spec.cnp_dscp, spec.roce_dscp)
+                for s in inner.inventory.switches
+                if s.platform == "sonic" and found[s.name].error is None]
+    delta: dict[str, dict[str, int]] = {}
+    for m in ms:
+        for port, row in m.counters.ports.items():
+            into = delta.setdefault(port, {})
+            for k, v in row.items():
+                into[k] = into.get(k, 0) + int(v)
+    return check_cnp_starvation(switches, delta, _cnp_watermarks(inner, switches))
 
 
 def collect(exp: Experiment, cluster: Cluster, spec: PreflightSpec) -> PreflightFacts:

@@ -109,3 +109,42 @@ def test_a_measurement_on_a_202411_switch_works_and_notes_the_absent_ecn_counter
     note = next(n for n in m.notes if n.startswith("leaf0/Ethernet0: counters absent"))
     assert "queue3_ecn_marked_pkts" in note
     assert m.counters.total("queue3_drop_pkts") == 0  # the queue counters are still read
+
+
+@pytest.mark.slow  # two collectives over the emulated cluster (~15 s)
+def test_cnp_queue_drops_under_load_are_a_failure(
+        emu: EmulatedCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.experiment import load_experiment
+    from tuner.preflight_facts import cnp_starvation
+
+    monkeypatch.setenv("ECNTUNE_EMU_ROOT", str(emu.root))
+    exp = load_experiment(ROOT / "experiments" / "emulated-ssh.yaml")
+    tiny = Workload(parts=[{"kind": "collective", "op": "all_reduce", "size_bytes": 65536,
+                            "iterations": 1}], time_limit_s=60)
+    with SshCluster(load_inventory(emu.inventory_path)) as c:
+        quiet = cnp_starvation(exp, c, [c.measure(tiny)])
+        assert {(r.target, r.status) for r in quiet} == {("leaf0/Ethernet0", "pass"),
+                                                         ("leaf0/Ethernet4", "pass")}
+        emu.inject("leaf0", cnp_drops=200)  # a starved DWRR CNP queue under the load
+        starved = cnp_starvation(exp, c, [c.measure(tiny)])
+    bad = [r for r in starved if r.status == "fail"]
+    assert [r.target for r in bad] == ["leaf0/Ethernet0", "leaf0/Ethernet4"]
+    assert "drops under the baseline load" in bad[0].evidence
+
+
+@pytest.mark.slow  # `ecntune run` up to its baseline (~30 s)
+def test_ecntune_run_stops_after_a_baseline_that_starves_the_cnp_queue(
+        emu: EmulatedCluster, tmp_path: Path) -> None:
+    with SshCluster(load_inventory(emu.inventory_path)) as c:
+        before = c.snapshot()
+    emu.inject("leaf0", cnp_drops=200)
+    env = {**os.environ, "ECNTUNE_EMU_ROOT": str(emu.root)}
+    res = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", str(ROOT / "experiments" / "emulated-ssh.yaml"),
+         "--trials", "1", "--results", str(tmp_path / "results"), "--no-mlflow", "--quiet"],
+        capture_output=True, text=True, env=env, timeout=240, check=False, cwd=tmp_path)
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 3, out[-2000:]
+    assert "cnp_starvation" in out and "drops under the baseline load" in out
+    with SshCluster(load_inventory(emu.inventory_path)) as c:
+        assert c.snapshot() == before  # no trial ran

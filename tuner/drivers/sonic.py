@@ -177,7 +177,7 @@ def qos_path(db: dict[str, Any], port: str, dscp: int) -> dict[str, Any]:
     dscp_map = _ref(row.get("dscp_to_tc_map") or (maps.get("global") or {}).get(
         "dscp_to_tc_map")) or None
     tc_raw = ((db.get("DSCP_TO_TC_MAP") or {}).get(dscp_map or "") or {}).get(str(dscp))
-    tc = int(tc_raw) if str(tc_raw).isdigit() else None
+    tc = int(str(tc_raw)) if str(tc_raw).isdigit() else None
     tc_map = _ref(row.get("tc_to_queue_map")) or None
     q_raw = ((db.get("TC_TO_QUEUE_MAP") or {}).get(tc_map or "") or {}).get(str(tc)) \
         if tc_map else tc

@@ -56,6 +56,9 @@ STOCK_SCHEDULER = {"scheduler.0": {"type": "DWRR", "weight": "14"},
                    "scheduler.1": {"type": "DWRR", "weight": "15"}}
 
 
+CNP_QUEUE = 6  # DSCP 48 -> TC 6 -> queue 6 in the stock maps
+
+
 def stock_qos_maps(ports: list[str], queue: int = 3) -> dict[str, Any]:
     """The QoS tables ``qos_config.j2`` writes for the active ports (lossless TCs 3 and 4)."""
     lossless = {str(queue), "4"}
@@ -209,6 +212,7 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
     q = int(state["lossless_queue"])
     storm = events.get("pfc_storm", 0)
     drops = events.get("lossless_drops", 0)
+    cnp = events.get("cnp_drops", 0)
     out: dict[str, dict[str, int]] = {}
     for port in state["host_ports"]:
         d: dict[str, int] = {}
@@ -218,6 +222,8 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
         if drops:
             d.update({f"q{q}_drop_pkts": drops, f"q{q}_drop_bytes": drops * 1024,
                       f"q{q}_wred_drop_pkts": drops, f"q{q}_wred_drop_bytes": drops * 1024})
+        if cnp:  # CNPs are small frames: counted as 64 bytes each
+            d.update({f"q{CNP_QUEUE}_drop_pkts": cnp, f"q{CNP_QUEUE}_drop_bytes": cnp * 64})
         if d:
             out[port] = d
     return out
