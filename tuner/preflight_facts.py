@@ -383,12 +383,12 @@ def _cnp_watermarks(cluster: Any, switches: list[SwitchFacts]) -> dict[str, int]
     """Peak occupancy of each CNP queue (``show queue watermark unicast``, bytes, since the
     last clear), ``{"leaf0/Ethernet0": 2704}``; a switch that cannot show it gives nothing."""
     from objectives.parsers import parse_watermark
+    from tuner.drivers.sonic import CNP_WATERMARK
     from tuner.errors import ParseError
 
     out: dict[str, int] = {}
     for s in switches:
-        res = cluster.pool.conns[s.name].run("show queue watermark unicast", check=False,
-                                             timeout_s=30)
+        res = cluster.pool.conns[s.name].run(CNP_WATERMARK, check=False, timeout_s=30)
         try:
             rows = parse_watermark(res.stdout).merged() if res.status == 0 else {}
         except ParseError:

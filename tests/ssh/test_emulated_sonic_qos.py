@@ -114,6 +114,7 @@ def test_a_measurement_on_a_202411_switch_works_and_notes_the_absent_ecn_counter
 @pytest.mark.slow  # two collectives over the emulated cluster (~15 s)
 def test_cnp_queue_drops_under_load_are_a_failure(
         emu: EmulatedCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.emulated import state as st
     from tuner.experiment import load_experiment
     from tuner.preflight_facts import cnp_starvation
 
@@ -126,10 +127,11 @@ def test_cnp_queue_drops_under_load_are_a_failure(
         assert {(r.target, r.status) for r in quiet} == {("leaf0/Ethernet0", "pass"),
                                                          ("leaf0/Ethernet4", "pass")}
         emu.inject("leaf0", cnp_drops=200)  # a starved DWRR CNP queue under the load
+        st.add_counters(emu.target_dir("leaf0"), {"Ethernet0": {"q6_watermark_bytes": 2704}})
         starved = cnp_starvation(exp, c, [c.measure(tiny)])
     bad = [r for r in starved if r.status == "fail"]
     assert [r.target for r in bad] == ["leaf0/Ethernet0", "leaf0/Ethernet4"]
-    assert "drops under the baseline load" in bad[0].evidence
+    assert "drops under the baseline load, watermark 2704 B" in bad[0].evidence
 
 
 @pytest.mark.slow  # `ecntune run` up to its baseline (~30 s)

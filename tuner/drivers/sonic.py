@@ -57,6 +57,8 @@ ECN_CAPABILITY = "QUEUE_COUNTER_CAPABILITIES|WRED_ECN_QUEUE_ECN_MARKED_PKT_COUNT
 PROBE_WRED = f"{SHOW['wred']} --help >/dev/null 2>&1 && echo present || echo absent"
 # click 7.0 (sonic-utilities pins it) on an unknown subcommand: 'Error: No such command "x".'
 NO_SUCH_COMMAND = "No such command"
+# peak occupancy per unicast queue since the last clear (watermarkstat -t q_shared_uni)
+CNP_WATERMARK = "show queue watermark unicast"
 
 
 def ecnconfig_calls(profile: str, current: EcnSettings, settings: EcnSettings) -> list[str]:

@@ -1,5 +1,5 @@
 """Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``queue counters [-j]``,
-``queue wredcounters`` (202505 and later), ``pfcwd stats`` (formats:
+``queue wredcounters`` (202505 and later), ``queue watermark unicast``, ``pfcwd stats`` (formats:
 shared/reference/sonic/*.txt, produced by pfcstat, queuestat, wredstat and pfcwd in
 sonic-utilities @691b1bbc4)."""
 
@@ -65,6 +65,16 @@ def wred_counters(t: Target, port: str | None = None) -> str:
                    for rows in _queue_rows(t, fields, port).values())
 
 
+def queue_watermark(t: Target) -> str:
+    """``show queue watermark unicast`` (watermarkstat -t q_shared_uni): peak bytes per unicast
+    queue since the last clear, from ``q<N>_watermark_bytes``."""
+    c = t.counters()
+    rows = [[p, *(str(c.get(p, {}).get(f"q{q}_watermark_bytes", 0)) for q in range(UC))]
+            for p in _ports(t)]
+    return ("Egress shared pool occupancy per unicast queue:\n"
+            + simple_table(["Port", *(f"UC{q}" for q in range(UC))], rows) + "\n")
+
+
 def pfcwd_stats(t: Target) -> str:
     c = t.counters()
     q = t.state["lossless_queue"]
@@ -109,6 +119,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(queue_counters(t, bool({"-j", "--json"} & set(flags)), port))
     elif words[:2] == ["queue", "wredcounters"] and len(words) <= 3:
         sys.stdout.write(wred_counters(t, port))
+    elif words == ["queue", "watermark", "unicast"]:
+        sys.stdout.write(queue_watermark(t))
     elif words == ["pfcwd", "stats"]:
         sys.stdout.write(pfcwd_stats(t))
     else:
