@@ -109,7 +109,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(click_no_such_command("show queue", "wredcounters"))
         return 2
     t.tick_counter_faults()
-    port = words[2] if len(words) == 3 and words[:1] == ["queue"] else None
+    port = words[2] if len(words) == 3 and words[:2] in (["queue", "counters"],
+                                                         ["queue", "wredcounters"]) else None
     if port is not None and port not in _ports(t):
         print(f"Port doesn't exist! {port}")
         return 1
