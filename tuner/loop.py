@@ -556,6 +556,7 @@ class StudyRunner:
             self._finish_trial(asked, verdict="failed:measurement", values=values,
                                state=optuna_io.FAIL, role="baseline", detail=str(exc))
             raise MeasurementError(f"baseline measurement failed: {exc}") from exc
+        self._refuse_starved_cnp_queue(asked, values, ms)
         self.baseline_ms = ms
         self._set_window()
         self.study.set_user_attr("baseline_measurements",
@@ -568,6 +569,19 @@ class StudyRunner:
         return self._finish_trial(asked, verdict="baseline", values=values,
                                   state=optuna_io.COMPLETE, ms=ms, sc=sc, role="baseline",
                                   extra_metrics={f"noise_{k}": v for k, v in noise.items()})
+
+    def _refuse_starved_cnp_queue(self, asked: optuna_io.Asked, values: dict[str, int],
+                                  ms: list[Measurement]) -> None:
+        """A CNP queue that drops under the baseline load stops the study (DCQCN would tune
+        blind): the trial fails and ``SafetyAbort`` ends the run before any change."""
+        from tuner.preflight_facts import cnp_starvation
+
+        bad = [r for r in cnp_starvation(self.exp, self.cluster, ms) if r.status == "fail"]
+        if bad:
+            detail = "; ".join(f"{r.target}: {r.evidence}" for r in bad)
+            self._finish_trial(asked, verdict="failed:cnp_starvation", values=values,
+                               state=optuna_io.FAIL, role="baseline", detail=detail)
+            raise SafetyAbort("cnp_starvation", detail)
 
     def _attach_twin(self) -> None:
         """The digital twin, for the screen and for ``sampler: twin`` (one twin, one

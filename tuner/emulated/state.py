@@ -41,6 +41,7 @@ FAULT_KEYS = {
     "nccl_wrong": "int: nccl-tests '#wrong' column reports this many errors",
     "pfc_storm": "float: pause frames per second received on the lossless priority (50 us each)",
     "lossless_drops": "float: drops per second on the lossless priority",
+    "cnp_drops": "float: drops per second on a switch's CNP queue (6: a starved DWRR queue)",
     "crc_errors": "float: rx_crc_errors_phy per second",
     "link_down": "bool: the port is down (ethtool/ip/switch show it; mpirun fails)",
     "ecnconfig_fail_after": "int: ecnconfig's CONFIG_DB writes fail after this many",
@@ -112,7 +113,7 @@ def load_faults(tdir: Path) -> dict[str, Any]:
 
 # Faults that are rates in time, as on a real port: a counter read sees the events that happened
 # since the fault was injected, however often or slowly it is read.
-RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors")
+RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops")
 FAULT_CLOCK = "fault_clock.json"
 
 

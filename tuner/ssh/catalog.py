@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tuner.drivers import NIC_LAYOUTS, NvueDriver, SonicDriver, detect_command, switch_driver
 from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
+from tuner.drivers.sonic import CNP_WATERMARK
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
 from tuner.ssh.plan import background_flows, nccl_command, probe_flows
@@ -91,7 +92,8 @@ def catalog(inv: Inventory) -> list[Planned]:
         sw = switch_driver(None, s)  # type: ignore[arg-type]
         out += [
             Planned(s.name, "pre-flight and describe(), read-only: QoS configuration (blast "
-                    "radius, CNP queue), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
+                    "radius, CNP queue; SONiC: the RoCE DSCP's queue, ECN counter "
+                    "capability), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
             Planned(s.name, "read ECN (snapshot, read-back)", sw.read_command(), s.sudo),
             Planned(s.name, "write ECN, lowering thresholds (example values)",
                     sw.write_command(EcnSettings(), LOW), s.sudo),
@@ -101,6 +103,8 @@ def catalog(inv: Inventory) -> list[Planned]:
         if isinstance(sw, SonicDriver):
             out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
                             s.sudo) for cmd in sw.counters_commands()]
+            out.append(Planned(s.name, "after the baseline: the CNP queue's watermark "
+                               "(cnp_starvation)", CNP_WATERMARK, s.sudo))
             out.append(Planned(s.name, "only with `ecntune preflight --enable-counters`: poll "
                                "the WRED/ECN queue counters", sw.enable_counters_command(),
                                s.sudo))
