@@ -90,7 +90,9 @@ def test_nvue_stand_in_prints_the_samples_units(emulated_cluster: EmulatedCluste
         assert roce[key].value == doc[key].value  # 146.48 KB, 1.43 MB
     status = parse_nvue(ok(emu, "leaf1", "nv show interface swp1 qos roce status"))
     sample = parse_nvue(fixture("nvue-show-interface-qos-roce-status.txt"))
-    assert status.values["congestion-control.min-threshold"].value == "146.48 KB"
+    # the port's operational view is what the ASIC runs: NVIDIA's own "153.00 KB" for 150000 B
+    assert status.values["congestion-control.min-threshold"].value == "153.00 KB" == sample.values[
+        "congestion-control.min-threshold"].value
     assert set(sample.values) <= set(status.values) | {"lldp-app-tlv.priority",
                                                        "lldp-app-tlv.protocol-id",
                                                        "lldp-app-tlv.selector"}

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from objectives.parsers import parse_nvue
 from safety.limits import SafetyLimits, check_proposal
 from safety.preflight import PreflightSpec, failures, run_checks
 from tuner.cluster.ssh import SshCluster
@@ -73,15 +74,42 @@ def test_a_trial_touches_only_the_canary_queues_and_restore_rebinds_the_original
     assert "ECNTUNE_CANARY" not in emu.state("leaf1")["applied"]["qos"]["congestion-control"]
 
 
-def test_nvue_146_48_kb_round_trips_without_a_false_rollback(emu: EmulatedCluster) -> None:
+def test_nvue_read_back_of_150000_b_shown_as_153_00_kb_passes(emu: EmulatedCluster) -> None:
+    """The port's operational view shows what Spectrum runs (whole 9216 B steps), like
+    NVIDIA's sample: 150000 B as "153.00 KB". The read-back takes the exact value from the
+    applied config and accepts the operational one within the step."""
     with _cluster(emu) as c:
         base = c.snapshot()
         new = base.model_copy(update={"switches": {**base.switches, "leaf1": base.switches[
             "leaf1"].model_copy(update={"kmin_bytes": 150000, "kmax_bytes": 1500000})}})
-        c.apply(new)  # read-back sees "146.48 KB" / "1.43 MB" on the ports: no ApplyError
+        c.apply(new)  # read-back sees "153.00 KB" / "1.43 MB" on the ports: no ApplyError
         shown = c.pool.conns["leaf1"].run("nv show interface swp1 qos roce status").stdout
-        assert "146.48 KB" in shown and "1.43 MB" in shown
+        assert "153.00 KB" in shown and "1.43 MB" in shown
         assert c.read_back().switches["leaf1"].kmin_bytes == 150000  # exact, from the config
+        c.apply(base)
+        assert c.read_back() == base
+
+
+def test_nvue_canary_profile_keeps_tc0_and_storage_ecn(emu: EmulatedCluster) -> None:
+    """The canary ports leave default-global for the canary profile: ECN on TC 0 (factory) and
+    on a storage class stays on for them; default-global itself is untouched."""
+    pre = "nv set qos congestion-control default-global traffic-class 1"
+    with _cluster(emu) as c:
+        sw = c.pool.conns["leaf1"]
+        sw.run(f"{pre} ecn enable && {pre} min-threshold 60000 && {pre} max-threshold 600000 "
+               f"&& {pre} probability 40 && nv config apply -y")
+        before = emu.state("leaf1")["applied"]["qos"]["congestion-control"]["default-global"]
+        base = c.snapshot()
+        new = base.model_copy(update={"switches": {**base.switches, "leaf1": base.switches[
+            "leaf1"].model_copy(update={"kmin_bytes": 100000, "kmax_bytes": 400000})}})
+        c.apply(new)
+        cc = emu.state("leaf1")["applied"]["qos"]["congestion-control"]
+        assert cc["default-global"] == before
+        for tc in ("0", "1"):
+            assert cc["ECNTUNE_CANARY"]["traffic-class"][tc] == {"red": "disable", **before[
+                "traffic-class"][tc]}, tc
+        shown = sw.run("nv show interface swp1 qos roce status").stdout
+        assert parse_nvue(shown).values["congestion-control.enabled-tc"].value == "0,1,3"
         c.apply(base)
         assert c.read_back() == base
 

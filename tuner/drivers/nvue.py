@@ -24,7 +24,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from tuner.drivers.base import Driver, Runner, WriteError
-from tuner.errors import ApplyError
+from tuner.errors import ApplyError, ConfigError
 from tuner.settings import EcnSettings
 from tuner.ssh.shell import q
 
@@ -35,8 +35,21 @@ NV_NAMES = {"kmin_bytes": "min-threshold", "kmax_bytes": "max-threshold",
             "pmax_percent": "probability"}
 GLOBAL = "default-global"
 # Values a traffic class holds when the applied config does not set them (CL 5.12 QoS docs).
-DEFAULTS = {"ecn": "enable", "min-threshold": 150000, "max-threshold": 1500000,
+DEFAULTS = {"ecn": "enable", "red": "disable", "min-threshold": 150000, "max-threshold": 1500000,
             "probability": 100}
+# default-global enables ECN on traffic class 0 even when the applied config lists nothing
+# (CL 5.12 QoS docs, "Congestion Control (ECN)"; reference/cumulus-nvue/nvue-ecn-pfc-...).
+FACTORY_TCS = ("0",)
+CLONED = ("ecn", "red", "min-threshold", "max-threshold", "probability")
+# Spectrum programs ECN/WRED thresholds in buffer cells, in whole multiples of 64 cells (the CWTP
+# register holds profile_min/max "in cells"; Linux mlxsw spectrum_qdisc.c writes
+# roundup(min, MLXSW_REG_CWTP_MIN_VALUE), MLXSW_REG_CWTP_MIN_VALUE 64). With the 144-byte cell of
+# Spectrum-2/3 the step is 9216 B, which reproduces NVIDIA's own sample exactly: min-threshold
+# 150000 B runs as 17 x 9216 = 156672 B, shown "153.00 KB" by `nv show interface swp16 qos roce
+# status` (reference/cumulus-nvue/nvue-roce-show-qos-roce-and-counters-cl512-doc.txt).
+CELL_BYTES = 144
+STEP_CELLS = 64
+ASIC_STEP = CELL_BYTES * STEP_CELLS
 CONFIG = "nv config show -o json"
 # Commit-confirm (NVUE reference, "nv config apply": ``--confirm <time>`` rolls back unless
 # confirmed; the keep/abort words are those of the NAPALM Cumulus driver, which runs
@@ -96,6 +109,60 @@ def tc_values(tree: dict[str, Any], profile: str, tc: int) -> dict[str, Any] | N
         return None
     row = (((profiles.get(profile) or {}).get("traffic-class") or {}).get(str(tc))) or {}
     return {**DEFAULTS, **row}
+
+
+def asic_runs(exact: int) -> int:
+    """``exact`` bytes rounded up to the ASIC's step (mlxsw: ``roundup``; NVIDIA's sample)."""
+    return -(-exact // ASIC_STEP) * ASIC_STEP
+
+
+def runs_as(exact: int, shown: str) -> bool:
+    """Whether an operational display (``"153.00 KB"``) is ``exact`` bytes as the ASIC runs
+    them, rounded up to its step (or not rounded), at the display's precision."""
+    from objectives.parsers._nvue import within_display
+
+    return within_display(exact, shown) or within_display(asic_runs(exact), shown)
+
+
+def clone_rows(target: str, tree: dict[str, Any], source: str, skip: int
+               ) -> dict[str, dict[str, Any]]:
+    """Every traffic class of ``source`` but ``skip`` (the tuned one), defaults filled in, as
+    the canary profile must hold them so the canary ports keep ECN on their other classes.
+    Raises ``ConfigError`` naming the class and field a valid profile cannot hold."""
+    profiles = (tree.get("qos") or {}).get("congestion-control") or {}
+    body = profiles.get(source) or {}
+    tcs = body.get("traffic-class") if isinstance(body, dict) else None
+    if tcs is not None and not isinstance(tcs, dict):
+        raise ConfigError(f"{target}: cannot clone congestion-control {source}: "
+                          f"traffic-class is {tcs!r}, not a table")
+    names = set(tcs or {}) | (set(FACTORY_TCS) if source == GLOBAL else set())
+    out = {}
+    for tc in sorted(names - {str(skip)}, key=lambda t: (not t.isdigit(), t)):
+        row = (tcs or {}).get(tc) or {}
+        where = f"{target}: cannot clone congestion-control {source} traffic-class {tc}"
+        if not (tc.isdigit() and 0 <= int(tc) <= 7) or not isinstance(row, dict):
+            raise ConfigError(f"{where}: not a traffic class 0-7 with fields")
+        full = {**DEFAULTS, **{k: row[k] for k in CLONED if k in row}}
+        for key in ("ecn", "red"):
+            if str(full[key]) not in ("enable", "disable"):
+                raise ConfigError(f"{where}: {key} {full[key]!r} is not enable|disable")
+        for key, top in (("min-threshold", None), ("max-threshold", None), ("probability", 100)):
+            v = full[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (top and v > top):
+                raise ConfigError(f"{where}: {key} {v!r} is not "
+                                  + ("a percentage 0-100" if top else "a byte count"))
+        if full["min-threshold"] >= full["max-threshold"]:
+            raise ConfigError(f"{where}: min-threshold {full['min-threshold']} is not below "
+                              f"max-threshold {full['max-threshold']}")
+        out[tc] = full
+    return out
+
+
+def clone_steps(profile: str, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """``nv set`` lines that give ``profile`` the traffic classes ``rows``."""
+    prefix = f"nv set qos congestion-control {q('wred_profile', profile)} traffic-class"
+    return [f"{prefix} {int(tc)} {key} {q('db_value', row[key])}"  # checked by clone_rows
+            for tc, row in rows.items() for key in CLONED]
 
 
 def settings_of(target: str, row: dict[str, Any]) -> EcnSettings:
@@ -160,7 +227,11 @@ class NvueDriver(Driver[EcnSettings]):
             steps = [f"nv unset interface {p} qos congestion-control" for p in ports]
             steps.append(f"nv unset qos congestion-control {canary}")
         else:
-            steps = nv_set_steps(self.canary, self.tc, current, settings)
+            # The canary profile replaces default-global on the canary ports: it carries all
+            # of default-global's classes (TC 0, storage classes...), not only the tuned one.
+            rows = clone_rows(self.target, self.tree or {}, GLOBAL, self.tc)
+            steps = clone_steps(self.canary, rows)
+            steps += nv_set_steps(self.canary, self.tc, current, settings)
             steps += [f"nv set interface {p} qos congestion-control profile {canary}"
                       for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
@@ -252,17 +323,21 @@ class NvueDriver(Driver[EcnSettings]):
         return settings
 
     def _check_operational(self, text: str, want: EcnSettings) -> None:
+        """The applied config is exact; the port's operational view shows what the ASIC runs,
+        a multiple of ``ASIC_STEP`` next to it, in display units."""
         from objectives.parsers import parse_nvue
-        from objectives.parsers._nvue import within_display
 
         for port, chunk in _chunks(text).items():
             show = parse_nvue(chunk)
             for key, value in (("max-threshold", want.kmax_bytes),
                                ("min-threshold", want.kmin_bytes)):
                 shown = show.values.get(f"congestion-control.{key}")
-                if shown is not None and shown.value and not within_display(value, shown.value):
-                    raise ApplyError(f"{self.target}: {port} runs {key} {shown.value}, the "
-                                     f"applied config says {value} B")
+                if shown is not None and shown.value and not runs_as(value, shown.value):
+                    raise ApplyError(
+                        f"{self.target}: {port} runs {key} {shown.value}, but the applied "
+                        f"config says {value} B, which the ASIC runs as {asic_runs(value)} B "
+                        f"(rounded up to {ASIC_STEP} B steps: {STEP_CELLS} cells of "
+                        f"{CELL_BYTES} B)")
 
     def reach(self, tree: dict[str, Any]) -> list[str]:
         """Every port a write reaches: the canary ports, any other port already bound to the

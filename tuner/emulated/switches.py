@@ -95,6 +95,13 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
 
 NV_DEFAULTS = {"ecn": "enable", "red": "disable", "min-threshold": 150000,
                "max-threshold": 1500000, "probability": 100}  # CL 5.12 QoS docs
+# What a Spectrum-2/3 ASIC runs: thresholds rounded up to whole 64-cell multiples of its 144-byte
+# cell (the CWTP register; NVIDIA's sample shows 150000 B running as "153.00 KB" = 156672 B).
+SPECTRUM_STEP = 64 * 144
+
+
+def spectrum_runs(n: int) -> int:
+    return -(-int(n) // SPECTRUM_STEP) * SPECTRUM_STEP
 
 
 def init_nvue(kmin: int, kmax: int, pmax: int, tc: int, xoff: int = 1_000_000) -> dict[str, Any]:

@@ -351,15 +351,18 @@ def show_roce_status(t: Target, port: str) -> str:
         raise NvError(f"Error: The requested item does not exist: interface {port}")
     conf = t.state["applied"]
     tc = t.state["lossless_queue"]
-    row = swmod.nvue_tc(conf, swmod.nvue_port_profile(conf, port), tc) or {}
-    enabled = ",".join(sorted({"0", str(tc)}))
+    profile = swmod.nvue_port_profile(conf, port)
+    row = swmod.nvue_tc(conf, profile, tc) or {}
+    enabled = ",".join(str(c) for c in range(8)
+                       if (swmod.nvue_tc(conf, profile, c) or {}).get("ecn") == "enable")
+    # operational: what the ASIC runs (whole steps), not the configured bytes
     return "\n".join(_kv([
         ("congestion-control", "", "", ""),
         ("  congestion-mode", "ecn, absolute", "", "Congestion config mode"),
         ("  enabled-tc", enabled, "", "Congestion config enabled Traffic Class"),
-        ("  max-threshold", human_bytes(int(row.get("max-threshold", 0))), "",
+        ("  max-threshold", human_bytes(swmod.spectrum_runs(row.get("max-threshold", 0))), "",
          "Congestion config max-threshold"),
-        ("  min-threshold", human_bytes(int(row.get("min-threshold", 0))), "",
+        ("  min-threshold", human_bytes(swmod.spectrum_runs(row.get("min-threshold", 0))), "",
          "Congestion config min-threshold"),
         ("  probability", str(row.get("probability", "")), "", ""),
         ("pfc", "", "", ""),
