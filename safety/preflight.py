@@ -29,6 +29,10 @@ fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per fi
 * ``xoff``            the PFC XOFF point of every SSH canary switch is known (switch buffer
                       configuration or the inventory), so Kmax < XOFF is enforced;
 * ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled;
+* ``roce_queue``      (NVUE) the RoCE data DSCP reaches the tuned lossless traffic class through
+                      a PFC switch priority (``nv show qos roce`` maps);
+* ``nvue_confirm``    (NVUE) no apply already waits for confirmation; a warning names the window
+                      each trial's ``--confirm`` blocks other people's applies for;
 * ``shared_priority`` nothing but the tuned workload on the RoCE priority: a declared job, or
                       traffic seen on that priority while the canary is idle (the storage or
                       backup job that shares the RoCE PFC priority is a classic incident).
@@ -107,6 +111,17 @@ class HostFacts(BaseModel):
     roce_mtu: int | None = None  # ibv_devinfo active_mtu
 
 
+class RocePath(BaseModel):
+    """Where the RoCE data DSCP lands on a switch (NVUE ``nv show qos roce``)."""
+
+    model_config = _FROZEN
+    dscp: int
+    switch_prio: int | None = None
+    tc: int | None = None
+    pfc: list[int] = Field(default_factory=list)  # switch priorities with PFC
+    mode: str | None = None  # lossless, lossless-single-ipool, lossy
+
+
 class SwitchFacts(BaseModel):
     """What was read on one canary switch, per port facing canary hosts."""
 
@@ -130,6 +145,10 @@ class SwitchFacts(BaseModel):
     counter_poll_s: dict[str, float] = Field(default_factory=dict)  # counter group -> seconds
     counters_off: list[str] = Field(default_factory=list)  # counter groups not polled
     cnp_queue: dict[str, str] = Field(default_factory=dict)  # port -> scheduler of CNP queue
+    lossless_tc: int | None = None  # the traffic class ECN is tuned on
+    roce_path: RocePath | None = None  # NVUE: where the RoCE data DSCP lands
+    confirm_window_s: int | None = None  # NVUE: trials apply with `--confirm <n>s`
+    confirm_pending: list[str] | None = None  # NVUE: revisions waiting for confirmation
 
 
 class PreflightFacts(BaseModel):
@@ -489,6 +508,49 @@ def check_cnp_queue(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckRes
     return out
 
 
+def check_roce_path(facts: PreflightFacts) -> list[CheckResult]:
+    """The RoCE data DSCP reaches the tuned lossless traffic class with PFC (NVUE): ECN tuned
+    on TC 3 never marks RoCE that the switch's maps send to TC 0."""
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        r = s.roce_path
+        if r is None:
+            continue
+        chain = (f"DSCP {r.dscp} -> switch-priority {r.switch_prio} -> TC {r.tc}, PFC on "
+                 f"switch-priorities {r.pfc or 'none'}, RoCE mode {r.mode}")
+        why = ("the DSCP is in no switch-priority" if r.switch_prio is None else
+               f"the data lands in TC {r.tc}, not the tuned lossless TC {s.lossless_tc}"
+               if r.tc != s.lossless_tc else
+               f"no PFC on switch-priority {r.switch_prio}" if r.switch_prio not in r.pfc else
+               "RoCE runs lossy" if (r.mode or "").startswith("lossy") else None)
+        out.append(_r("roce_queue", s.name, "fail" if why else "pass", chain + (
+            f": {why}; map it (nv set qos mapping default-global dscp {r.dscp} "
+            "switch-priority <p>, a PFC priority whose traffic class is the tuned one)"
+            if why else "")))
+    return out
+
+
+def check_confirm(facts: PreflightFacts) -> list[CheckResult]:
+    """NVUE commit-confirm: while an apply waits for confirmation the switch takes no other
+    apply, so each trial's window blocks everyone else's ``nv config apply``; an apply already
+    waiting would refuse ecntune's."""
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        if s.confirm_pending:
+            out.append(_r("nvue_confirm", s.name, "fail",
+                          f"revision {', '.join(s.confirm_pending)} waits for confirmation "
+                          "(`nv config apply --confirm-status`): no other apply goes through "
+                          "until it is confirmed or rolled back"))
+        elif s.confirm_window_s:
+            out.append(_r("nvue_confirm", s.name, "warn",
+                          f"trials apply with `nv config apply --confirm {s.confirm_window_s}s`: "
+                          "while one waits, nobody else's `nv config apply` on this switch goes "
+                          f"through, for up to {s.confirm_window_s} s per trial"))
+    return out
+
+
 def roce_packets(row: dict[str, int], prio: int) -> int:
     """Packets on priority ``prio`` in one counter row (mlx5 and SONiC names)."""
     return sum(row.get(k, 0) for k in (f"rx_prio{prio}_packets", f"tx_prio{prio}_packets",
@@ -532,7 +594,8 @@ def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
             *check_pfc(facts), *check_dscp(facts, spec), *check_dcqcn(facts),
             *check_nic_cc(facts), *check_link(facts, spec), *check_errors(facts, spec),
             *check_versions(facts), *check_blast_radius(facts, spec), *check_xoff(facts),
-            *check_counters(facts), *check_cnp_queue(facts, spec),
+            *check_counters(facts), *check_cnp_queue(facts, spec), *check_roce_path(facts),
+            *check_confirm(facts),
             *check_shared_priority(facts, spec)]
 
 

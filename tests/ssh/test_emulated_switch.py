@@ -114,6 +114,47 @@ def test_nvue_canary_profile_keeps_tc0_and_storage_ecn(emu: EmulatedCluster) -> 
         assert c.read_back() == base
 
 
+def _checks(c: SshCluster, name: str, confirm_s: int = 0) -> list[tuple[str, str, str]]:
+    return [(r.status, r.target, r.evidence)
+            for r in run_checks(ssh_facts(c, SPEC, confirm_s), SPEC) if r.check == name]
+
+
+def test_preflight_follows_the_nvue_roce_maps_for_the_data_dscp(emu: EmulatedCluster) -> None:
+    """The emulated switch starts from the stock `nv set qos roce` maps (DSCP 26 -> switch-
+    priority 3 -> TC 3, PFC on 3): accepted. Remapped to switch-priority 2 (RoCE doc example)
+    the data lands in TC 0: refused, and accepted again once mapped back."""
+    with _cluster(emu) as c:
+        sw = c.pool.conns["leaf1"]
+        assert _checks(c, "roce_queue") == [("pass", "leaf1", "DSCP 26 -> switch-priority 3 -> "
+                                            "TC 3, PFC on switch-priorities [3], RoCE mode "
+                                            "lossless")]
+        sw.run("nv set qos mapping default-global dscp 26 switch-priority 2 && "
+               "nv config apply -y")
+        [(status, _, why)] = _checks(c, "roce_queue")
+        assert status == "fail" and "TC 0, not the tuned lossless TC 3" in why
+        sw.run("nv set qos egress-queue-mapping default-global switch-priority 2 traffic-class 3"
+               " && nv config apply -y")  # TC 3 now, but switch-priority 2 has no PFC
+        [(status, _, why)] = _checks(c, "roce_queue")
+        assert status == "fail" and "no PFC on switch-priority 2" in why
+        sw.run("nv set qos mapping default-global dscp 26 switch-priority 3 && "
+               "nv config apply -y")
+        assert [s for s, _, _ in _checks(c, "roce_queue")] == ["pass"]
+
+
+def test_preflight_names_the_nvue_confirm_window_and_refuses_a_pending_one(
+        emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        assert _checks(c, "nvue_confirm") == []  # plain applies: nothing blocks anyone
+        [(status, target, why)] = _checks(c, "nvue_confirm", 600)
+        assert (status, target) == ("warn", "leaf1") and "up to 600 s per trial" in why
+        sw = c.pool.conns["leaf1"]
+        sw.run("nv set qos congestion-control default-global traffic-class 1 ecn enable && "
+               "nv config apply --confirm 10m -y")  # someone else's apply, unconfirmed
+        [(status, _, why)] = _checks(c, "nvue_confirm", 600)
+        assert status == "fail" and "waits for confirmation" in why
+        sw.run("nv config apply --confirm-no")
+
+
 def test_preflight_refuses_a_sonic_profile_bound_to_a_non_canary_port(
         emu: EmulatedCluster) -> None:
     with _cluster(emu) as c:

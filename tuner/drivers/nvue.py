@@ -60,6 +60,9 @@ CONFIRM_NO_RAW = "nv config apply --confirm-no >&2"
 CONFIRM_NO = f"{{ {CONFIRM_NO_RAW} || true; }}"
 REVISIONS = "nv config revision -o json"
 PORT_MARK = "==ecntune:port:{}=="
+ROCE_MARK, REV_MARK = "roce-maps", "revisions"  # facts sections (not port names: no "swp")
+DSCP_SP = "RoCE PCP/DSCP->SP mapping configurations"
+SP_TC = "RoCE SP->TC mapping and ETS configurations"
 
 
 def nv_set_steps(profile: str, tc: int, current: EcnSettings, settings: EcnSettings
@@ -165,6 +168,39 @@ def clone_steps(profile: str, rows: dict[str, dict[str, Any]]) -> list[str]:
             for tc, row in rows.items() for key in CLONED]
 
 
+def pending_confirm(text: str) -> list[str] | None:
+    """Revisions waiting for confirmation in ``nv config revision -o json`` (state
+    ``confirm``); None when the output is not that table."""
+    try:
+        revs = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(revs, dict):
+        return None
+    return [str(r) for r, v in revs.items() if isinstance(v, dict) and v.get("state") == "confirm"]
+
+
+def roce_path(text: str, dscp: int) -> dict[str, Any]:
+    """Where DSCP ``dscp`` goes by ``nv show qos roce``: its switch priority (``RoCE PCP/DSCP->SP
+    mapping``), that priority's traffic class (``RoCE SP->TC mapping``), the PFC priorities and
+    the RoCE mode (reference/cumulus-nvue/nvue-roce-show-qos-roce-and-counters-cl512-doc.txt).
+    ``None`` where the output does not say."""
+    from objectives.parsers import parse_nvue
+
+    show = parse_nvue(text)
+    sp = next((int(r["switch-prio"]) for r in show.tables.get(DSCP_SP, [])
+               if str(dscp) in r.get("dscp", "").replace(" ", "").split(",")
+               and r.get("switch-prio", "").isdigit()), None)
+    tc = next((int(r["traffic-class"]) for r in show.tables.get(SP_TC, [])
+               if sp is not None and r.get("switch-prio") == str(sp)
+               and r.get("traffic-class", "").isdigit()), None)
+    pfc = show.values.get("pfc.pfc-priority")
+    mode = show.values.get("mode")
+    return {"dscp": dscp, "switch_prio": sp, "tc": tc,
+            "pfc": [int(p) for p in (pfc.value if pfc else "").split(",") if p.strip().isdigit()],
+            "mode": mode.value if mode else None}
+
+
 def settings_of(target: str, row: dict[str, Any]) -> EcnSettings:
     try:
         return EcnSettings(kmin_bytes=int(row["min-threshold"]),
@@ -264,13 +300,10 @@ class NvueDriver(Driver[EcnSettings]):
     def confirm_pending(self) -> bool:
         """Whether an apply still waits for confirmation (``nv config revision -o json``: a
         revision in state ``confirm``); False means NVUE rolled it back by itself."""
-        text = self.runner.run(REVISIONS).stdout
-        try:
-            revs = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ApplyError(f"{self.target}: `{REVISIONS}` printed no JSON: {exc}") from None
-        return isinstance(revs, dict) and any(
-            isinstance(v, dict) and v.get("state") == "confirm" for v in revs.values())
+        pending = pending_confirm(self.runner.run(REVISIONS).stdout)
+        if pending is None:
+            raise ApplyError(f"{self.target}: `{REVISIONS}` printed no revision table")
+        return bool(pending)
 
     def needs_write(self, current: EcnSettings, settings: EcnSettings) -> bool:
         """Also when the canary profile holds default-global's values: restoring unbinds."""
@@ -289,11 +322,15 @@ class NvueDriver(Driver[EcnSettings]):
                            f"{q('switch_port', p)} counters qos" for p in ports)
 
     def facts_command(self) -> str:
-        """Applied config (blast radius), PFC XOFF, one canary port's RoCE status (CNP queue)."""
+        """Applied config (blast radius), PFC XOFF, one canary port's RoCE status (CNP queue);
+        each on its own: the global RoCE maps (``nv show qos roce``), the revisions (a
+        pending confirm)."""
         port = self.switch.canary_ports[0]
         return (f"{CONFIG} && echo {shlex.quote(_mark('pfc'))} && nv show qos pfc default-global"
                 f" && echo {shlex.quote(_mark(port))} && nv show interface "
-                f"{q('switch_port', port)} qos roce status")
+                f"{q('switch_port', port)} qos roce status"
+                f"; echo {shlex.quote(_mark(ROCE_MARK))}; nv show qos roce"
+                f"; echo {shlex.quote(_mark(REV_MARK))}; {REVISIONS}")
 
     def commands(self) -> list[str]:
         lower = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
@@ -351,6 +388,8 @@ class NvueDriver(Driver[EcnSettings]):
     def facts_from(self, text: str) -> dict[str, Any]:
         from objectives.parsers import parse_nvue
 
+        text, _, revs = text.partition(f"{_mark(REV_MARK)}\n")
+        text, _, roce = text.partition(f"{_mark(ROCE_MARK)}\n")
         head, _, rest = text.partition(f"{_mark('pfc')}\n")
         pfc, _, status = rest.partition(f"{_mark(self.switch.canary_ports[0])}\n")
         tree = applied_tree(head)
@@ -367,7 +406,8 @@ class NvueDriver(Driver[EcnSettings]):
                         f"{row.get('scheduler-weight', '?')} (CNP switch-prio "
                         f"{row.get('switch-prio', '?')} -> TC {row.get('traffic-class', '?')})")
         return {"tree": tree, "xoff_bytes": xoff, "cnp": cnp,
-                "xoff_source": "nv show qos pfc default-global" if xoff else None}
+                "xoff_source": "nv show qos pfc default-global" if xoff else None,
+                "roce": roce if roce.strip() else None, "pending": pending_confirm(revs)}
 
     def facts(self) -> dict[str, Any]:
         return self.facts_from(self.runner.run(self.facts_command(), check=False).stdout)

@@ -105,6 +105,8 @@ def cmd_set(t: Target, words: list[str], unset: bool) -> None:
         conf = s["pending"]
         if words[:2] == ["qos", "congestion-control"] and len(words) >= 3:
             _set_cc(conf, words[2:], unset, bad)
+        elif words[:2] in (["qos", "mapping"], ["qos", "egress-queue-mapping"]) and not unset:
+            _set_map(conf, words, bad)
         elif (words[:1] == ["interface"] and len(words) >= 4
               and words[2:4] == ["qos", "congestion-control"]):
             port = words[1]
@@ -395,7 +397,36 @@ def show_roce(t: Target) -> str:
             ("  min-threshold", human_bytes(int(row.get("min-threshold", 0))), "", ""),
             ("  max-threshold", human_bytes(int(row.get("max-threshold", 0))), "", ""),
             ("  probability", str(row.get("probability", "")), "", "")]
-    return "\n".join(_kv(rows)) + "\n"
+    dscp_sp, sp_tc = swmod.nvue_dscp_sp(conf), swmod.nvue_sp_tc(conf)
+    pfc = conf["qos"]["pfc"]["default-global"]["switch-priority"]
+    rows[3] = ("  pfc-priority", ",".join(sorted(pfc, key=int)), "", "")
+    by_sp = [",".join(str(d) for d, p in dscp_sp.items() if p == sp) or "-" for sp in range(8)]
+    return "\n".join([*_kv(rows), "RoCE PCP/DSCP->SP mapping configurations",
+                      "===========================================",
+                      *_table(["", "pcp", "dscp", "switch-prio"],
+                              [[str(p), str(p), by_sp[p], str(p)] for p in range(8)]),
+                      "RoCE SP->TC mapping and ETS configurations",
+                      "=============================================",
+                      *_table(["", "switch-prio", "traffic-class", "scheduler-weight"],
+                              [[str(p), str(p), str(sp_tc[p]),
+                                "strict-priority" if p == 6 else "DWRR-50%"]
+                               for p in range(8)])]) + "\n"
+
+
+def _set_map(conf: dict[str, Any], words: list[str], bad: NvError) -> None:
+    """``qos mapping default-global dscp <d> switch-priority <p>`` and ``qos egress-queue-mapping
+    default-global switch-priority <p> traffic-class <tc>`` (RoCE doc, last example)."""
+    ok_map = (len(words) == 7 and words[1:3] == ["mapping", "default-global"]
+              and words[3] == "dscp" and words[5] == "switch-priority")
+    ok_egress = (len(words) == 7 and words[1:3] == ["egress-queue-mapping", "default-global"]
+                 and words[3] == "switch-priority" and words[5] == "traffic-class")
+    top = 63 if ok_map else 7
+    if not (ok_map or ok_egress) or not all(w.isdigit() for w in (words[4], words[6])):
+        raise bad
+    if int(words[4]) > top or int(words[6]) > 7:
+        raise NvError(f"Error: Invalid Command: {words[4]}/{words[6]} out of range")
+    table = conf["qos"].setdefault(words[1], {}).setdefault("default-global", {})
+    table.setdefault(words[3], {})[words[4]] = {words[5]: int(words[6])}
 
 
 def show_pfc(t: Target) -> str:
