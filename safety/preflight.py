@@ -544,8 +544,10 @@ def check_confirm(facts: PreflightFacts) -> list[CheckResult]:
                           "(`nv config apply --confirm-status`): no other apply goes through "
                           "until it is confirmed or rolled back"))
         elif s.confirm_window_s:
+            w = s.confirm_window_s
+            confirm_arg = str(w // 60) if w >= 60 and w % 60 == 0 else f"{w}s"
             out.append(_r("nvue_confirm", s.name, "warn",
-                          f"trials apply with `nv config apply --confirm {s.confirm_window_s}s`: "
+                          f"trials apply with `nv config apply --confirm {confirm_arg}`: "
                           "while one waits, nobody else's `nv config apply` on this switch goes "
                           f"through, for up to {s.confirm_window_s} s per trial"))
     return out

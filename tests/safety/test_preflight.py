@@ -353,7 +353,7 @@ def test_nvue_confirm_window_warns_and_a_pending_confirm_refuses():
                         "nvue_confirm")
 
     [warn] = one(confirm_window_s=600, confirm_pending=[])
-    assert warn.status == "warn" and "--confirm 600s" in warn.evidence
+    assert warn.status == "warn" and "--confirm 10`" in warn.evidence  # minutes, documented
     [fail] = one(confirm_window_s=600, confirm_pending=["7"])
     assert fail.status == "fail" and "revision 7 waits for confirmation" in fail.evidence
     assert one() == []

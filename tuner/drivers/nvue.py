@@ -4,10 +4,12 @@
 writes it: it writes its own profile (``canary_profile``, default ``ECNTUNE_CANARY``) and binds it
 to the canary ports only (``nv set interface <swp> qos congestion-control profile <name>``,
 Cumulus Linux >= 5.4); writing default-global's values back unbinds the ports and removes the
-profile. Exact values come from the applied configuration (``nv config show -o json``), never
-from the rounded displays; the per-port operational view (``nv show interface <swp> qos roce
-status``, human units such as ``146.48 KB``) is checked against them within its display
-precision, so a rounding never reads as a failed write.
+profile, which carries every traffic class of default-global (TC 0, storage classes), so the
+canary ports keep ECN where they had it. Exact values come from the applied configuration (``nv
+config show -o json``), never from the rounded displays; the per-port operational view (``nv
+show interface <swp> qos roce status``) shows what the ASIC runs, rounded up to its step (64
+cells, ``ASIC_STEP``) and printed in human units (150000 B as ``153.00 KB``), and is checked
+against them within that step and its display precision, so neither reads as a failed write.
 
 Commands (shared/reference/cumulus-nvue/, INDEX.md section 3.3): ``nv set qos congestion-control
 <profile> traffic-class <tc> min-threshold|max-threshold <bytes>``, ``... probability <0-100>``,
@@ -51,10 +53,12 @@ CELL_BYTES = 144
 STEP_CELLS = 64
 ASIC_STEP = CELL_BYTES * STEP_CELLS
 CONFIG = "nv config show -o json"
-# Commit-confirm (NVUE reference, "nv config apply": ``--confirm <time>`` rolls back unless
-# confirmed; the keep/abort words are those of the NAPALM Cumulus driver, which runs
-# ``nv config apply <rev> --confirm-yes|--confirm-no`` and reads pending ones from
-# ``nv config revision -o json``, state ``confirm``).
+# Commit-confirm. Documented (NVUE command reference, Config Commands, CL 5.0-5.12): ``nv config
+# apply --confirm [<time>]`` rolls back unless confirmed, a bare <time> in minutes ("--confirm 60
+# requires you to confirm within one hour"), and ``--confirm-status``. NOT documented, and
+# verified on no release by this project: the keep/abort words ``--confirm-yes|--confirm-no``,
+# the ``<n>s`` form (used only for windows that are not whole minutes) and the revision state
+# ``confirm`` in ``nv config revision -o json`` (docs/real-cluster.md, "NVUE forms to verify").
 CONFIRM_YES = "nv config apply --confirm-yes >&2"
 CONFIRM_NO_RAW = "nv config apply --confirm-no >&2"
 CONFIRM_NO = f"{{ {CONFIRM_NO_RAW} || true; }}"
@@ -168,6 +172,12 @@ def clone_steps(profile: str, rows: dict[str, dict[str, Any]]) -> list[str]:
             for tc, row in rows.items() for key in CLONED]
 
 
+def confirm_time(seconds: int) -> str:
+    """``--confirm`` argument: whole minutes as documented (a bare number), else ``<n>s``."""
+    s = int(seconds)
+    return str(s // 60) if s >= 60 and s % 60 == 0 else f"{s}s"
+
+
 def pending_confirm(text: str) -> list[str] | None:
     """Revisions waiting for confirmation in ``nv config revision -o json`` (state
     ``confirm``); None when the output is not that table."""
@@ -271,8 +281,8 @@ class NvueDriver(Driver[EcnSettings]):
             steps += [f"nv set interface {p} qos congestion-control profile {canary}"
                       for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
-        apply = (f"nv config apply --confirm {int(self.confirm_s or 0)}s -y >&2" if confirm
-                 else "nv config apply -y >&2")
+        apply = (f"nv config apply --confirm {confirm_time(self.confirm_s or 0)} -y >&2"
+                 if confirm else "nv config apply -y >&2")
         return [*steps, apply]
 
     def write(self, settings: EcnSettings) -> EcnSettings:

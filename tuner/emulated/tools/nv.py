@@ -9,12 +9,16 @@ names a profile that does not exist; ``default-global`` cannot be removed; with 
 ``state["auto_save"]``, on by default since CL 5.9, also the startup revision); ``nv config
 apply --confirm [<time>]`` / ``--confirm-status`` / ``[<rev>] --confirm-yes|--confirm-no``
 (see ``cmd_apply``; the rollback timer is ``tuner.emulated.nvued``); ``nv config revision -o
-json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``. Not
-documented by NVUE, and so chosen conservatively here: the ``--confirm-status`` text, and that
-no other apply is taken while one waits for confirmation.
+json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``; ``nv
+set qos mapping default-global dscp <d> switch-priority <p>`` and ``nv set qos
+egress-queue-mapping default-global switch-priority <p> traffic-class <tc>`` over the stock
+``nv set qos roce`` maps. Not documented by NVUE, and so chosen conservatively here: the
+``--confirm-status`` text, ``--confirm-yes|--confirm-no``, the revision state ``confirm``, and
+that no other apply is taken while one waits for confirmation.
 Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
-(bytes as ``40000 B``), ``qos roce`` and ``interface <swp> qos roce status`` (human units,
-``146.48 KB``, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
+(bytes as ``40000 B``), ``qos roce`` (human units, ``146.48 KB``, and the RoCE maps) and
+``interface <swp> qos roce status`` (what the ASIC runs: thresholds rounded up to 64 cells of
+144 B, ``153.00 KB`` for 150000 B, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
 counters qos``.
 """
 
@@ -156,8 +160,8 @@ def _set_cc(conf: dict[str, Any], words: list[str], unset: bool, bad: NvError) -
 
 def confirm_seconds(raw: str) -> int:
     """``--confirm <time>``: a bare number is minutes (the NVUE reference: ``--confirm 60``
-    "requires you to confirm within one hour"); ``s``/``m``/``h`` suffixes as in ``--confirm
-    300s`` (the NAPALM Cumulus driver's ``--confirm {revert_in}s``)."""
+    "requires you to confirm within one hour"); ``s``/``m``/``h`` suffixes (``--confirm 300s``)
+    are accepted too, but NVIDIA documents none: a real switch may refuse them."""
     m = re.fullmatch(r"([0-9]{1,6})([smh]?)", raw)
     if not m or int(m.group(1)) == 0:
         raise NvError(f"Error: Invalid Command: '{raw}' is not a confirm time "
