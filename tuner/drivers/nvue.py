@@ -207,7 +207,8 @@ def roce_path(text: str, dscp: int) -> dict[str, Any]:
     pfc = show.values.get("pfc.pfc-priority")
     mode = show.values.get("mode")
     return {"dscp": dscp, "switch_prio": sp, "tc": tc,
-            "pfc": [int(p) for p in (pfc.value if pfc else "").split(",") if p.strip().isdigit()],
+            "pfc": [int(p) for p in ((pfc.value if pfc else None) or "").split(",")
+                    if p.strip().isdigit()],
             "mode": mode.value if mode else None}
 
 

@@ -18,8 +18,8 @@ that no other apply is taken while one waits for confirmation.
 Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
 (bytes as ``40000 B``), ``qos roce`` (human units, ``146.48 KB``, and the RoCE maps) and
 ``interface <swp> qos roce status`` (what the ASIC runs: thresholds rounded up to 64 cells of
-144 B, ``153.00 KB`` for 150000 B, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
-counters qos``.
+144 B, ``153.00 KB`` for 150000 B, like the RoCE doc sample), ``qos pfc default-global``,
+``interface <swp> counters qos``.
 """
 
 from __future__ import annotations
