@@ -279,8 +279,9 @@ def _nvue_extra(sw: SwitchEntry, found: dict[str, Any], roce_dscp: int, confirm_
                 ) -> dict[str, Any]:
     """NVUE: where the RoCE data DSCP lands, pending confirms, the trials' confirm window."""
     from safety.preflight import RocePath
-    from tuner.drivers.nvue import roce_path
+    from tuner.drivers.nvue import GLOBAL, clone_rows, roce_path
 
+    clone_rows(sw.name, found["tree"], GLOBAL, sw.lossless_queue)  # ConfigError: not cloneable
     roce = found.get("roce")
     return {"lossless_tc": sw.lossless_queue, "confirm_pending": found.get("pending"),
             "confirm_window_s": confirm_s or None,

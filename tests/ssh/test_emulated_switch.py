@@ -13,8 +13,10 @@ import yaml
 from objectives.parsers import parse_nvue
 from safety.limits import SafetyLimits, check_proposal
 from safety.preflight import PreflightSpec, failures, run_checks
+from tuner.cli import EXIT_FAILED, EXIT_INPUT, exit_code_for
 from tuner.cluster.ssh import SshCluster
 from tuner.emulated.cluster import EmulatedCluster
+from tuner.errors import TunerError
 from tuner.inventory import parse_inventory
 from tuner.preflight_facts import enable_counters, ssh_facts
 from tuner.settings import Settings
@@ -153,6 +155,32 @@ def test_preflight_names_the_nvue_confirm_window_and_refuses_a_pending_one(
         [(status, _, why)] = _checks(c, "nvue_confirm", 600)
         assert status == "fail" and "waits for confirmation" in why
         sw.run("nv config apply --confirm-no")
+
+
+def test_an_nvue_profile_that_cannot_be_cloned_is_refused_before_any_change(
+        emu: EmulatedCluster) -> None:
+    """default-global holds a class no profile can (a threshold that is not a byte count):
+    pre-flight names the switch, class and field; an apply stops on it and leaves every target
+    as it was (the other targets' writes are put back)."""
+    def bad_class(s: dict[str, Any]) -> None:
+        s["applied"]["qos"]["congestion-control"]["default-global"]["traffic-class"]["2"] = {
+            "ecn": "enable", "min-threshold": "lots"}
+
+    emu.edit_state("leaf1", bad_class)
+    why = "leaf1: cannot clone congestion-control default-global traffic-class 2: " \
+          "min-threshold 'lots' is not a byte count"
+    with _cluster(emu) as c:
+        assert [(r.check, r.target, r.status) for r in run_checks(ssh_facts(c, SPEC), SPEC)
+                if why in r.evidence] == [("facts", "leaf1", "fail")]
+        base = c.snapshot()
+        new = Settings.uniform(list(base.switches), [],
+                               {"kmin_bytes": 100000, "kmax_bytes": 400000, "pmax_percent": 20})
+        new = base.model_copy(update={"switches": new.switches})
+        with pytest.raises(TunerError, match=why) as err:
+            c.apply(new)
+        assert exit_code_for(err.value) in (EXIT_INPUT, EXIT_FAILED)
+        assert c.read_back() == base
+    assert "ECNTUNE_CANARY" not in emu.state("leaf1")["applied"]["qos"]["congestion-control"]
 
 
 def test_preflight_refuses_a_sonic_profile_bound_to_a_non_canary_port(
