@@ -120,6 +120,7 @@ class RocePath(BaseModel):
     tc: int | None = None
     pfc: list[int] = Field(default_factory=list)  # switch priorities with PFC
     mode: str | None = None  # lossless, lossless-single-ipool, lossy
+    maps: bool = True  # the DSCP -> switch-priority table was there at all
 
 
 class SwitchFacts(BaseModel):
@@ -516,6 +517,11 @@ def check_roce_path(facts: PreflightFacts) -> list[CheckResult]:
     for s in switches:
         r = s.roce_path
         if r is None:
+            continue
+        if not r.maps:
+            out.append(_r("roce_queue", s.name, "warn",
+                          "no RoCE maps in `nv show qos roce` (RoCE not set up with `nv set qos "
+                          f"roce`?): where DSCP {r.dscp} lands is not checked"))
             continue
         chain = (f"DSCP {r.dscp} -> switch-priority {r.switch_prio} -> TC {r.tc}, PFC on "
                  f"switch-priorities {r.pfc or 'none'}, RoCE mode {r.mode}")

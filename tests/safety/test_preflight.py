@@ -344,7 +344,10 @@ def test_nvue_roce_path_from_the_documented_maps():
     assert "no PFC on switch-priority 3" in verdict(26, pfc=[4])[1]
     assert "RoCE runs lossy" in verdict(26, mode="lossy")[1]
     assert "in no switch-priority" in verdict(64 - 1, switch_prio=None)[1]
-    assert by_check(run_checks(facts(), PreflightSpec()), "roce_queue") == []  # no NVUE maps
+    assert by_check(run_checks(facts(), PreflightSpec()), "roce_queue") == []  # not NVUE
+    # RoCE not set up with `nv set qos roce`: no tables to follow, said, not guessed
+    bare = text.split("RoCE PCP/DSCP->SP")[0]
+    assert verdict(26, maps=roce_path(bare, 26)["maps"])[0] == "warn"
 
 
 def test_nvue_confirm_window_warns_and_a_pending_confirm_refuses():

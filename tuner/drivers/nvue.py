@@ -206,7 +206,7 @@ def roce_path(text: str, dscp: int) -> dict[str, Any]:
                and r.get("traffic-class", "").isdigit()), None)
     pfc = show.values.get("pfc.pfc-priority")
     mode = show.values.get("mode")
-    return {"dscp": dscp, "switch_prio": sp, "tc": tc,
+    return {"dscp": dscp, "switch_prio": sp, "tc": tc, "maps": DSCP_SP in show.tables,
             "pfc": [int(p) for p in ((pfc.value if pfc else None) or "").split(",")
                     if p.strip().isdigit()],
             "mode": mode.value if mode else None}
