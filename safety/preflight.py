@@ -36,6 +36,8 @@ fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per fi
                       configuration or the inventory), so Kmax < XOFF is enforced;
 * ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled, or
                       absent (SONiC before 202505): reported as absent, never as zero;
+* ``nvue_confirm``    (NVUE) no apply already waits for confirmation; a warning names the window
+                      each trial's ``--confirm`` blocks other people's applies for;
 * ``shared_priority`` nothing but the tuned workload on the RoCE priority: a declared job, or
                       traffic seen on that priority while the canary is idle (the storage or
                       backup job that shares the RoCE PFC priority is a classic incident).
@@ -139,6 +141,18 @@ def _unset(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
+class RocePath(BaseModel):
+    """Where the RoCE data DSCP lands on a switch (NVUE ``nv show qos roce``)."""
+
+    model_config = _FROZEN
+    dscp: int
+    switch_prio: int | None = None
+    tc: int | None = None
+    pfc: list[int] = Field(default_factory=list)  # switch priorities with PFC
+    mode: str | None = None  # lossless, lossless-single-ipool, lossy
+    maps: bool = True  # the DSCP -> switch-priority table was there at all
+
+
 class SwitchFacts(BaseModel):
     """What was read on one canary switch, per port facing canary hosts."""
 
@@ -163,9 +177,12 @@ class SwitchFacts(BaseModel):
     counters_off: list[str] = Field(default_factory=list)  # counter groups not polled
     cnp_queue: dict[str, str] = Field(default_factory=dict)  # port -> scheduler of CNP queue
     cnp_queue_index: dict[str, int] = Field(default_factory=dict)  # port -> CNP queue
-    lossless_queue: int | None = None  # the tuned queue (inventory lossless_queue)
-    roce_path: dict[str, QosPath] = Field(default_factory=dict)  # port -> RoCE DSCP's path
+    lossless_queue: int | None = None  # the tuned queue / traffic class (inventory)
+    roce_path: dict[str, QosPath] = Field(default_factory=dict)  # SONiC: port -> RoCE path
+    roce_maps: RocePath | None = None  # NVUE: where the RoCE data DSCP lands
     ecn_counters_absent: str | None = None  # why the switch has no ECN counters (not zero)
+    confirm_window_s: int | None = None  # NVUE: trials apply with `--confirm <n>s`
+    confirm_pending: list[str] | None = None  # NVUE: revisions waiting for confirmation
 
 
 class PreflightFacts(BaseModel):
@@ -582,6 +599,56 @@ def check_cnp_starvation(switches: Iterable[SwitchFacts],
     return out
 
 
+def check_nvue_roce_queue(facts: PreflightFacts) -> list[CheckResult]:
+    """The RoCE data DSCP reaches the tuned lossless traffic class with PFC (NVUE): ECN tuned
+    on TC 3 never marks RoCE that the switch's maps send to TC 0."""
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        r = s.roce_maps
+        if r is None:
+            continue
+        if not r.maps:
+            out.append(_r("roce_queue", s.name, "warn",
+                          "no RoCE maps in `nv show qos roce` (RoCE not set up with `nv set qos "
+                          f"roce`?): where DSCP {r.dscp} lands is not checked"))
+            continue
+        chain = (f"DSCP {r.dscp} -> switch-priority {r.switch_prio} -> TC {r.tc}, PFC on "
+                 f"switch-priorities {r.pfc or 'none'}, RoCE mode {r.mode}")
+        why = ("the DSCP is in no switch-priority" if r.switch_prio is None else
+               f"the data lands in TC {r.tc}, not the tuned lossless TC {s.lossless_queue}"
+               if r.tc != s.lossless_queue else
+               f"no PFC on switch-priority {r.switch_prio}" if r.switch_prio not in r.pfc else
+               "RoCE runs lossy" if (r.mode or "").startswith("lossy") else None)
+        out.append(_r("roce_queue", s.name, "fail" if why else "pass", chain + (
+            f": {why}; map it (nv set qos mapping default-global dscp {r.dscp} "
+            "switch-priority <p>, a PFC priority whose traffic class is the tuned one)"
+            if why else "")))
+    return out
+
+
+def check_confirm(facts: PreflightFacts) -> list[CheckResult]:
+    """NVUE commit-confirm: while an apply waits for confirmation the switch takes no other
+    apply, so each trial's window blocks everyone else's ``nv config apply``; an apply already
+    waiting would refuse ecntune's."""
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        if s.confirm_pending:
+            out.append(_r("nvue_confirm", s.name, "fail",
+                          f"revision {', '.join(s.confirm_pending)} waits for confirmation "
+                          "(`nv config apply --confirm-status`): no other apply goes through "
+                          "until it is confirmed or rolled back"))
+        elif s.confirm_window_s:
+            w = s.confirm_window_s
+            confirm_arg = str(w // 60) if w >= 60 and w % 60 == 0 else f"{w}s"
+            out.append(_r("nvue_confirm", s.name, "warn",
+                          f"trials apply with `nv config apply --confirm {confirm_arg}`: "
+                          "while one waits, nobody else's `nv config apply` on this switch goes "
+                          f"through, for up to {s.confirm_window_s} s per trial"))
+    return out
+
+
 def roce_packets(row: dict[str, int], prio: int) -> int:
     """Packets on priority ``prio`` in one counter row (mlx5 and SONiC names)."""
     return sum(row.get(k, 0) for k in (f"rx_prio{prio}_packets", f"tx_prio{prio}_packets",
@@ -626,7 +693,7 @@ def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
             *check_nic_cc(facts), *check_link(facts, spec), *check_errors(facts, spec),
             *check_versions(facts), *check_blast_radius(facts, spec), *check_xoff(facts),
             *check_counters(facts), *check_roce_queue(facts, spec),
-            *check_cnp_queue(facts, spec),
+            *check_nvue_roce_queue(facts), *check_cnp_queue(facts, spec), *check_confirm(facts),
             *check_shared_priority(facts, spec)]
 
 

@@ -251,7 +251,7 @@ def parse_pfc_priority(text: str) -> dict[str, list[int]]:
 
 def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
                  found: dict[str, Any] | None = None, cnp_dscp: int = 48,
-                 roce_dscp: int = 26) -> SwitchFacts:
+                 roce_dscp: int = 26, confirm_s: int = 0) -> SwitchFacts:
     """The switch's own view: the ports the written profile reaches (its QUEUE table or applied
     NVUE config), the PFC XOFF point, counter polling, the CNP queue's scheduler; on SONiC the
     lossless priorities of the canary ports (``show pfc priority``), the path of the RoCE and
@@ -286,7 +286,8 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
                      "roce_path": {p: QosPath(**v) for p, v in
                                    drv.qos_paths(db, roce_dscp).items()}}
         else:
-            extra = {"reach": drv.reach(found["tree"]), "cnp_queue": found.get("cnp") or {}}
+            extra = _nvue_extra(sw, found, roce_dscp, confirm_s)
+            extra.update(reach=drv.reach(found["tree"]), cnp_queue=found.get("cnp") or {})
         xoffs = [v for v in (found.get("xoff_bytes"), sw.xoff_bytes or None) if v]
         extra.update(xoff_bytes=min(xoffs) if xoffs else None,
                      xoff_source=found.get("xoff_source") if found.get("xoff_bytes") == (
@@ -296,6 +297,19 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
     outside = [] if extra.get("reach") else list(sw.other_ports)
     return SwitchFacts(name=sw.name, outside_ports=outside, lossless=lossless,
                        canary_ports=list(sw.canary_ports), written=sw.canary_profile, **extra)
+
+
+def _nvue_extra(sw: SwitchEntry, found: dict[str, Any], roce_dscp: int, confirm_s: int
+                ) -> dict[str, Any]:
+    """NVUE: where the RoCE data DSCP lands, pending confirms, the trials' confirm window."""
+    from safety.preflight import RocePath
+    from tuner.drivers.nvue import GLOBAL, clone_rows, roce_path
+
+    clone_rows(sw.name, found["tree"], GLOBAL, sw.lossless_queue)  # ConfigError: not cloneable
+    roce = found.get("roce")
+    return {"lossless_queue": sw.lossless_queue, "confirm_pending": found.get("pending"),
+            "confirm_window_s": confirm_s or None,
+            "roce_maps": RocePath(**roce_path(roce, roce_dscp)) if roce else None}
 
 
 def _switch_pfc(conn: Connection, sw: SwitchEntry) -> str | None:
@@ -321,8 +335,9 @@ def enable_counters(cluster: Any) -> list[str]:
     return done
 
 
-def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
-    """Facts of an SSH canary (``cluster`` is a ``tuner.cluster.ssh.SshCluster``)."""
+def ssh_facts(cluster: Any, spec: PreflightSpec, confirm_s: int = 0) -> PreflightFacts:
+    """Facts of an SSH canary (``cluster`` is a ``tuner.cluster.ssh.SshCluster``;
+    ``confirm_s``: the NVUE commit-confirm window of each trial, 0 for none)."""
     inv: Inventory = cluster.inventory
     pool = cluster.pool
     hosts = {h.name: h for h in inv.hosts}
@@ -373,7 +388,7 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
         try:
             out_switches.append(switch_facts(s, pfc[s.name].value, drivers[s.name],
                                              found[s.name].value, spec.cnp_dscp,
-                                             spec.roce_dscp))
+                                             spec.roce_dscp, confirm_s))
         except TunerError as exc:  # an unreadable switch configuration: name it, do not guess
             out_switches.append(SwitchFacts(name=s.name, error=str(exc),
                                             outside_ports=list(s.other_ports)))
@@ -435,5 +450,5 @@ def collect(exp: Experiment, cluster: Cluster, spec: PreflightSpec) -> Preflight
         return sim_facts(exp, cluster)
     if backend == "ssh":
         inner = getattr(cluster, "inner", cluster)
-        return ssh_facts(inner, spec)
+        return ssh_facts(inner, spec, int(getattr(cluster, "nvue_confirm_s", 0) or 0))
     raise ValueError(f"no pre-flight facts collector for backend {backend!r}")

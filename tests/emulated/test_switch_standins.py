@@ -88,9 +88,16 @@ def test_nvue_stand_in_prints_the_samples_units(emulated_cluster: EmulatedCluste
     doc = parse_nvue(fixture("nvue-show-qos-roce.txt")).values
     for key in ("congestion-control.min-threshold", "congestion-control.max-threshold"):
         assert roce[key].value == doc[key].value  # 146.48 KB, 1.43 MB
+    # the stock `nv set qos roce` maps, as NVIDIA's sample prints them
+    maps = parse_nvue(ok(emu, "leaf1", "nv show qos roce")).tables
+    for title in ("RoCE PCP/DSCP->SP mapping configurations",
+                  "RoCE SP->TC mapping and ETS configurations"):
+        assert maps[title] == parse_nvue(fixture("nvue-show-qos-roce.txt")).tables[title], title
     status = parse_nvue(ok(emu, "leaf1", "nv show interface swp1 qos roce status"))
     sample = parse_nvue(fixture("nvue-show-interface-qos-roce-status.txt"))
-    assert status.values["congestion-control.min-threshold"].value == "146.48 KB"
+    # the port's operational view is what the ASIC runs: NVIDIA's own "153.00 KB" for 150000 B
+    assert status.values["congestion-control.min-threshold"].value == "153.00 KB" == sample.values[
+        "congestion-control.min-threshold"].value
     assert set(sample.values) <= set(status.values) | {"lldp-app-tlv.priority",
                                                        "lldp-app-tlv.protocol-id",
                                                        "lldp-app-tlv.selector"}

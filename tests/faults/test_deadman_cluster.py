@@ -284,7 +284,7 @@ def test_a_canary_moved_under_the_study_is_never_changed(setup) -> None:
 
 
 def test_nvue_trial_apply_waits_for_confirmation_and_rolls_back_with_confirm_no() -> None:
-    """The NVUE driver's commit-confirm steps (pure): a trial applies with ``--confirm <n>s``;
+    """The NVUE driver's commit-confirm steps (pure): a trial applies with ``--confirm <min>``;
     going back is NVUE's own rollback, with the plain write only if nothing waits any more;
     another write while one waits rolls back first. Every command line parses in ``sh``."""
     import copy
@@ -304,7 +304,9 @@ def test_nvue_trial_apply_waits_for_confirmation_and_rolls_back_with_confirm_no(
     trial = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
     assert drv.write_steps(base, trial)[-1] == "nv config apply -y >&2"
     drv.confirm_s = 600
-    assert drv.write_steps(base, trial)[-1] == "nv config apply --confirm 600s -y >&2"
+    assert drv.write_steps(base, trial)[-1] == "nv config apply --confirm 10 -y >&2"  # minutes
+    drv.confirm_s = 45  # not whole minutes: the undocumented <n>s form
+    assert drv.write_steps(base, trial)[-1] == "nv config apply --confirm 45s -y >&2"
     drv.confirm_s, drv.confirm_base = None, base  # the trial waits for confirmation
     (back,) = drv.write_steps(trial, base)
     assert back.startswith("{ nv config apply --confirm-no >&2 || { nv unset interface swp1 ")
@@ -312,6 +314,6 @@ def test_nvue_trial_apply_waits_for_confirmation_and_rolls_back_with_confirm_no(
     drv.confirm_s = 600
     other = EcnSettings(kmin_bytes=50000, kmax_bytes=300000, pmax_percent=50)
     steps = drv.write_steps(trial, other)
-    assert steps[0] == CONFIRM_NO and steps[-1] == "nv config apply --confirm 600s -y >&2"
+    assert steps[0] == CONFIRM_NO and steps[-1] == "nv config apply --confirm 10 -y >&2"
     for cmd in (drv.write_command(trial, base), drv.write_command(trial, other)):
         assert subprocess.run(["sh", "-n", "-c", cmd]).returncode == 0, cmd

@@ -69,6 +69,11 @@ def test_clean_emulated_cluster_passes(emu, tmp_path: Path) -> None:
     assert {r["check"] for r in rows if r["status"] == "pass"} >= {
         "mtu", "pfc_priority", "dscp_trust", "link", "error_counters", "versions",
         "blast_radius", "shared_priority"}
+    # NVUE (leaf1): the stock RoCE maps reach TC 3; the trials' confirm window is named
+    by = {(r["check"], r["target"]): (r["status"], r["evidence"]) for r in rows}
+    assert by[("roce_queue", "leaf1")][0] == "pass"
+    status, why = by[("nvue_confirm", "leaf1")]
+    assert status == "warn" and "--confirm 10`" in why and "up to 600 s per trial" in why
 
 
 def test_mtu_mismatch_wrong_pfc_priority_and_shared_storage_job(emu, tmp_path: Path) -> None:

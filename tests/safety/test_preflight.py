@@ -345,3 +345,42 @@ def test_watched_other_ports_are_not_a_blast_radius_once_the_switch_is_read():
                        {**found, "queue_table": bound})
     assert by_check(run_checks(facts(switches=[got]), PreflightSpec()),
                     "blast_radius")[0].status == "fail"
+
+
+def test_nvue_roce_path_from_the_documented_maps():
+    """`nv show qos roce` (NVIDIA's sample): DSCP 26 -> switch-priority 3 -> TC 3 with PFC on
+    3 reaches the tuned TC 3; DSCP 10 lands in TC 0; a tuned TC 4 is not where RoCE goes."""
+    from safety.preflight import RocePath
+    from tuner.drivers.nvue import roce_path
+
+    text = (Path(__file__).resolve().parents[1] / "ssh" / "fixtures" / "nvue-show-qos-roce.txt"
+            ).read_text().split("\n", 1)[1]
+
+    def verdict(dscp: int, tc: int = 3, **kw) -> tuple[str, str]:
+        path = RocePath(**{**roce_path(text, dscp), **kw})
+        [r] = by_check(run_checks(facts(switches=[switch(roce_maps=path, lossless_queue=tc)]),
+                                  PreflightSpec()), "roce_queue")
+        return r.status, r.evidence
+
+    assert verdict(26)[0] == "pass"
+    assert "lands in TC 0, not the tuned lossless TC 3" in verdict(10)[1]
+    assert "not the tuned lossless TC 4" in verdict(26, tc=4)[1]
+    assert "no PFC on switch-priority 3" in verdict(26, pfc=[4])[1]
+    assert "RoCE runs lossy" in verdict(26, mode="lossy")[1]
+    assert "in no switch-priority" in verdict(64 - 1, switch_prio=None)[1]
+    assert by_check(run_checks(facts(), PreflightSpec()), "roce_queue") == []  # not NVUE
+    # RoCE not set up with `nv set qos roce`: no tables to follow, said, not guessed
+    bare = text.split("RoCE PCP/DSCP->SP")[0]
+    assert verdict(26, maps=roce_path(bare, 26)["maps"])[0] == "warn"
+
+
+def test_nvue_confirm_window_warns_and_a_pending_confirm_refuses():
+    def one(**kw):
+        return by_check(run_checks(facts(switches=[switch(**kw)]), PreflightSpec()),
+                        "nvue_confirm")
+
+    [warn] = one(confirm_window_s=600, confirm_pending=[])
+    assert warn.status == "warn" and "--confirm 10`" in warn.evidence  # minutes, documented
+    [fail] = one(confirm_window_s=600, confirm_pending=["7"])
+    assert fail.status == "fail" and "revision 7 waits for confirmation" in fail.evidence
+    assert one() == []

@@ -222,18 +222,22 @@ def _nv_read(tree: str, status: str | None = None) -> str:
 
 def test_nvue_reads_exact_values_and_checks_the_display_within_its_precision(inv: Any) -> None:
     drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
-    # the status sample shows min 153.00 KB, max 1.43 MB: 156672 and 1500000 print that way
-    row = {"min-threshold": 156672, "max-threshold": 1500000, "probability": 100}
+    # NVIDIA's status sample: the defaults 150000/1500000 B run (and show) as 153.00 KB and
+    # 1.43 MB; the exact values come from the applied config
+    row = {"min-threshold": 150000, "max-threshold": 1500000, "probability": 100}
     tree = _nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"}, {"ECNTUNE_CANARY": row})
-    assert drv.parse(_nv_read(tree)) == EcnSettings(kmin_bytes=156672, kmax_bytes=1500000,
+    assert drv.parse(_nv_read(tree)) == EcnSettings(kmin_bytes=150000, kmax_bytes=1500000,
                                                     pmax_percent=100)
     # default-global absent from the applied config: the documented defaults
     assert drv.original_settings() == EcnSettings(kmin_bytes=150000, kmax_bytes=1500000,
                                                   pmax_percent=100)
     bad = _nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
                    {"ECNTUNE_CANARY": {**row, "min-threshold": 160000}})
-    with pytest.raises(ApplyError, match="swp1 runs min-threshold 153.00 KB"):
-        drv.parse(_nv_read(bad))  # 160000 B would print 156.25 KB
+    # 160000 B runs as 165888 B (18 steps of 9216 B), "162.00 KB": not what the port shows
+    with pytest.raises(ApplyError, match=r"swp1 runs min-threshold 153.00 KB, but the applied "
+                       r"config says 160000 B, which the ASIC runs as 165888 B \(rounded up to "
+                       r"9216 B steps"):
+        drv.parse(_nv_read(bad))
     with pytest.raises(ApplyError, match="expected all default-global or all ECNTUNE_CANARY"):
         drv.parse(_nv_read(_nv_tree({"swp1": "ECNTUNE_CANARY"}, {"ECNTUNE_CANARY": row})))
 
@@ -249,14 +253,31 @@ def test_nvue_human_units_compare_within_display_precision() -> None:
     assert human_bytes(150000) == "146.48 KB" and human_bytes(1500000) == "1.43 MB"
 
 
+def test_nvue_operational_values_within_the_asic_step() -> None:
+    """The port view (`nv show interface swp16 qos roce status` sample) shows 150000 B as
+    "153.00 KB": Spectrum runs it rounded up to 64 cells of 144 B (156672 B)."""
+    from tuner.drivers.nvue import ASIC_STEP, asic_runs, runs_as
+
+    port = parse_nvue(fixture("nvue-show-interface-qos-roce-status.txt")).values
+    assert ASIC_STEP == 9216 and asic_runs(150000) == 156672 and asic_runs(9216) == 9216
+    assert runs_as(150000, port["congestion-control.min-threshold"].value or "")  # 153.00 KB
+    assert runs_as(1500000, port["congestion-control.max-threshold"].value or "")  # 1.43 MB
+    assert runs_as(150000, "146.48 KB")  # a view that shows the configured bytes
+    # outside the step: 147456 B (one step below) and 160000 B (runs as 162.00 KB)
+    assert not runs_as(147456, "153.00 KB") and not runs_as(160000, "153.00 KB")
+    assert not runs_as(150000, "1.43 MB")
+
+
 def test_nvue_writes_its_own_profile_and_unbinds_to_restore(inv: Any) -> None:
     drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
-    status = fixture("nvue-show-interface-qos-roce-status.txt").replace("153.00 KB", "146.48 KB")
-    cur = drv.parse(_nv_read(_nv_tree({}, {}), status))
+    cur = drv.parse(_nv_read(_nv_tree({}, {})))
     new = EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=100)
     pre = "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3"
+    tc0 = "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0"
     bind = "qos congestion-control profile ECNTUNE_CANARY"
-    assert drv.write_steps(cur, new) == [
+    assert drv.write_steps(cur, new) == [  # default-global's factory TC 0 comes along
+        f"{tc0} ecn enable", f"{tc0} red disable", f"{tc0} min-threshold 150000",
+        f"{tc0} max-threshold 1500000", f"{tc0} probability 100",
         f"{pre} min-threshold 40000", f"{pre} max-threshold 200000", f"{pre} probability 100",
         f"{pre} ecn enable", f"nv set interface swp1 {bind}", f"nv set interface swp2 {bind}",
         "nv config apply -y >&2"]
@@ -270,6 +291,48 @@ def test_nvue_writes_its_own_profile_and_unbinds_to_restore(inv: Any) -> None:
         "swp1", "swp2", "swp9"]
     glob = inv.switches[1].model_copy(update={"canary_profile": "default-global"})
     assert NvueDriver(None, glob).reach({})[0].startswith("every port")  # type: ignore[arg-type]
+
+
+def _global_with(tcs: dict[str, Any]) -> str:
+    tree = {"interface": {}, "qos": {"congestion-control": {"default-global": {
+        "traffic-class": tcs}}}}
+    return json.dumps([{"header": {"rev-id": 1.0}}, {"set": tree}])
+
+
+def test_nvue_canary_profile_copies_every_class_of_default_global(inv: Any) -> None:
+    """default-global enables ECN on TC 0 (factory) and here on a storage class 1: the canary
+    profile that replaces it on the canary ports carries both, then the tuned TC 3."""
+    drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    storage = {"ecn": "enable", "min-threshold": 40000, "max-threshold": 400000,
+               "probability": 50}
+    cur = drv.parse(_nv_read(_global_with({"1": storage})))
+    steps = drv.write_steps(cur, EcnSettings(kmin_bytes=40000, kmax_bytes=200000,
+                                             pmax_percent=10))
+    cc = "nv set qos congestion-control ECNTUNE_CANARY traffic-class"
+    for tc, row in (("0", {"ecn": "enable", "min-threshold": 150000,
+                           "max-threshold": 1500000, "probability": 100}), ("1", storage)):
+        assert {f"{cc} {tc} {k} {v}" for k, v in row.items()} <= set(steps), tc
+    assert steps.index(f"{cc} 1 ecn enable") < steps.index("nv config apply -y >&2")
+    assert not [s for s in steps if "default-global" in s]  # nothing outside the canary
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    ({"min-threshold": "lots"}, "min-threshold 'lots' is not a byte count"),
+    ({"ecn": "on"}, "ecn 'on' is not enable|disable"),
+    ({"probability": 120}, "probability 120 is not a percentage 0-100"),
+    ({"min-threshold": 2000000}, "min-threshold 2000000 is not below max-threshold 1500000"),
+])
+def test_nvue_profile_that_cannot_be_cloned_is_bad_input(inv: Any, row: dict[str, Any],
+                                                         field: str) -> None:
+    from tuner.cli import EXIT_INPUT, exit_code_for
+
+    drv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
+    cur = drv.parse(_nv_read(_global_with({"2": row})))
+    with pytest.raises(Exception, match="cannot clone") as err:
+        drv.write_steps(cur, EcnSettings(kmin_bytes=40000, kmax_bytes=200000, pmax_percent=10))
+    assert str(err.value) == (f"{inv.switches[1].name}: cannot clone congestion-control "
+                              f"default-global traffic-class 2: {field}")
+    assert exit_code_for(err.value) == EXIT_INPUT
 
 
 def test_mlx5_counters_from_real_ethtool_and_hw_counters_output(inv: Any) -> None:
@@ -332,7 +395,6 @@ def test_a_clone_holding_the_original_values_still_gives_way_on_restore(inv: Any
     assert not drv.needs_write(cur, cur)  # on the original: nothing to do
     nv = NvueDriver(None, inv.switches[1])  # type: ignore[arg-type]
     row = {"min-threshold": 150000, "max-threshold": 1500000, "probability": 100}
-    status = fixture("nvue-show-interface-qos-roce-status.txt").replace("153.00 KB", "146.48 KB")
     cur = nv.parse(_nv_read(_nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
-                                     {"ECNTUNE_CANARY": row}), status))
+                                     {"ECNTUNE_CANARY": row})))
     assert nv.needs_write(cur, cur) and nv.write_steps(cur, cur)[0].startswith("nv unset")

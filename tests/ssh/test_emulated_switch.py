@@ -10,12 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
+from objectives.parsers import parse_nvue
 from safety.limits import SafetyLimits, check_proposal
-from safety.preflight import PreflightSpec, failures, run_checks
+from safety.preflight import PreflightFacts, PreflightSpec, failures, run_checks
+from tuner.cli import EXIT_FAILED, EXIT_INPUT, exit_code_for
 from tuner.cluster.ssh import SshCluster
+from tuner.drivers import switch_driver
 from tuner.emulated.cluster import EmulatedCluster
+from tuner.errors import TunerError
 from tuner.inventory import parse_inventory
-from tuner.preflight_facts import enable_counters, ssh_facts
+from tuner.preflight_facts import enable_counters, ssh_facts, switch_facts
 from tuner.settings import Settings
 
 pytestmark = pytest.mark.ssh
@@ -73,17 +77,117 @@ def test_a_trial_touches_only_the_canary_queues_and_restore_rebinds_the_original
     assert "ECNTUNE_CANARY" not in emu.state("leaf1")["applied"]["qos"]["congestion-control"]
 
 
-def test_nvue_146_48_kb_round_trips_without_a_false_rollback(emu: EmulatedCluster) -> None:
+def test_nvue_read_back_of_150000_b_shown_as_153_00_kb_passes(emu: EmulatedCluster) -> None:
+    """The port's operational view shows what Spectrum runs (whole 9216 B steps), like
+    NVIDIA's sample: 150000 B as "153.00 KB". The read-back takes the exact value from the
+    applied config and accepts the operational one within the step."""
     with _cluster(emu) as c:
         base = c.snapshot()
         new = base.model_copy(update={"switches": {**base.switches, "leaf1": base.switches[
             "leaf1"].model_copy(update={"kmin_bytes": 150000, "kmax_bytes": 1500000})}})
-        c.apply(new)  # read-back sees "146.48 KB" / "1.43 MB" on the ports: no ApplyError
+        c.apply(new)  # read-back sees "153.00 KB" / "1.43 MB" on the ports: no ApplyError
         shown = c.pool.conns["leaf1"].run("nv show interface swp1 qos roce status").stdout
-        assert "146.48 KB" in shown and "1.43 MB" in shown
+        assert "153.00 KB" in shown and "1.43 MB" in shown
         assert c.read_back().switches["leaf1"].kmin_bytes == 150000  # exact, from the config
         c.apply(base)
         assert c.read_back() == base
+
+
+def test_nvue_canary_profile_keeps_tc0_and_storage_ecn(emu: EmulatedCluster) -> None:
+    """The canary ports leave default-global for the canary profile: ECN on TC 0 (factory) and
+    on a storage class stays on for them; default-global itself is untouched."""
+    pre = "nv set qos congestion-control default-global traffic-class 1"
+    with _cluster(emu) as c:
+        sw = c.pool.conns["leaf1"]
+        sw.run(f"{pre} ecn enable && {pre} min-threshold 60000 && {pre} max-threshold 600000 "
+               f"&& {pre} probability 40 && nv config apply -y")
+        before = emu.state("leaf1")["applied"]["qos"]["congestion-control"]["default-global"]
+        base = c.snapshot()
+        new = base.model_copy(update={"switches": {**base.switches, "leaf1": base.switches[
+            "leaf1"].model_copy(update={"kmin_bytes": 100000, "kmax_bytes": 400000})}})
+        c.apply(new)
+        cc = emu.state("leaf1")["applied"]["qos"]["congestion-control"]
+        assert cc["default-global"] == before
+        for tc in ("0", "1"):
+            assert cc["ECNTUNE_CANARY"]["traffic-class"][tc] == {"red": "disable", **before[
+                "traffic-class"][tc]}, tc
+        shown = sw.run("nv show interface swp1 qos roce status").stdout
+        assert parse_nvue(shown).values["congestion-control.enabled-tc"].value == "0,1,3"
+        c.apply(base)
+        assert c.read_back() == base
+
+
+def _checks(c: SshCluster, name: str, confirm_s: int = 0) -> list[tuple[str, str, str]]:
+    """One check on the NVUE switch's own facts (what ``ssh_facts`` collects for it; the hosts'
+    facts are left out to keep this fast)."""
+    sw = next(s for s in c.inventory.switches if s.platform == "nvue")
+    found = c.switch_facts(refresh=True)[sw.name].value
+    facts = PreflightFacts(backend="ssh", roce_priority=3, switches=[switch_facts(
+        sw, None, switch_driver(c.pool.conns[sw.name], sw), found, SPEC.cnp_dscp,
+        SPEC.roce_dscp, confirm_s)])
+    return [(r.status, r.target, r.evidence) for r in run_checks(facts, SPEC) if r.check == name]
+
+
+def test_preflight_follows_the_nvue_roce_maps_for_the_data_dscp(emu: EmulatedCluster) -> None:
+    """The emulated switch starts from the stock `nv set qos roce` maps (DSCP 26 -> switch-
+    priority 3 -> TC 3, PFC on 3): accepted. Remapped to switch-priority 2 (RoCE doc example)
+    the data lands in TC 0: refused, and accepted again once mapped back."""
+    with _cluster(emu) as c:
+        sw = c.pool.conns["leaf1"]
+        assert _checks(c, "roce_queue") == [("pass", "leaf1", "DSCP 26 -> switch-priority 3 -> "
+                                            "TC 3, PFC on switch-priorities [3], RoCE mode "
+                                            "lossless")]
+        sw.run("nv set qos mapping default-global dscp 26 switch-priority 2 && "
+               "nv config apply -y")
+        [(status, _, why)] = _checks(c, "roce_queue")
+        assert status == "fail" and "TC 0, not the tuned lossless TC 3" in why
+        sw.run("nv set qos egress-queue-mapping default-global switch-priority 2 traffic-class 3"
+               " && nv config apply -y")  # TC 3 now, but switch-priority 2 has no PFC
+        [(status, _, why)] = _checks(c, "roce_queue")
+        assert status == "fail" and "no PFC on switch-priority 2" in why
+        sw.run("nv set qos mapping default-global dscp 26 switch-priority 3 && "
+               "nv config apply -y")
+        assert [s for s, _, _ in _checks(c, "roce_queue")] == ["pass"]
+
+
+def test_preflight_names_the_nvue_confirm_window_and_refuses_a_pending_one(
+        emu: EmulatedCluster) -> None:
+    with _cluster(emu) as c:
+        assert _checks(c, "nvue_confirm") == []  # plain applies: nothing blocks anyone
+        [(status, target, why)] = _checks(c, "nvue_confirm", 600)
+        assert (status, target) == ("warn", "leaf1") and "up to 600 s per trial" in why
+        sw = c.pool.conns["leaf1"]
+        sw.run("nv set qos congestion-control default-global traffic-class 1 ecn enable && "
+               "nv config apply --confirm 10m -y")  # someone else's apply, unconfirmed
+        [(status, _, why)] = _checks(c, "nvue_confirm", 600)
+        assert status == "fail" and "waits for confirmation" in why
+        sw.run("nv config apply --confirm-no")
+
+
+def test_an_nvue_profile_that_cannot_be_cloned_is_refused_before_any_change(
+        emu: EmulatedCluster) -> None:
+    """default-global holds a class no profile can (a threshold that is not a byte count):
+    pre-flight names the switch, class and field; an apply stops on it and leaves every target
+    as it was (the other targets' writes are put back)."""
+    def bad_class(s: dict[str, Any]) -> None:
+        s["applied"]["qos"]["congestion-control"]["default-global"]["traffic-class"]["2"] = {
+            "ecn": "enable", "min-threshold": "lots"}
+
+    emu.edit_state("leaf1", bad_class)
+    why = "leaf1: cannot clone congestion-control default-global traffic-class 2: " \
+          "min-threshold 'lots' is not a byte count"
+    with _cluster(emu) as c:
+        assert [(r.check, r.target, r.status) for r in run_checks(ssh_facts(c, SPEC), SPEC)
+                if why in r.evidence] == [("facts", "leaf1", "fail")]
+        base = c.snapshot()
+        new = Settings.uniform(list(base.switches), [],
+                               {"kmin_bytes": 100000, "kmax_bytes": 400000, "pmax_percent": 20})
+        new = base.model_copy(update={"switches": new.switches})
+        with pytest.raises(TunerError, match=why) as err:
+            c.apply(new)
+        assert exit_code_for(err.value) in (EXIT_INPUT, EXIT_FAILED)
+        assert c.read_back() == base
+    assert "ECNTUNE_CANARY" not in emu.state("leaf1")["applied"]["qos"]["congestion-control"]
 
 
 def test_preflight_refuses_a_sonic_profile_bound_to_a_non_canary_port(

@@ -4,10 +4,12 @@
 writes it: it writes its own profile (``canary_profile``, default ``ECNTUNE_CANARY``) and binds it
 to the canary ports only (``nv set interface <swp> qos congestion-control profile <name>``,
 Cumulus Linux >= 5.4); writing default-global's values back unbinds the ports and removes the
-profile. Exact values come from the applied configuration (``nv config show -o json``), never
-from the rounded displays; the per-port operational view (``nv show interface <swp> qos roce
-status``, human units such as ``146.48 KB``) is checked against them within its display
-precision, so a rounding never reads as a failed write.
+profile, which carries every traffic class of default-global (TC 0, storage classes), so the
+canary ports keep ECN where they had it. Exact values come from the applied configuration (``nv
+config show -o json``), never from the rounded displays; the per-port operational view (``nv
+show interface <swp> qos roce status``) shows what the ASIC runs, rounded up to its step (64
+cells, ``ASIC_STEP``) and printed in human units (150000 B as ``153.00 KB``), and is checked
+against them within that step and its display precision, so neither reads as a failed write.
 
 Commands (shared/reference/cumulus-nvue/, INDEX.md section 3.3): ``nv set qos congestion-control
 <profile> traffic-class <tc> min-threshold|max-threshold <bytes>``, ``... probability <0-100>``,
@@ -24,7 +26,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from tuner.drivers.base import Driver, Runner, WriteError
-from tuner.errors import ApplyError
+from tuner.errors import ApplyError, ConfigError
 from tuner.settings import EcnSettings
 from tuner.ssh.shell import q
 
@@ -35,18 +37,36 @@ NV_NAMES = {"kmin_bytes": "min-threshold", "kmax_bytes": "max-threshold",
             "pmax_percent": "probability"}
 GLOBAL = "default-global"
 # Values a traffic class holds when the applied config does not set them (CL 5.12 QoS docs).
-DEFAULTS = {"ecn": "enable", "min-threshold": 150000, "max-threshold": 1500000,
+DEFAULTS = {"ecn": "enable", "red": "disable", "min-threshold": 150000, "max-threshold": 1500000,
             "probability": 100}
+# default-global enables ECN on traffic class 0 even when the applied config lists nothing
+# (CL 5.12 QoS docs, "Congestion Control (ECN)"; reference/cumulus-nvue/nvue-ecn-pfc-...).
+FACTORY_TCS = ("0",)
+CLONED = ("ecn", "red", "min-threshold", "max-threshold", "probability")
+# Spectrum programs ECN/WRED thresholds in buffer cells, in whole multiples of 64 cells (the CWTP
+# register holds profile_min/max "in cells"; Linux mlxsw spectrum_qdisc.c writes
+# roundup(min, MLXSW_REG_CWTP_MIN_VALUE), MLXSW_REG_CWTP_MIN_VALUE 64). With the 144-byte cell of
+# Spectrum-2/3 the step is 9216 B, which reproduces NVIDIA's own sample exactly: min-threshold
+# 150000 B runs as 17 x 9216 = 156672 B, shown "153.00 KB" by `nv show interface swp16 qos roce
+# status` (reference/cumulus-nvue/nvue-roce-show-qos-roce-and-counters-cl512-doc.txt).
+CELL_BYTES = 144
+STEP_CELLS = 64
+ASIC_STEP = CELL_BYTES * STEP_CELLS
 CONFIG = "nv config show -o json"
-# Commit-confirm (NVUE reference, "nv config apply": ``--confirm <time>`` rolls back unless
-# confirmed; the keep/abort words are those of the NAPALM Cumulus driver, which runs
-# ``nv config apply <rev> --confirm-yes|--confirm-no`` and reads pending ones from
-# ``nv config revision -o json``, state ``confirm``).
+# Commit-confirm. Documented (NVUE command reference, Config Commands, CL 5.0-5.12): ``nv config
+# apply --confirm [<time>]`` rolls back unless confirmed, a bare <time> in minutes ("--confirm 60
+# requires you to confirm within one hour"), and ``--confirm-status``. NOT documented, and
+# verified on no release by this project: the keep/abort words ``--confirm-yes|--confirm-no``,
+# the ``<n>s`` form (used only for windows that are not whole minutes) and the revision state
+# ``confirm`` in ``nv config revision -o json`` (docs/real-cluster.md, "NVUE forms to verify").
 CONFIRM_YES = "nv config apply --confirm-yes >&2"
 CONFIRM_NO_RAW = "nv config apply --confirm-no >&2"
 CONFIRM_NO = f"{{ {CONFIRM_NO_RAW} || true; }}"
 REVISIONS = "nv config revision -o json"
 PORT_MARK = "==ecntune:port:{}=="
+ROCE_MARK, REV_MARK = "roce-maps", "revisions"  # facts sections (not port names: no "swp")
+DSCP_SP = "RoCE PCP/DSCP->SP mapping configurations"
+SP_TC = "RoCE SP->TC mapping and ETS configurations"
 
 
 def nv_set_steps(profile: str, tc: int, current: EcnSettings, settings: EcnSettings
@@ -96,6 +116,100 @@ def tc_values(tree: dict[str, Any], profile: str, tc: int) -> dict[str, Any] | N
         return None
     row = (((profiles.get(profile) or {}).get("traffic-class") or {}).get(str(tc))) or {}
     return {**DEFAULTS, **row}
+
+
+def asic_runs(exact: int) -> int:
+    """``exact`` bytes rounded up to the ASIC's step (mlxsw: ``roundup``; NVIDIA's sample)."""
+    return -(-exact // ASIC_STEP) * ASIC_STEP
+
+
+def runs_as(exact: int, shown: str) -> bool:
+    """Whether an operational display (``"153.00 KB"``) is ``exact`` bytes as the ASIC runs
+    them, rounded up to its step (or not rounded), at the display's precision."""
+    from objectives.parsers._nvue import within_display
+
+    return within_display(exact, shown) or within_display(asic_runs(exact), shown)
+
+
+def clone_rows(target: str, tree: dict[str, Any], source: str, skip: int
+               ) -> dict[str, dict[str, Any]]:
+    """Every traffic class of ``source`` but ``skip`` (the tuned one), defaults filled in, as
+    the canary profile must hold them so the canary ports keep ECN on their other classes.
+    Raises ``ConfigError`` naming the class and field a valid profile cannot hold."""
+    profiles = (tree.get("qos") or {}).get("congestion-control") or {}
+    body = profiles.get(source) or {}
+    tcs = body.get("traffic-class") if isinstance(body, dict) else None
+    if tcs is not None and not isinstance(tcs, dict):
+        raise ConfigError(f"{target}: cannot clone congestion-control {source}: "
+                          f"traffic-class is {tcs!r}, not a table")
+    names = set(tcs or {}) | (set(FACTORY_TCS) if source == GLOBAL else set())
+    out = {}
+    for tc in sorted(names - {str(skip)}, key=lambda t: (not t.isdigit(), t)):
+        row = (tcs or {}).get(tc) or {}
+        where = f"{target}: cannot clone congestion-control {source} traffic-class {tc}"
+        if not (tc.isdigit() and 0 <= int(tc) <= 7) or not isinstance(row, dict):
+            raise ConfigError(f"{where}: not a traffic class 0-7 with fields")
+        full = {**DEFAULTS, **{k: row[k] for k in CLONED if k in row}}
+        for key in ("ecn", "red"):
+            if str(full[key]) not in ("enable", "disable"):
+                raise ConfigError(f"{where}: {key} {full[key]!r} is not enable|disable")
+        for key, top in (("min-threshold", None), ("max-threshold", None), ("probability", 100)):
+            v = full[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (top and v > top):
+                raise ConfigError(f"{where}: {key} {v!r} is not "
+                                  + ("a percentage 0-100" if top else "a byte count"))
+        if full["min-threshold"] >= full["max-threshold"]:
+            raise ConfigError(f"{where}: min-threshold {full['min-threshold']} is not below "
+                              f"max-threshold {full['max-threshold']}")
+        out[tc] = full
+    return out
+
+
+def clone_steps(profile: str, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """``nv set`` lines that give ``profile`` the traffic classes ``rows``."""
+    prefix = f"nv set qos congestion-control {q('wred_profile', profile)} traffic-class"
+    return [f"{prefix} {int(tc)} {key} {q('db_value', row[key])}"  # checked by clone_rows
+            for tc, row in rows.items() for key in CLONED]
+
+
+def confirm_time(seconds: int) -> str:
+    """``--confirm`` argument: whole minutes as documented (a bare number), else ``<n>s``."""
+    s = int(seconds)
+    return str(s // 60) if s >= 60 and s % 60 == 0 else f"{s}s"
+
+
+def pending_confirm(text: str) -> list[str] | None:
+    """Revisions waiting for confirmation in ``nv config revision -o json`` (state
+    ``confirm``); None when the output is not that table."""
+    try:
+        revs = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(revs, dict):
+        return None
+    return [str(r) for r, v in revs.items() if isinstance(v, dict) and v.get("state") == "confirm"]
+
+
+def roce_path(text: str, dscp: int) -> dict[str, Any]:
+    """Where DSCP ``dscp`` goes by ``nv show qos roce``: its switch priority (``RoCE PCP/DSCP->SP
+    mapping``), that priority's traffic class (``RoCE SP->TC mapping``), the PFC priorities and
+    the RoCE mode (reference/cumulus-nvue/nvue-roce-show-qos-roce-and-counters-cl512-doc.txt).
+    ``None`` where the output does not say."""
+    from objectives.parsers import parse_nvue
+
+    show = parse_nvue(text)
+    sp = next((int(r["switch-prio"]) for r in show.tables.get(DSCP_SP, [])
+               if str(dscp) in r.get("dscp", "").replace(" ", "").split(",")
+               and r.get("switch-prio", "").isdigit()), None)
+    tc = next((int(r["traffic-class"]) for r in show.tables.get(SP_TC, [])
+               if sp is not None and r.get("switch-prio") == str(sp)
+               and r.get("traffic-class", "").isdigit()), None)
+    pfc = show.values.get("pfc.pfc-priority")
+    mode = show.values.get("mode")
+    return {"dscp": dscp, "switch_prio": sp, "tc": tc, "maps": DSCP_SP in show.tables,
+            "pfc": [int(p) for p in ((pfc.value if pfc else None) or "").split(",")
+                    if p.strip().isdigit()],
+            "mode": mode.value if mode else None}
 
 
 def settings_of(target: str, row: dict[str, Any]) -> EcnSettings:
@@ -160,12 +274,16 @@ class NvueDriver(Driver[EcnSettings]):
             steps = [f"nv unset interface {p} qos congestion-control" for p in ports]
             steps.append(f"nv unset qos congestion-control {canary}")
         else:
-            steps = nv_set_steps(self.canary, self.tc, current, settings)
+            # The canary profile replaces default-global on the canary ports: it carries all
+            # of default-global's classes (TC 0, storage classes...), not only the tuned one.
+            rows = clone_rows(self.target, self.tree or {}, GLOBAL, self.tc)
+            steps = clone_steps(self.canary, rows)
+            steps += nv_set_steps(self.canary, self.tc, current, settings)
             steps += [f"nv set interface {p} qos congestion-control profile {canary}"
                       for p in ports]
         # apply prints "applied [rev_id: N]": keep it out of the read-back on stdout
-        apply = (f"nv config apply --confirm {int(self.confirm_s or 0)}s -y >&2" if confirm
-                 else "nv config apply -y >&2")
+        apply = (f"nv config apply --confirm {confirm_time(self.confirm_s or 0)} -y >&2"
+                 if confirm else "nv config apply -y >&2")
         return [*steps, apply]
 
     def write(self, settings: EcnSettings) -> EcnSettings:
@@ -193,13 +311,10 @@ class NvueDriver(Driver[EcnSettings]):
     def confirm_pending(self) -> bool:
         """Whether an apply still waits for confirmation (``nv config revision -o json``: a
         revision in state ``confirm``); False means NVUE rolled it back by itself."""
-        text = self.runner.run(REVISIONS).stdout
-        try:
-            revs = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ApplyError(f"{self.target}: `{REVISIONS}` printed no JSON: {exc}") from None
-        return isinstance(revs, dict) and any(
-            isinstance(v, dict) and v.get("state") == "confirm" for v in revs.values())
+        pending = pending_confirm(self.runner.run(REVISIONS).stdout)
+        if pending is None:
+            raise ApplyError(f"{self.target}: `{REVISIONS}` printed no revision table")
+        return bool(pending)
 
     def needs_write(self, current: EcnSettings, settings: EcnSettings) -> bool:
         """Also when the canary profile holds default-global's values: restoring unbinds."""
@@ -218,11 +333,15 @@ class NvueDriver(Driver[EcnSettings]):
                            f"{q('switch_port', p)} counters qos" for p in ports)
 
     def facts_command(self) -> str:
-        """Applied config (blast radius), PFC XOFF, one canary port's RoCE status (CNP queue)."""
+        """Applied config (blast radius), PFC XOFF, one canary port's RoCE status (CNP queue);
+        each on its own: the global RoCE maps (``nv show qos roce``), the revisions (a
+        pending confirm)."""
         port = self.switch.canary_ports[0]
         return (f"{CONFIG} && echo {shlex.quote(_mark('pfc'))} && nv show qos pfc default-global"
                 f" && echo {shlex.quote(_mark(port))} && nv show interface "
-                f"{q('switch_port', port)} qos roce status")
+                f"{q('switch_port', port)} qos roce status"
+                f"; echo {shlex.quote(_mark(ROCE_MARK))}; nv show qos roce"
+                f"; echo {shlex.quote(_mark(REV_MARK))}; {REVISIONS}")
 
     def commands(self) -> list[str]:
         lower = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
@@ -252,17 +371,21 @@ class NvueDriver(Driver[EcnSettings]):
         return settings
 
     def _check_operational(self, text: str, want: EcnSettings) -> None:
+        """The applied config is exact; the port's operational view shows what the ASIC runs,
+        a multiple of ``ASIC_STEP`` next to it, in display units."""
         from objectives.parsers import parse_nvue
-        from objectives.parsers._nvue import within_display
 
         for port, chunk in _chunks(text).items():
             show = parse_nvue(chunk)
             for key, value in (("max-threshold", want.kmax_bytes),
                                ("min-threshold", want.kmin_bytes)):
                 shown = show.values.get(f"congestion-control.{key}")
-                if shown is not None and shown.value and not within_display(value, shown.value):
-                    raise ApplyError(f"{self.target}: {port} runs {key} {shown.value}, the "
-                                     f"applied config says {value} B")
+                if shown is not None and shown.value and not runs_as(value, shown.value):
+                    raise ApplyError(
+                        f"{self.target}: {port} runs {key} {shown.value}, but the applied "
+                        f"config says {value} B, which the ASIC runs as {asic_runs(value)} B "
+                        f"(rounded up to {ASIC_STEP} B steps: {STEP_CELLS} cells of "
+                        f"{CELL_BYTES} B)")
 
     def reach(self, tree: dict[str, Any]) -> list[str]:
         """Every port a write reaches: the canary ports, any other port already bound to the
@@ -276,6 +399,8 @@ class NvueDriver(Driver[EcnSettings]):
     def facts_from(self, text: str) -> dict[str, Any]:
         from objectives.parsers import parse_nvue
 
+        text, _, revs = text.partition(f"{_mark(REV_MARK)}\n")
+        text, _, roce = text.partition(f"{_mark(ROCE_MARK)}\n")
         head, _, rest = text.partition(f"{_mark('pfc')}\n")
         pfc, _, status = rest.partition(f"{_mark(self.switch.canary_ports[0])}\n")
         tree = applied_tree(head)
@@ -292,7 +417,8 @@ class NvueDriver(Driver[EcnSettings]):
                         f"{row.get('scheduler-weight', '?')} (CNP switch-prio "
                         f"{row.get('switch-prio', '?')} -> TC {row.get('traffic-class', '?')})")
         return {"tree": tree, "xoff_bytes": xoff, "cnp": cnp,
-                "xoff_source": "nv show qos pfc default-global" if xoff else None}
+                "xoff_source": "nv show qos pfc default-global" if xoff else None,
+                "roce": roce if roce.strip() else None, "pending": pending_confirm(revs)}
 
     def facts(self) -> dict[str, Any]:
         return self.facts_from(self.runner.run(self.facts_command(), check=False).stdout)

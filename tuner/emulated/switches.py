@@ -146,6 +146,13 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
 
 NV_DEFAULTS = {"ecn": "enable", "red": "disable", "min-threshold": 150000,
                "max-threshold": 1500000, "probability": 100}  # CL 5.12 QoS docs
+# What a Spectrum-2/3 ASIC runs: thresholds rounded up to whole 64-cell multiples of its 144-byte
+# cell (the CWTP register; NVIDIA's sample shows 150000 B running as "153.00 KB" = 156672 B).
+SPECTRUM_STEP = 64 * 144
+
+
+def spectrum_runs(n: int) -> int:
+    return -(-int(n) // SPECTRUM_STEP) * SPECTRUM_STEP
 
 
 def init_nvue(kmin: int, kmax: int, pmax: int, tc: int, xoff: int = 1_000_000) -> dict[str, Any]:
@@ -178,6 +185,27 @@ def sonic_ecn(state: dict[str, Any]) -> dict[str, Any]:
         "enabled": bool(prof) and ecn_mode in (
             "ecn_all", "ecn_green", "ecn_green_yellow", "ecn_green_red"),
     }
+
+
+# The stock `nv set qos roce` maps (reference/cumulus-nvue/nvue-roce-show-qos-roce-and-counters-
+# cl512-doc.txt, `nv show qos roce`): DSCP 8p..8p+7 -> switch-priority p; switch-priority 3 -> TC 3
+# (lossless, PFC on switch-priority 3), 6 -> TC 6 (CNPs), every other -> TC 0.
+ROCE_SP_TC = {0: 0, 1: 0, 2: 0, 3: 3, 4: 0, 5: 0, 6: 6, 7: 0}
+
+
+def nvue_dscp_sp(config: dict[str, Any]) -> dict[int, int]:
+    """DSCP -> switch-priority: stock, then `nv set qos mapping default-global dscp <d>
+    switch-priority <p>`."""
+    own = config["qos"].get("mapping", {}).get("default-global", {}).get("dscp", {})
+    return {d: int(own.get(str(d), {}).get("switch-priority", d // 8)) for d in range(64)}
+
+
+def nvue_sp_tc(config: dict[str, Any]) -> dict[int, int]:
+    """switch-priority -> traffic class: stock, then `nv set qos egress-queue-mapping
+    default-global switch-priority <p> traffic-class <tc>`."""
+    own = (config["qos"].get("egress-queue-mapping", {}).get("default-global", {})
+           .get("switch-priority", {}))
+    return {p: int(own.get(str(p), {}).get("traffic-class", tc)) for p, tc in ROCE_SP_TC.items()}
 
 
 def nvue_port_profile(config: dict[str, Any], port: str) -> str:

@@ -9,13 +9,17 @@ names a profile that does not exist; ``default-global`` cannot be removed; with 
 ``state["auto_save"]``, on by default since CL 5.9, also the startup revision); ``nv config
 apply --confirm [<time>]`` / ``--confirm-status`` / ``[<rev>] --confirm-yes|--confirm-no``
 (see ``cmd_apply``; the rollback timer is ``tuner.emulated.nvued``); ``nv config revision -o
-json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``. Not
-documented by NVUE, and so chosen conservatively here: the ``--confirm-status`` text, and that
-no other apply is taken while one waits for confirmation.
+json``; ``nv config save``; ``nv config diff``; ``nv config show [-r startup] -o json``; ``nv
+set qos mapping default-global dscp <d> switch-priority <p>`` and ``nv set qos
+egress-queue-mapping default-global switch-priority <p> traffic-class <tc>`` over the stock
+``nv set qos roce`` maps. Not documented by NVUE, and so chosen conservatively here: the
+``--confirm-status`` text, ``--confirm-yes|--confirm-no``, the revision state ``confirm``, and
+that no other apply is taken while one waits for confirmation.
 Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
-(bytes as ``40000 B``), ``qos roce`` and ``interface <swp> qos roce status`` (human units,
-``146.48 KB``, like the RoCE doc sample), ``qos pfc default-global``, ``interface <swp>
-counters qos``.
+(bytes as ``40000 B``), ``qos roce`` (human units, ``146.48 KB``, and the RoCE maps) and
+``interface <swp> qos roce status`` (what the ASIC runs: thresholds rounded up to 64 cells of
+144 B, ``153.00 KB`` for 150000 B, like the RoCE doc sample), ``qos pfc default-global``,
+``interface <swp> counters qos``.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ def cmd_set(t: Target, words: list[str], unset: bool) -> None:
         conf = s["pending"]
         if words[:2] == ["qos", "congestion-control"] and len(words) >= 3:
             _set_cc(conf, words[2:], unset, bad)
+        elif words[:2] in (["qos", "mapping"], ["qos", "egress-queue-mapping"]) and not unset:
+            _set_map(conf, words, bad)
         elif (words[:1] == ["interface"] and len(words) >= 4
               and words[2:4] == ["qos", "congestion-control"]):
             port = words[1]
@@ -154,8 +160,8 @@ def _set_cc(conf: dict[str, Any], words: list[str], unset: bool, bad: NvError) -
 
 def confirm_seconds(raw: str) -> int:
     """``--confirm <time>``: a bare number is minutes (the NVUE reference: ``--confirm 60``
-    "requires you to confirm within one hour"); ``s``/``m``/``h`` suffixes as in ``--confirm
-    300s`` (the NAPALM Cumulus driver's ``--confirm {revert_in}s``)."""
+    "requires you to confirm within one hour"); ``s``/``m``/``h`` suffixes (``--confirm 300s``)
+    are accepted too, but NVIDIA documents none: a real switch may refuse them."""
     m = re.fullmatch(r"([0-9]{1,6})([smh]?)", raw)
     if not m or int(m.group(1)) == 0:
         raise NvError(f"Error: Invalid Command: '{raw}' is not a confirm time "
@@ -351,15 +357,18 @@ def show_roce_status(t: Target, port: str) -> str:
         raise NvError(f"Error: The requested item does not exist: interface {port}")
     conf = t.state["applied"]
     tc = t.state["lossless_queue"]
-    row = swmod.nvue_tc(conf, swmod.nvue_port_profile(conf, port), tc) or {}
-    enabled = ",".join(sorted({"0", str(tc)}))
+    profile = swmod.nvue_port_profile(conf, port)
+    row = swmod.nvue_tc(conf, profile, tc) or {}
+    enabled = ",".join(str(c) for c in range(8)
+                       if (swmod.nvue_tc(conf, profile, c) or {}).get("ecn") == "enable")
+    # operational: what the ASIC runs (whole steps), not the configured bytes
     return "\n".join(_kv([
         ("congestion-control", "", "", ""),
         ("  congestion-mode", "ecn, absolute", "", "Congestion config mode"),
         ("  enabled-tc", enabled, "", "Congestion config enabled Traffic Class"),
-        ("  max-threshold", human_bytes(int(row.get("max-threshold", 0))), "",
+        ("  max-threshold", human_bytes(swmod.spectrum_runs(row.get("max-threshold", 0))), "",
          "Congestion config max-threshold"),
-        ("  min-threshold", human_bytes(int(row.get("min-threshold", 0))), "",
+        ("  min-threshold", human_bytes(swmod.spectrum_runs(row.get("min-threshold", 0))), "",
          "Congestion config min-threshold"),
         ("  probability", str(row.get("probability", "")), "", ""),
         ("pfc", "", "", ""),
@@ -392,7 +401,36 @@ def show_roce(t: Target) -> str:
             ("  min-threshold", human_bytes(int(row.get("min-threshold", 0))), "", ""),
             ("  max-threshold", human_bytes(int(row.get("max-threshold", 0))), "", ""),
             ("  probability", str(row.get("probability", "")), "", "")]
-    return "\n".join(_kv(rows)) + "\n"
+    dscp_sp, sp_tc = swmod.nvue_dscp_sp(conf), swmod.nvue_sp_tc(conf)
+    pfc = conf["qos"]["pfc"]["default-global"]["switch-priority"]
+    rows[3] = ("  pfc-priority", ",".join(sorted(pfc, key=int)), "", "")
+    by_sp = [",".join(str(d) for d, p in dscp_sp.items() if p == sp) or "-" for sp in range(8)]
+    return "\n".join([*_kv(rows), "RoCE PCP/DSCP->SP mapping configurations",
+                      "===========================================",
+                      *_table(["", "pcp", "dscp", "switch-prio"],
+                              [[str(p), str(p), by_sp[p], str(p)] for p in range(8)]),
+                      "RoCE SP->TC mapping and ETS configurations",
+                      "=============================================",
+                      *_table(["", "switch-prio", "traffic-class", "scheduler-weight"],
+                              [[str(p), str(p), str(sp_tc[p]),
+                                "strict-priority" if p == 6 else "DWRR-50%"]
+                               for p in range(8)])]) + "\n"
+
+
+def _set_map(conf: dict[str, Any], words: list[str], bad: NvError) -> None:
+    """``qos mapping default-global dscp <d> switch-priority <p>`` and ``qos egress-queue-mapping
+    default-global switch-priority <p> traffic-class <tc>`` (RoCE doc, last example)."""
+    ok_map = (len(words) == 7 and words[1:3] == ["mapping", "default-global"]
+              and words[3] == "dscp" and words[5] == "switch-priority")
+    ok_egress = (len(words) == 7 and words[1:3] == ["egress-queue-mapping", "default-global"]
+                 and words[3] == "switch-priority" and words[5] == "traffic-class")
+    top = 63 if ok_map else 7
+    if not (ok_map or ok_egress) or not all(w.isdigit() for w in (words[4], words[6])):
+        raise bad
+    if int(words[4]) > top or int(words[6]) > 7:
+        raise NvError(f"Error: Invalid Command: {words[4]}/{words[6]} out of range")
+    table = conf["qos"].setdefault(words[1], {}).setdefault("default-global", {})
+    table.setdefault(words[3], {})[words[4]] = {words[5]: int(words[6])}
 
 
 def show_pfc(t: Target) -> str:
