@@ -206,11 +206,13 @@ def cc_algorithm(text: str, port: int) -> str | None:
     return None
 
 
-def _ping(conn: Connection, peer: HostEntry, mtu: int) -> str | None:
-    """``ok``, the failure text, or ``None`` when the host has no ``ping``."""
+def _ping(conn: Connection, peer: HostEntry, mtu: int, iface: str | None = None) -> str | None:
+    """``ok``, the failure text, or ``None`` when the host has no ``ping``. ``iface``: send
+    from that interface (``-I``; diagnose pins the data port)."""
     size = max(0, mtu - 28)  # ICMP payload = MTU - 20 (IPv4) - 8 (ICMP)
     addr = q("host", peer.data_address or peer.address)
-    res = conn.run(f"ping -M do -c 1 -W 1 -s {size} {addr}", check=False, timeout_s=10)
+    via = f" -I {q('netdev', iface)}" if iface else ""
+    res = conn.run(f"ping -M do -c 1 -W 1 -s {size}{via} {addr}", check=False, timeout_s=10)
     if res.status == 127:
         return None
     if res.status == 0:

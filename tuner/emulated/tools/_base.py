@@ -25,7 +25,12 @@ class Target:
         if self.state["kind"] == "host":
             deltas = hosts.fault_counter_deltas(self.state, events)
             if deltas:
-                state.add_counters(self.dir, {self.state["netdev"]: deltas})
+                totals = state.add_counters(self.dir, {self.state["netdev"]: deltas})
+                if "flaps" in deltas:
+                    from tuner.emulated import hostdiag
+
+                    hostdiag.sync_carrier(self.dir, self.state,
+                                          totals.get(self.state["netdev"], {}))
         else:
             from tuner.emulated import switches
 
