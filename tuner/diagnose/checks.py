@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from safety.preflight import ERROR_COUNTERS
+from safety.preflight import _rising
 from tuner.diagnose import parse
 from tuner.diagnose.finding import Finding, Layer, NotChecked
 
@@ -78,8 +78,7 @@ def crc_errors(r: HostRead) -> Rows:
     before, after = r.facts.get("counters_before") or {}, r.counters_after
     if not after or not before:
         return [_nc("physical", "crc_errors", r, "ethtool -S not read twice")]
-    up = {k: after[k] - before.get(k, 0) for k in ERROR_COUNTERS
-          if k in after and after[k] - before.get(k, 0) > 0}
+    up = _rising(before, after)  # pre-flight's rule: rx_crc_errors_phy, rx_symbol_err_phy
     if not up:
         return []
     rising = ", ".join(f"{k} +{v}" for k, v in sorted(up.items()))

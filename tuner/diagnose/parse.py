@@ -30,7 +30,8 @@ class PcieLink:
 
 
 _LNKCAP = re.compile(r"^\s*LnkCap:\s*Port #\d+, Speed ([\d.]+)GT/s, Width x(\d+).*$", re.M)
-_LNKSTA = re.compile(r"^\s*LnkSta:\s*Speed ([\d.]+)GT/s[^,]*, Width x(\d+).*$", re.M)
+# "Speed unknown (downgraded), Width x0 (downgraded)": the link is down (google-coral/edgetpu#742)
+_LNKSTA = re.compile(r"^\s*LnkSta:\s*Speed ([\d.]+GT/s|unknown)[^,]*, Width x(\d+).*$", re.M)
 _DEVCTL = re.compile(r"MaxPayload (\d+) bytes, MaxReadReq (\d+) bytes")
 
 
@@ -43,7 +44,8 @@ def parse_lspci(text: str) -> PcieLink | None:
     ctl = _DEVCTL.search(text)
     return PcieLink(
         cap_speed=float(cap.group(1)), cap_width=int(cap.group(2)),
-        sta_speed=float(sta.group(1)), sta_width=int(sta.group(2)),
+        sta_speed=float(sta.group(1).removesuffix("GT/s").replace("unknown", "0")),
+        sta_width=int(sta.group(2)),
         cap_line=cap.group(0).strip(), sta_line=sta.group(0).strip(),
         max_payload=int(ctl.group(1)) if ctl else None,
         max_read_req=int(ctl.group(2)) if ctl else None)
@@ -137,5 +139,7 @@ def parse_optics(text: str) -> Optics | None:
     rx = {m.group(1).strip(): float(m.group(2)) for m in _RX.finditer(text)}
     if not rx:
         return None
+    if any(v != float("-inf") for v in rx.values()):  # unused lanes of a 1-lane module: -inf
+        rx = {lane: v for lane, v in rx.items() if v != float("-inf")}
     lows = {m.group(1): float(m.group(2)) for m in _RX_LOW.finditer(text)}
     return Optics(rx, lows.get("warning", lows.get("alarm")))
