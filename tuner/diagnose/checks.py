@@ -281,7 +281,8 @@ def versions(reads: list[HostRead]) -> tuple[dict[str, dict[str, str]], Rows]:
 
 
 def _cpus(cpus: set[int]) -> str:
-    out, run = [], []
+    out: list[list[int]] = []
+    run: list[int] = []
     for c in sorted(cpus):
         if run and c != run[-1] + 1:
             out.append(run)
