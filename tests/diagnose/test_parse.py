@@ -109,3 +109,23 @@ def test_numa_and_gid_checks() -> None:
     assert "gids/3" in gid[0].evidence and "index 5" in gid[0].evidence  # type: ignore
     assert "NCCL_IB_GID_INDEX=5" in gid[0].action  # type: ignore[union-attr]
     assert checks.numa(_read(numa="-1"))[0].reason.startswith("numa_node -1")  # type: ignore
+
+
+LEGEND = "\nNIC Legend:\n\n" + "".join(f"  NIC{k}: mlx5_{k}\n" for k in range(9))  # its format
+
+
+def test_topo_matrix_and_gpu_affinity_check() -> None:
+    rows = sample("topo-h20-rows")
+    topo = parse.parse_topo(rows + LEGEND)
+    assert topo is not None and topo["mlx5_0"]["GPU0"] == "PIX"
+    assert topo["mlx5_4"] == {"GPU0": "SYS", "GPU1": "SYS", "GPU2": "SYS", "GPU3": "PIX",
+                              "GPU4": "SYS", "GPU5": "SYS"}
+    assert set(parse.parse_topo(rows) or {}) >= {"NIC0", "NIC8"}  # no legend: column names
+    assert parse.parse_topo("bash: nvidia-smi: command not found") is None
+    assert checks.gpu_affinity(_read(gpu=rows + LEGEND)) == []  # mlx5_0: GPU0 is PIX
+    far = _read(gpu=rows + LEGEND)
+    far.entry = far.entry.model_copy(update={"rdma_device": "mlx5_8"})
+    found = checks.gpu_affinity(far)
+    assert len(found) == 1 and "best: SYS" in found[0].cause  # type: ignore[union-attr]
+    unnamed = checks.gpu_affinity(_read(gpu=rows))
+    assert type(unnamed[0]).__name__ == "NotChecked"

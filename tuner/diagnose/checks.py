@@ -178,8 +178,25 @@ def gpu_affinity(r: HostRead) -> Rows:
     why = _missing(text)
     if why is not None:
         return [_nc("host", "gpu_nic_affinity", r, f"nvidia-smi topo -m: {why}")]
-    return [_nc("host", "gpu_nic_affinity", r,
-                "nvidia-smi topo -m answered; its matrix is not interpreted by this version")]
+    topo = parse.parse_topo(text)
+    if topo is None:
+        return [_nc("host", "gpu_nic_affinity", r, "nvidia-smi topo -m: no GPU matrix")]
+    dev = r.entry.rdma_device
+    if dev not in topo:
+        return [_nc("host", "gpu_nic_affinity", r, f"nvidia-smi topo -m: {dev} not in the "
+                                                    "matrix (no NIC legend?)")]
+    rel = {g: c for g, c in topo[dev].items() if c in parse.TOPO_RANK}
+    best = min(rel.values(), key=parse.TOPO_RANK.__getitem__, default=None)
+    if best is None or parse.TOPO_RANK[best] <= parse.TOPO_RANK["PHB"]:
+        return []
+    shown = ", ".join(f"{g} {c}" for g, c in rel.items())
+    crosses = "sockets" if best == "SYS" else "host bridges"
+    return [Finding(layer="host", check="gpu_nic_affinity", where=f"{r.name}/{dev}",
+                    evidence=f"nvidia-smi topo -m, {dev}: {shown}",
+                    cause=f"no GPU shares a PCIe switch or host bridge with {dev} (best: "
+                          f"{best}): GPUDirect RDMA crosses the {crosses}",
+                    action="use the NIC next to the GPUs (NCCL_IB_HCA), or move the NIC/GPUs "
+                           "so each GPU has a PIX/PXB NIC")]
 
 
 # -- ip -------------------------------------------------------------------------------------

@@ -143,3 +143,34 @@ def parse_optics(text: str) -> Optics | None:
         rx = {lane: v for lane, v in rx.items() if v != float("-inf")}
     lows = {m.group(1): float(m.group(2)) for m in _RX_LOW.finditer(text)}
     return Optics(rx, lows.get("warning", lows.get("alarm")))
+
+
+# nvidia-smi topo -m: a matrix whose header row starts with GPU0 (then GPUn, NICn or, before
+# the "NIC Legend:", the device names) and ends with "CPU Affinity ..."; cells X, NV#, PIX,
+# PXB, PHB, NODE, SYS (closest first); the legend maps "  NIC0: mlx5_0".
+TOPO_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+
+
+def parse_topo(text: str) -> dict[str, dict[str, str]] | None:
+    """``{nic device: {gpu: relation}}`` from ``nvidia-smi topo -m``; ``None`` without a
+    matrix (no GPUs, no nvidia-smi)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in text.splitlines()]
+    header = next((ln.split() for ln in lines if ln.split()[:1] == ["GPU0"]), None)
+    if header is None:
+        return None
+    cols = []
+    for tok in header:
+        if tok == "CPU":
+            break
+        cols.append(tok)
+    legend = {m.group(1): m.group(2) for ln in lines
+              if (m := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", ln))}
+    out: dict[str, dict[str, str]] = {}
+    for ln in lines:
+        toks = ln.split()
+        if not toks or not re.fullmatch(r"GPU\d+", toks[0]) or len(toks) < len(cols) + 1:
+            continue
+        for col, cell in zip(cols, toks[1:len(cols) + 1], strict=True):
+            if not col.startswith("GPU"):
+                out.setdefault(legend.get(col, col), {})[toks[0]] = cell
+    return out or None
