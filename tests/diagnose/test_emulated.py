@@ -33,6 +33,7 @@ def test_clean_cluster_gives_no_finding(emulated_cluster: EmulatedCluster,
     skipped = {(n["check"], n["where"]) for n in diag["not_checked"]}
     assert {("gpu_nic_affinity", h) for h in emulated_cluster.host_names} <= skipped
     assert {("optics", h) for h in emulated_cluster.host_names} <= skipped
+    assert {("switch_os", s) for s in emulated_cluster.switch_names} <= skipped
     assert {"pcie_link", "numa_irq", "gid", "mtu_path", "crc_errors", "fec"}.isdisjoint(
         c for c, _ in skipped)
     assert set(diag["versions"]) == set(emulated_cluster.host_names)

@@ -72,10 +72,14 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0) -> tuple[
     if backend == "ssh":
         from tuner.diagnose.collect import read_hosts
 
-        reads = read_hosts(getattr(cluster, "inner", cluster), sample_s)
+        inner: Any = getattr(cluster, "inner", cluster)  # tuner.cluster.ssh.SshCluster
+        reads = read_hosts(inner, sample_s)
         checked = any(r.error is None for r in reads)
         found, table = host_rows(reads, spec_of(exp).roce_dscp)
         rows += found
+        rows += [NotChecked(layer="collectives", check="switch_os", where=sw.name,
+                            reason="the switch OS version is not read by this version")
+                 for sw in inner.inventory.switches]
     else:
         rows += [NotChecked(layer=layer, check="hosts", where=backend,  # type: ignore[arg-type]
                             reason=f"the {backend} backend has no hosts to read over SSH")
