@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.ssh, pytest.mark.skipif(
     not sshd_available(), reason="/usr/sbin/sshd missing (apt-get install openssh-server)")]
 
 
-def run_cli(exp: Path) -> tuple[int, dict, str]:
-    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "0.5"])
+def run_cli(exp: Path, *extra: str) -> tuple[int, dict, str]:
+    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "0.5", *extra])
     out = exp.parent / "results" / "diagnosis.json"
     return res.exit_code, json.loads(out.read_text()) if out.exists() else {}, res.output
 
@@ -76,10 +76,14 @@ def test_missing_tool_not_checked_unreachable_is_finding(emulated_cluster: Emula
                                                          tmp_path: Path) -> None:
     emu = emulated_cluster
     exp = experiment(emu, tmp_path)
-    emu.inject("host0", exit_code={"lspci": 127}, pcie_width=8)  # the x8 link is not seen...
+    emu.inject("host0", exit_code={"lspci": 127, "ib_write_bw": 1},
+               pcie_width=8)  # the x8 link is not seen...
     emu.stop_target("host3")
-    code, diag, out = run_cli(exp)
+    code, diag, out = run_cli(exp, "--load")
     assert code == 1, out
+    # a load that cannot start is said, the window is then idle
+    assert [n["reason"][:40] for n in diag["not_checked"] if n["check"] == "crc_under_load"] \
+        == ["ib_write_bw load could not start: perfte"]
     found = {(f["check"], f["where"]) for f in diag["findings"]}
     assert ("reachable", "host3") in found
     assert not any(c == "pcie_link" for c, _ in found)  # ... and not called healthy either:
@@ -91,3 +95,20 @@ def test_missing_tool_not_checked_unreachable_is_finding(emulated_cluster: Emula
     assert code == 3, out
     assert {f["check"] for f in diag["findings"]} == {"reachable"}
     assert "could not check" in out
+
+
+def test_load_runs_flows_during_the_counter_window(emulated_cluster: EmulatedCluster,
+                                                   tmp_path: Path) -> None:
+    emu = emulated_cluster
+    emu.inject("host1", crc_errors=100)
+    exp = experiment(emu, tmp_path)
+    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "1", "--load"])
+    assert res.exit_code == 1, res.output
+    diag = json.loads((tmp_path / "results" / "diagnosis.json").read_text())
+    crc = [f for f in diag["findings"] if f["check"] == "crc_errors"]
+    assert [f["where"] for f in crc] == ["host1/ens1f0np0"]
+    assert "under ib_write_bw load (4 flows)" in crc[0]["evidence"]
+    for h in emu.host_names:  # each host served one flow and sent one (-D: timed, line rate)
+        runs = emu.commands(h, "ib_write_bw")
+        assert len(runs) == 2 and all("-D" in argv for argv in runs), runs
+    assert not any(n["check"] == "crc_under_load" for n in diag["not_checked"])

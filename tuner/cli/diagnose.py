@@ -58,15 +58,18 @@ def render(console: Console, diag: Diagnosis, title: str) -> None:
 @click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--sample-s", type=click.FloatRange(0, 60), default=2.0, show_default=True,
               help="Seconds between the two reads of error counters and carrier changes.")
+@click.option("--load", is_flag=True,
+              help="SSH: run one ib_write_bw flow per host (to the next host, line rate) "
+                   "during the counter window, so errors that show only at load show.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json instead of tables.")
 @handle_errors
-def command(experiment: Path, sample_s: float, as_json: bool) -> None:
+def command(experiment: Path, sample_s: float, load: bool, as_json: bool) -> None:
     """Find what tuning cannot fix on EXPERIMENT's fabric, bottom-up: link speed, FEC, CRC
     errors, flaps, optics; PCIe link, NUMA/IRQ placement, GPU-NIC affinity; MTU end to end;
     RDMA port, GID, RoCE ToS; fabric; versions per host.
 
-    Reads only. Exit 0: no finding; 1: findings; 2: bad input; 3: nothing could be checked
-    (e.g. every host unreachable).
+    Reads only (--load adds traffic, changes no setting). Exit 0: no finding; 1: findings;
+    2: bad input; 3: nothing could be checked (e.g. every host unreachable).
     """
     from rich.console import Console
 
@@ -84,7 +87,7 @@ def command(experiment: Path, sample_s: float, as_json: bool) -> None:
     except ConfigError as exc:
         raise with_source(exc, source) from None
     with cluster:
-        diag, checked = diagnose(exp, cluster, sample_s)
+        diag, checked = diagnose(exp, cluster, sample_s, load)
     out = save(exp, diag)
     if as_json:
         click.echo(out.read_text(), nl=False)

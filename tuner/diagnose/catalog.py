@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner.diagnose.collect import diag_parts, resample_command
+from tuner.diagnose.load import load_flows
 from tuner.preflight_facts import _ping
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ def ping_command(h: HostEntry, peer: HostEntry, mtu: int) -> str:
 def render(inv: Inventory, mtu: int = 9000) -> str:
     hosts = list(inv.hosts)
     lines = []
+    flows = load_flows(inv, 2.0) if len(hosts) > 1 else []
     for i, h in enumerate(hosts):
         sudo = " — under `sudo -n`" if h.sudo else ""
         lines += [f"#### {h.name}", "",
@@ -65,6 +67,13 @@ def render(inv: Inventory, mtu: int = 9000) -> str:
             lines.append(f"  - {PURPOSE[key]}{note}: `{cmd}`")
         lines.append(f"- `--sample-s` later (error counters and flaps again){sudo}: "
                      f"`{resample_command(h)}`")
+        for f in flows:
+            for host, cmd, role in ((f.server, f.server_cmd, "serves"),
+                                    (f.client, f.client_cmd, "sends")):
+                if host == h.name:
+                    lines.append(f"- with `--load`, during the window (`-D` = `--sample-s`, "
+                                 f"2 here), {role} one flow (stopped after the second read)"
+                                 f"{sudo}: `{cmd}`")
         if len(hosts) > 1:
             peer = hosts[(i + 1) % len(hosts)]
             lines.append(f"- MTU end to end, to {peer.name} (at the largest netdev MTU of the "

@@ -83,7 +83,7 @@ def crc_errors(r: HostRead) -> Rows:
         return []
     rising = ", ".join(f"{k} +{v}" for k, v in sorted(up.items()))
     return [Finding(layer="physical", check="crc_errors", where=f"{r.name}/{r.entry.netdev}",
-                    evidence=f"ethtool -S over {r.sample_s:.1f} s: {rising}",
+                    evidence=f"ethtool -S over {r.sample_s:.1f} s {r.load}: {rising}",
                     cause="corrupted frames on the wire: dirty or failing optic/cable, or FEC "
                           "off; drops become RDMA retransmits that no ECN setting fixes",
                     action="clean or replace the optic/cable (check `ethtool -m` power, the "

@@ -37,6 +37,8 @@ class HostRead:
     carrier_after: str = ""
     sample_s: float = 0.0
     ping: tuple[str, str | None] | None = None  # (peer, "ok"/failure/None = no ping)
+    load: str = "idle"  # what ran during the counter window ("under load: ..." with --load)
+    load_error: str | None = None  # --load was asked for and could not run
 
 
 def _sections(parts: dict[str, str]) -> str:
@@ -85,8 +87,10 @@ def resample_command(h: HostEntry) -> str:
                       "carrier": f"cat {q('path', net + '/carrier_changes')}"})
 
 
-def read_hosts(cluster: Any, sample_s: float, ping: bool = True) -> list[HostRead]:
-    """Read every inventory host (``cluster``: a ``tuner.cluster.ssh.SshCluster``)."""
+def read_hosts(cluster: Any, sample_s: float, ping: bool = True, load: bool = False
+               ) -> list[HostRead]:
+    """Read every inventory host (``cluster``: a ``tuner.cluster.ssh.SshCluster``); with
+    ``load`` the counter window runs under ``ib_write_bw`` flows (``tuner.diagnose.load``)."""
     inv = cluster.inventory
     pool = cluster.pool
     hosts = {h.name: h for h in inv.hosts}
@@ -102,11 +106,24 @@ def read_hosts(cluster: Any, sample_s: float, ping: bool = True) -> list[HostRea
         reads[name].sections = split_sections(text)
         reads[name].facts = parse_host(hosts[name], text)
     live = [n for n, r in reads.items() if r.error is None]
+    flows = None
+    if load:
+        from tuner.diagnose.load import Load
+
+        flows = Load().start(cluster, live, max(1.0, sample_s))
+        t0 = time.monotonic()  # the window starts once the flows run
+        for n in live:
+            reads[n].load = f"under ib_write_bw load ({flows.flows} flows)"
+            reads[n].load_error = flows.error
     wait = sample_s - (time.monotonic() - t0)
     if wait > 0 and live:
         time.sleep(wait)
-    second = pool.fan_out(
-        lambda c: c.run(resample_command(hosts[c.name]), check=False).stdout, live)
+    try:
+        second = pool.fan_out(
+            lambda c: c.run(resample_command(hosts[c.name]), check=False).stdout, live)
+    finally:
+        if flows is not None:
+            flows.stop()
     for name, o in second.items():
         sec = split_sections(o.value or "") if o.error is None else {}
         reads[name].counters_after = _stats(sec.get("stats", ""))

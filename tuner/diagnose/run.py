@@ -39,6 +39,9 @@ def host_rows(reads: list[HostRead], roce_dscp: int) -> tuple[list[Finding | Not
                       "address/key in the inventory",
                 action="bring the host back or fix its inventory entry, then re-run"))
     mtus = {r.name: r.facts.get("mtu") for r in live}
+    if any(r.load_error for r in live):
+        rows.append(NotChecked(layer="physical", check="crc_under_load", where="canary",
+                               reason=next(r.load_error for r in live if r.load_error)))
     for r in live:
         for _, check in checks.PER_HOST:
             rows += check(r)
@@ -61,7 +64,8 @@ def fabric_rows(exp: Experiment, cluster: Cluster) -> list[Finding | NotChecked]
     return list(check(exp, cluster)) if check is not None else None
 
 
-def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0) -> tuple[Diagnosis, bool]:
+def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: bool = False
+             ) -> tuple[Diagnosis, bool]:
     """Run every check; returns the diagnosis and whether anything could be checked at all."""
     from tuner.cli.preflight import spec_of
 
@@ -73,7 +77,7 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0) -> tuple[
         from tuner.diagnose.collect import read_hosts
 
         inner: Any = getattr(cluster, "inner", cluster)  # tuner.cluster.ssh.SshCluster
-        reads = read_hosts(inner, sample_s)
+        reads = read_hosts(inner, sample_s, load=load)
         checked = any(r.error is None for r in reads)
         found, table = host_rows(reads, spec_of(exp).roce_dscp)
         rows += found
