@@ -392,6 +392,30 @@ class Tracker:
         except Exception as exc:
             self._fail(f"artifacts {artifact_path}", exc)
 
+    def log_run(self, name: str, role: str, tags: dict[str, str], metrics: dict[str, float],
+                files: list[Path]) -> str | None:
+        """One stand-alone run (not a study, e.g. a ``diagnose``) with its files as artifacts;
+        returns its id, or None when tracking is off or fails (never raises)."""
+        if self._off():
+            return None
+        try:
+            from mlflow.entities import Metric
+
+            c = self.client()
+            run = c.create_run(self._experiment_id(), run_name=name,
+                               tags={**{k: scrub(v) for k, v in tags.items()},
+                                     "ecntune.role": role})
+            rid = run.info.run_id
+            now = int(time.time() * 1000)
+            c.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+            for f in files:
+                c.log_artifact(rid, str(f))
+            c.set_terminated(rid, status="FINISHED")
+            return str(rid)
+        except Exception as exc:  # tracking must never break the command
+            self._fail(name, exc)
+            return None
+
     def end_study(self, metrics: dict[str, float], summary: dict[str, Any],
                   status: str = "FINISHED") -> None:
         if self._off() or self.parent_run_id is None:

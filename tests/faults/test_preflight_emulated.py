@@ -68,7 +68,7 @@ def test_clean_emulated_cluster_passes(emu, tmp_path: Path) -> None:
     assert not [r for r in rows if r["status"] == "fail"]
     assert {r["check"] for r in rows if r["status"] == "pass"} >= {
         "mtu", "pfc_priority", "dscp_trust", "link", "error_counters", "versions",
-        "blast_radius", "shared_priority"}
+        "blast_radius", "shared_priority", "df_ping"}
     # NVUE (leaf1): the stock RoCE maps reach TC 3; the trials' confirm window is named
     by = {(r["check"], r["target"]): (r["status"], r["evidence"]) for r in rows}
     assert by[("roce_queue", "leaf1")][0] == "pass"
@@ -91,8 +91,12 @@ def test_mtu_mismatch_wrong_pfc_priority_and_shared_storage_job(emu, tmp_path: P
     assert "priorities [4], not on the RoCE priority 3" in fails[("pfc_priority", hosts[1])]
     assert "another job (storage/backup?) shares the priority" in \
         fails[("shared_priority", hosts[3])]
+    # the emulated hosts answer `ping` (tuner/emulated/tools/ping.py): the don't-fragment ping
+    # at MTU 9000 into and out of the 1500-byte host fails too
+    assert "mtu=1500" in fails[("df_ping", f"{hosts[2]}->{hosts[3]}")]
     assert set(fails) == {("mtu", hosts[2]), ("pfc_priority", hosts[1]),
-                          ("shared_priority", hosts[3])}
+                          ("shared_priority", hosts[3]), ("df_ping", f"{hosts[1]}->{hosts[2]}"),
+                          ("df_ping", f"{hosts[2]}->{hosts[3]}")}
     # run refuses to start: exit 3, the three findings named, nothing applied or journalled
     assert run.exit_code == 3, run.stderr
     assert "preflight" in run.stderr and hosts[2] in run.stderr

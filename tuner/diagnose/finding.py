@@ -50,6 +50,8 @@ class Diagnosis(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     not_checked: list[NotChecked] = Field(default_factory=list)
     checks_run: list[str] = Field(default_factory=list)
+    # host -> {"firmware": ..., "driver": ...}: the versions table the drift check compared
+    versions: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @property
     def dominant(self) -> list[Finding]:

@@ -37,6 +37,7 @@ TOOLS = {
     "show": "show", "nv": "nv", "sonic-db-cli": "sonic_db_cli", "sonic-cfggen": "sonic_cfggen",
     "mmuconfig": "mmuconfig", "counterpoll": "counterpoll", "mstconfig": "mstconfig",
     "mlxconfig": "mstconfig", "ibv_devinfo": "ibv_devinfo", "config": "sonic_config",
+    "lspci": "lspci", "ping": "ping",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -239,6 +240,7 @@ class EmulatedCluster:
                 st.start_fault_clock(tdir)
             self._write_refused(tdir, current)
             self._apply_link(tdir, bool(current.get("link_down")))
+            self._apply_host_files(tdir, current)
 
     def set_background(self, background: list[dict[str, Any]]) -> None:
         """Traffic of "other tenants" in every later run (``rocesim.Background`` keyword
@@ -320,6 +322,7 @@ class EmulatedCluster:
             st.write_json(tdir / "faults.json", {})
             self._write_refused(tdir, {})
             self._apply_link(tdir, False)
+            self._apply_host_files(tdir, {})
 
     def rotate_host_key(self, target: str) -> None:
         """New host key, sshd restarted: clients holding the old known_hosts must refuse it."""
@@ -618,6 +621,13 @@ class EmulatedCluster:
         if state["kind"] == "host":
             (tdir / f"sys/class/net/{state['netdev']}/operstate").write_text(
                 "down\n" if down else "up\n")
+
+    def _apply_host_files(self, tdir: Path, faults: dict[str, Any]) -> None:
+        state = st.load_state(tdir)
+        if state["kind"] == "host":
+            from tuner.emulated import hostdiag
+
+            hostdiag.apply_faults(tdir, state, faults)
 
     def _config(self, t: Target) -> Path:
         cfg = self.run_dir / f"sshd_{t.name}.conf"

@@ -105,6 +105,9 @@ def init_host(tdir: Path, state: dict[str, Any], defaults: dict[str, int]) -> No
     ib = tdir / f"sys/class/infiniband/{state['rdma_device']}/tc/1"
     ib.mkdir(parents=True, exist_ok=True)
     (ib / "traffic_class").write_text("Global tclass=106\n")
+    from tuner.emulated import hostdiag
+
+    hostdiag.init(tdir, state)
 
 
 def boot(tdir: Path, state: dict[str, Any]) -> list[str]:
@@ -214,4 +217,6 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]) -> dict[
     crc = events.get("crc_errors", 0)
     if crc:
         d["rx_crc_errors_phy"] = crc
+    if events.get("link_flaps", 0):
+        d["flaps"] = events["link_flaps"]  # not an ethtool row: hostdiag.sync_carrier
     return d

@@ -46,6 +46,13 @@ FAULT_KEYS = {
     "link_down": "bool: the port is down (ethtool/ip/switch show it; mpirun fails)",
     "ecnconfig_fail_after": "int: ecnconfig's CONFIG_DB writes fail after this many",
     "nv_apply_fail": "text: 'nv config apply' fails with this message",
+    # host faults `ecntune diagnose` finds (tuner.emulated.hostdiag)
+    "pcie_width": "int: lspci LnkSta shows this link width (x8 of a x16 NIC: downgraded)",
+    "numa_wrong": "bool: the NIC's IRQs are pinned to CPUs of the other NUMA node",
+    "fec_off": "bool: ethtool --show-fec reports 'Active FEC encoding: Off'",
+    "link_flaps": "float: link flaps per second (carrier_changes rises by 2 per flap)",
+    "firmware": "text: the NIC firmware version ethtool -i / ibv_devinfo report",
+    "gid_v1": "bool: the data IP's GID at the inventory gid_index is RoCE v1, not v2",
 }
 
 ERRNO_TEXT = {"EINVAL": "Invalid argument", "EACCES": "Permission denied",
@@ -113,7 +120,7 @@ def load_faults(tdir: Path) -> dict[str, Any]:
 
 # Faults that are rates in time, as on a real port: a counter read sees the events that happened
 # since the fault was injected, however often or slowly it is read.
-RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops")
+RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops", "link_flaps")
 FAULT_CLOCK = "fault_clock.json"
 
 

@@ -20,6 +20,11 @@ class Target:
     def tick_counter_faults(self) -> None:
         """Rate faults (PFC storm, drops, CRC) add the events that happened since last read."""
         state.tick_fault_events(self.dir, self.faults, self._fault_deltas)
+        if self.state["kind"] == "host" and self.faults.get("link_flaps"):
+            from tuner.emulated import hostdiag
+
+            hostdiag.sync_carrier(self.dir, self.state,
+                                  self.counters().get(self.state["netdev"], {}))
 
     def _fault_deltas(self, events: dict[str, int]) -> dict[str, dict[str, int]]:
         if self.state["kind"] == "host":

@@ -1,7 +1,11 @@
-"""Stand-in ``ethtool``: ``-S <if>`` (NIC statistics), ``-i <if>`` (driver info), ``<if>``.
+"""Stand-in ``ethtool``: ``-S <if>`` (NIC statistics), ``-i <if>`` (driver info), ``<if>``,
+``--show-fec <if>``, ``-m <if>``.
 
 Formats: shared/reference/mlx5-ethtool/ (5-space indent, ``name: value``; per-priority pause
-rows exist only for PFC-enabled priorities, as in en_stats.c).
+rows exist only for PFC-enabled priorities, as in en_stats.c); ``--show-fec`` as ethtool's
+netlink/fec.c prints it (docs/reference-notes/diagnose-formats.md). The port is a DAC whose
+module EEPROM is not readable (``supports-eeprom-access: no``), so ``-m`` fails like ethtool's
+ioctl path does.
 """
 
 from __future__ import annotations
@@ -35,11 +39,20 @@ def main(argv: list[str]) -> int:
         return 0
     if opt in ("-i", "--driver"):
         print("driver: mlx5_core\nversion: 24.10-1.1.4\n"
-              f"firmware-version: {t.state['firmware']} (MT_0000000838)\n"
+              f"firmware-version: {t.faults.get('firmware') or t.state['firmware']} "
+              "(MT_0000000838)\n"
               f"expansion-rom-version: \nbus-info: {t.state['pci']}\n"
               "supports-statistics: yes\nsupports-test: yes\nsupports-eeprom-access: no\n"
               "supports-register-dump: no\nsupports-priv-flags: yes")
         return 0
+    if opt == "--show-fec":
+        fec = "Off" if t.faults.get("fec_off") else "RS"
+        print(f"FEC parameters for {ifname}:\nSupported/Configured FEC encodings: "
+              f"{'Off' if fec == 'Off' else 'Auto RS'}\nActive FEC encoding: {fec}")
+        return 0
+    if opt in ("-m", "--dump-module-eeprom", "--module-info"):
+        print("Cannot get module EEPROM information: Operation not supported", file=sys.stderr)
+        return 1
     if opt == "":
         speed = f"{t.state['speed_mbps']}Mb/s" if link_up else "Unknown!"
         print(f"Settings for {ifname}:\n\tSpeed: {speed}\n\tDuplex: "

@@ -23,8 +23,9 @@ def main(argv: list[str]) -> int:
         return 255
     fits = [m for m in IB_MTUS if m <= int(s["mtu"]) - 88]
     active = int(s.get("roce_mtu") or (fits[-1] if fits else 256))
+    fw = t.faults.get("firmware") or s.get("firmware", "22.41.1000")
     print(f"hca_id:\t{s['rdma_device']}\n\ttransport:\t\t\tInfiniBand (0)\n"
-          f"\tfw_ver:\t\t\t\t{s.get('firmware', '22.41.1000')}\n\tphys_port_cnt:\t\t\t1\n"
+          f"\tfw_ver:\t\t\t\t{fw}\n\tphys_port_cnt:\t\t\t1\n"
           "\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"
           "\t\t\tmax_mtu:\t\t4096 (5)\n"
           f"\t\t\tactive_mtu:\t\t{active} ({IB_MTUS.get(active, 0)})\n"

@@ -1,0 +1,129 @@
+"""One ``diagnose`` run: read, check bottom-up, save ``diagnosis.json``, log it to MLflow.
+
+Layers in order: physical, host, IP, RDMA (the hosts, over SSH), fabric (``tuner.diagnose.fabric
+.check(exp, cluster)`` when that module exists: the seam for the switch/simulator checks), and
+collectives (versions per host). A host that cannot be read is a finding, not a crash; when no
+host and no fabric could be read at all the run "could not check" (exit 3).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from tuner.diagnose import checks
+from tuner.diagnose.finding import LAYERS, Diagnosis, Finding, NotChecked
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tuner.cluster.base import Cluster
+    from tuner.diagnose.collect import HostRead
+    from tuner.experiment import Experiment
+
+HOST_LAYERS = ("physical", "host", "ip", "rdma")
+
+
+def host_rows(reads: list[HostRead], roce_dscp: int) -> tuple[list[Finding | NotChecked],
+                                                              dict[str, dict[str, str]]]:
+    """Every host check on what the hosts answered (pure)."""
+    rows: list[Finding | NotChecked] = []
+    live = [r for r in reads if r.error is None]
+    for r in reads:
+        if r.error is not None:
+            rows.append(Finding(
+                layer="physical", check="reachable", where=r.name,
+                evidence=f"ssh {r.entry.address}:{r.entry.port}: {r.error}",
+                cause="the host did not answer over SSH: down, unreachable, or a wrong "
+                      "address/key in the inventory",
+                action="bring the host back or fix its inventory entry, then re-run"))
+    mtus = {r.name: r.facts.get("mtu") for r in live}
+    if any(r.load_error for r in live):
+        rows.append(NotChecked(layer="physical", check="crc_under_load", where="canary",
+                               reason=next(r.load_error for r in live if r.load_error)))
+    for r in live:
+        for _, check in checks.PER_HOST:
+            rows += check(r)
+        rows += checks.mtu_path(r, mtus)
+        rows += checks.cma_tos(r, roce_dscp)
+    table, drift = checks.versions(live)
+    rows += drift
+    rows.append(NotChecked(layer="collectives", check="nccl_version", where="canary",
+                           reason="read from an nccl-tests banner; diagnose runs no collective"))
+    return rows, table
+
+
+def fabric_rows(exp: Experiment, cluster: Cluster) -> list[Finding | NotChecked] | None:
+    """The fabric layer's rows, or None while ``tuner.diagnose.fabric`` does not exist."""
+    try:
+        mod = importlib.import_module("tuner.diagnose.fabric")
+    except ModuleNotFoundError:
+        return None
+    check = getattr(mod, "check", None)
+    return list(check(exp, cluster)) if check is not None else None
+
+
+def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: bool = False
+             ) -> tuple[Diagnosis, bool]:
+    """Run every check; returns the diagnosis and whether anything could be checked at all."""
+    from tuner.cli.preflight import spec_of
+
+    backend = cluster.describe().backend
+    rows: list[Finding | NotChecked] = []
+    table: dict[str, dict[str, str]] = {}
+    checked = False
+    if backend == "ssh":
+        from tuner.diagnose.collect import read_hosts
+
+        inner: Any = getattr(cluster, "inner", cluster)  # tuner.cluster.ssh.SshCluster
+        reads = read_hosts(inner, sample_s, load=load)
+        checked = any(r.error is None for r in reads)
+        found, table = host_rows(reads, spec_of(exp).roce_dscp)
+        rows += found
+        rows += [NotChecked(layer="collectives", check="switch_os", where=sw.name,
+                            reason="the switch OS version is not read by this version")
+                 for sw in inner.inventory.switches]
+    else:
+        rows += [NotChecked(layer=layer, check="hosts", where=backend,  # type: ignore[arg-type]
+                            reason=f"the {backend} backend has no hosts to read over SSH")
+                 for layer in HOST_LAYERS]
+    fabric = fabric_rows(exp, cluster)
+    if fabric is None:
+        rows.append(NotChecked(layer="fabric", check="fabric", where=backend,
+                               reason="no fabric checks in this build (tuner.diagnose.fabric)"))
+    else:
+        rows += fabric
+        checked = True
+    order = {layer: i for i, layer in enumerate(LAYERS)}
+    rows.sort(key=lambda x: order[x.layer])  # stable: bottom-up, hosts in inventory order
+    ran = sorted({x.check for x in rows})
+    return Diagnosis(backend=backend, findings=[x for x in rows if isinstance(x, Finding)],
+                     not_checked=[x for x in rows if isinstance(x, NotChecked)],
+                     checks_run=ran, versions=table), checked
+
+
+def save(exp: Experiment, diag: Diagnosis) -> Path:
+    """``<results_dir>/diagnosis.json``; logged to MLflow as a ``diagnose`` run when tracking is
+    on (a tracking failure is a warning, never the command's failure)."""
+    from tuner.tracking import Tracker
+
+    out = exp.results_path / "diagnosis.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(diag.model_dump(), indent=2) + "\n")
+    if exp.tracking.enabled:
+        tracker = Tracker(exp.tracking_uri, exp.tracking_experiment,
+                          exp.results_path / "mlartifacts")
+        tags = {"ecntune.backend": diag.backend,
+                "ecntune.diagnose.checks": ",".join(sorted({f.check for f in diag.findings}))}
+        tracker.log_run("diagnose", "diagnose", tags, metrics_of(diag), [out])
+    return out
+
+
+def metrics_of(diag: Diagnosis) -> dict[str, float]:
+    m: dict[str, Any] = {"diagnose_findings": len(diag.findings),
+                         "diagnose_dominant": len(diag.dominant),
+                         "diagnose_not_checked": len(diag.not_checked)}
+    for layer in LAYERS:
+        m[f"diagnose_findings_{layer}"] = sum(f.layer == layer for f in diag.findings)
+    return {k: float(v) for k, v in m.items()}
