@@ -95,7 +95,7 @@ def experiment(folder: Path, storage: str, trials: int, seed: int, sampler: str 
 def clocks(storage: str, study: str) -> dict[str, Any]:
     """Per slice, its canary clock (cumulative simulated seconds measured on it); per searched
     trial, its slice's clock at its end; and the feasible scores."""
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
 
     st = optuna_io.load_study(study, storage)
     trials = sorted(st.get_trials(deepcopy=False),
@@ -107,20 +107,19 @@ def clocks(storage: str, study: str) -> dict[str, Any]:
     for t in trials:
         if t.state.name in ("RUNNING", "WAITING"):
             continue
-        ua = t.user_attrs
-        s = str(ua.get("slice", "?"))
-        canary_s = float(ua.get("metrics", {}).get("duration_s", 0.0)) * int(
-            ua.get("replicates", 0))
+        tg = study_store.tags(t)
+        s = tg.slice or "?"
+        canary_s = float(tg.metrics.get("duration_s", 0.0)) * tg.replicates
         clock[s] = clock.get(s, 0.0) + canary_s
-        if ua.get("role") == "baseline":
+        if tg.role == "baseline":
             base[s] = base.get(s, 0.0) + canary_s
             continue
         ends.append(clock[s])
-        if t.state.name == "COMPLETE" and ua.get("score") is not None and not any(
+        if t.state.name == "COMPLETE" and tg.score is not None and not any(
                 v > 0 for v in optuna_io.constraints(t).values()):
-            points.append((clock[s], t.number, float(ua["score"])))
-            if best is None or float(ua["score"]) > best[0]:
-                best = (float(ua["score"]), dict(ua.get("values", {})))
+            points.append((clock[s], t.number, float(tg.score)))
+            if best is None or float(tg.score) > best[0]:
+                best = (float(tg.score), tg.values)
     return {"points": points, "ends": ends, "clock": clock, "base": base, "best": best}
 
 

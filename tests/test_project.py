@@ -38,3 +38,16 @@ def test_cli_import_does_not_pull_heavy_dependencies() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert res.stdout.strip() == ""
+
+
+def test_only_the_study_store_touches_optuna_attributes() -> None:
+    """One module names, reads and writes the study's Optuna attributes (tuner.study_store);
+    tuner.optuna_io only carries the dicts it builds to Optuna (#20 item 6)."""
+    allowed = {ROOT / "tuner" / "study_store.py", ROOT / "tuner" / "optuna_io.py"}
+    words = ("user_attrs", "set_user_attr", "system_attrs", "set_system_attr")
+    found = [f"{path.relative_to(ROOT)}:{n}" for package in ("tuner", "objectives", "safety",
+                                                            "rocesim", "experiments", "bench")
+             for path in sorted((ROOT / package).rglob("*.py")) if path not in allowed
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if any(w in line for w in words)]
+    assert not found, found

@@ -50,7 +50,7 @@ from objectives.verdict import winner_of
 from safety.journal import Journal
 from safety.limits import check_proposal, describe, kmax_ceiling
 from safety.monitor import LiveMonitor, judge, storm_window_s
-from tuner import __version__, optuna_io
+from tuner import __version__, optuna_io, study_store
 from tuner import study as studies
 from tuner.errors import ApplyError, MeasurementError, RollbackError, SafetyAbort, TunerError
 from tuner.plots import TRIAL_COUNTS, kind
@@ -241,7 +241,7 @@ class StudyRunner:
         self.space: SearchSpace = build_space(exp)
         self.dists = optuna_io.distributions(self.space)
         self.cfg = score_config(exp)
-        self.twin_key = studies.TWIN_TRIALS  # where this runner counts its twin trials
+        self.twin_key = study_store.TWIN_TRIALS  # where this runner counts its twin trials
         self.guard = SignalGuard()
         self.study: Any = None
         self.desc: ClusterDescription | None = None
@@ -290,29 +290,26 @@ class StudyRunner:
         dirs = ["maximize"] if not multi else ["maximize", "minimize"]
         self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler,
                                             self._pruner())
-        for k, v in {"experiment_yaml": self.exp_yaml, "experiment_name": self.exp.name,
-                     "mode": self.exp.objective.mode, "created_at": time.time(),
-                     "ecntune_version": __version__,
-                     "startup_trials": self.exp.sampler.random_startup,
-                     # the effective budget (--trials included): what `resume` continues to
-                     "trials_budget": self.exp.budget.trials}.items():
-            self.study.set_user_attr(k, v)
+        study_store.created(self.study, experiment_yaml=self.exp_yaml,
+                            experiment_name=self.exp.name, mode=self.exp.objective.mode,
+                            ecntune_version=__version__,
+                            startup_trials=self.exp.sampler.random_startup,
+                            # the effective budget (--trials included): what `resume` continues
+                            trials_budget=self.exp.budget.trials)
         if self.lineage:
-            self.study.set_user_attr("lineage", self.lineage)
+            study_store.record(self.study, lineage=self.lineage)
 
     def _ensure_baseline(self) -> None:
         """Enqueue trial 0 (and the warm starts) on a new study; load its replicates on resume."""
         trials = optuna_io.trials(self.study)
-        done = [t for t in trials if t.user_attrs.get("role") == "baseline"
+        done = [t for t in trials if study_store.tags(t).role == "baseline"
                 and t.state.name == "COMPLETE"]
         if done:
-            ua = self.study.user_attrs
-            self.baseline_ms = [Measurement.model_validate_json(x)
-                                for x in ua.get("baseline_measurements", [])]
-            self.repeats = int(ua.get("repeats", len(self.baseline_ms) or 1))
+            self.baseline_ms, repeats = study_store.baseline(self.study)
+            self.repeats = repeats or len(self.baseline_ms) or 1
             self._set_window()
             return
-        if any(t.state.name == "WAITING" and t.user_attrs.get("role") == "baseline"
+        if any(t.state.name == "WAITING" and study_store.tags(t).role == "baseline"
                for t in trials):
             return
         optuna_io.enqueue(self.study, self.space.params_of(self.baseline_values), "baseline")
@@ -370,12 +367,11 @@ class StudyRunner:
         texts = {"experiment.yaml": redact(self.exp_yaml),
                  "search_space.json": json.dumps(self.space.describe(), indent=2),
                  "fabric.json": self.desc.model_dump_json(indent=2)}
-        rid = self.tracker.start_study(self.study_name,
-                                       self.study.user_attrs.get("mlflow_parent_run_id"),
-                                       params, tags, texts)
-        if rid and not self.study.user_attrs.get("mlflow_parent_run_id"):
-            self.study.set_user_attr("mlflow_parent_run_id", rid)
-            self.study.set_user_attr("mlflow_tracking_uri", exp.tracking_uri)  # for a re-tune
+        known = study_store.info(self.study).mlflow_parent_run_id
+        rid = self.tracker.start_study(self.study_name, known, params, tags, texts)
+        if rid and not known:
+            study_store.record(self.study, mlflow_parent_run_id=rid,
+                               mlflow_tracking_uri=exp.tracking_uri)  # for a re-tune
 
     def backfill(self) -> int:
         """Log finished trials MLflow does not have yet (tracking was down). Returns count.
@@ -404,8 +400,8 @@ class StudyRunner:
             if (t.state.name not in ("COMPLETE", "PRUNED", "FAIL") or t.number in logged
                     or not self._backfills(t)):
                 continue
-            rid = self.tracker.log_trial(self._record(t.number, t.state.name, t.user_attrs,
-                                                      t.params))
+            rid = self.tracker.log_trial(self._record(t.number, t.state.name,
+                                                      study_store.tags(t), t.params))
             if rid is None:
                 break
             n += 1
@@ -415,24 +411,22 @@ class StudyRunner:
         """Is a finished trial this runner's to back-fill? (A worker: its slice's only.)"""
         return True
 
-    def _record(self, number: int, state: str, ua: dict[str, Any],
+    def _record(self, number: int, state: str, tags: study_store.Tags,
                 params: dict[str, Any]) -> TrialRecord:
-        p: dict[str, Any] = dict(ua.get("values", {}))
+        p: dict[str, Any] = dict(tags.values)
         if "kmax_ratio" in params:
             p["kmax_ratio"] = round(float(params["kmax_ratio"]), 4)
-        return TrialRecord(number=number, state=state, verdict=ua.get("verdict", "?"),
-                           params=p, metrics=dict(ua.get("metrics", {})),
-                           measurement_path=ua.get("measurement_path"),
-                           detail=str(ua.get("detail", "")),
-                           artifact_dir=ua.get("artifact_dir"),
-                           origin=str(ua.get("role", "proposal")))
+        return TrialRecord(number=number, state=state, verdict=tags.verdict, params=p,
+                           metrics=dict(tags.metrics), measurement_path=tags.measurement_path,
+                           detail=tags.detail, artifact_dir=tags.artifact_dir,
+                           origin=tags.role)
 
     # Measuring --------------------------------------------------------------------------------
     def _budget_used(self) -> int:
-        return sum(1 for t in optuna_io.trials(self.study)
-                   if t.user_attrs.get("role") != "baseline"
-                   and t.state.name in ("COMPLETE", "PRUNED", "FAIL")
-                   and t.user_attrs.get("verdict") != "interrupted")
+        tagged = ((t, study_store.tags(t)) for t in optuna_io.trials(self.study))
+        return sum(1 for t, tg in tagged
+                   if tg.role != "baseline" and t.state.name in ("COMPLETE", "PRUNED", "FAIL")
+                   and tg.verdict != "interrupted")
 
     def _budget_spent(self, used: int) -> bool:
         """Stop asking? (A worker of a shared study counts every worker's trials.)"""
@@ -522,10 +516,11 @@ class StudyRunner:
                            constraints=cons, attrs=attrs)
         twin_trials = getattr(self.study.sampler, "twin_trials", None)
         if twin_trials is not None:  # counted apart: the canary budget counts the canary only
-            self.study.set_user_attr(self.twin_key, twin_trials)
+            study_store.count_twin_trials(self.study, self.twin_key, twin_trials)
         # Not shielded: a hung tracking server must stay interruptible. The canary is already
         # back on the baseline here, and a missed run is back-filled from Optuna later.
-        self.tracker.log_trial(self._record(asked.number, state.name, attrs, asked.params))
+        self.tracker.log_trial(self._record(asked.number, state.name, study_store.Tags(**attrs),
+                                            asked.params))
         return TrialOutcome(number=asked.number, state=state.name, verdict=verdict,
                             values=values, score=sc.scalar if sc else None,
                             objective=tell_values, metrics=metrics,
@@ -559,10 +554,8 @@ class StudyRunner:
         self._refuse_starved_cnp_queue(asked, values, ms)
         self.baseline_ms = ms
         self._set_window()
-        self.study.set_user_attr("baseline_measurements",
-                                 [_stripped(m).model_dump_json() for m in ms])
-        self.study.set_user_attr("repeats", self.repeats)
-        self.study.set_user_attr("noise", noise)
+        study_store.save_baseline(self.study, [_stripped(m) for m in ms], self.repeats,
+                                  noise=noise)
         self.on_event("noise", {"repeats": self.repeats, "noise": noise,
                                 "auto": b.repeats == "auto"})
         sc = score(ms[:self.repeats], ms, self.cfg)
@@ -689,15 +682,14 @@ class StudyRunner:
 
     def _drift_check(self, after_trial: int) -> None:
         """Re-measure the baseline on one replicate and record how far it moved (0 = none)."""
-        n = len(self.study.user_attrs.get("drift", []))
+        n = len(study_store.info(self.study).drift)
         r = n % max(self.repeats, 1)
         m = self._measure(r, abort=False)
         sc = score([m], self.baseline_ms, self.cfg)
-        drift = list(self.study.user_attrs.get("drift", []))
-        drift.append({"after_trial": after_trial, "replicate": r, "score": sc.scalar,
-                      "busbw_norm": sc.busbw_norm, "p99_us": sc.p99_us,
-                      "pause_us_per_s": sc.pause_us_per_s})
-        self.study.set_user_attr("drift", drift)
+        drift = study_store.append_drift(self.study, {
+            "after_trial": after_trial, "replicate": r, "score": sc.scalar,
+            "busbw_norm": sc.busbw_norm, "p99_us": sc.p99_us,
+            "pause_us_per_s": sc.pause_us_per_s})
         self.on_event("drift", drift[-1])
 
     # The end of the study --------------------------------------------------------------------
@@ -749,16 +741,16 @@ class StudyRunner:
         win = winner_of(checks)
         conf = Confirmation(candidates=checks, paired_repeats=n, winner=win, seeds=seeds[:n],
                             placements=self.desc.facts.get("placements", "vary"))
-        self.study.set_user_attr("confirmation", conf.stored(str(folder)))
+        study_store.record(self.study, confirmation=conf.stored(str(folder)))
         self.on_event("confirmed", {"confirmation": conf})
 
     def _confirmation_seeds(self) -> list[int]:
         """The study's confirmation placements: drawn once, recorded, kept across a resume."""
-        seeds = self.study.user_attrs.get("confirmation_seeds")
-        if not seeds or len(seeds) < self.exp.budget.confirm_repeats:
+        seeds = study_store.info(self.study).confirmation_seeds
+        if len(seeds) < self.exp.budget.confirm_repeats:
             seeds = confirmation_seeds(self.exp.budget.confirm_repeats, self.study_name,
                                        self.exp.sampler.seed)
-            self.study.set_user_attr("confirmation_seeds", seeds)
+            study_store.record(self.study, confirmation_seeds=seeds)
         return [int(x) for x in seeds][:self.exp.budget.confirm_repeats]
 
     @staticmethod
@@ -776,7 +768,7 @@ class StudyRunner:
         settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics,
                                     win.values)
         self.tx.keep(settings, win.number)
-        self.study.set_user_attr("kept_trial", win.number)
+        study_store.record(self.study, kept_trial=win.number)
         return f"kept:{win.number}"
 
     def run(self, *, resume: bool = False) -> StudyResult:
@@ -798,8 +790,8 @@ class StudyRunner:
                 self.tx = Transactions(self.cluster, self.journal, self.study_name,
                                        self.baseline_settings, self.guard.shield)
                 self._open_study(resume)
-                self.study.set_user_attr("canary", {"switches": self.desc.canary_switches,
-                                                    "nics": self.desc.canary_nics})
+                study_store.record(self.study, canary={"switches": self.desc.canary_switches,
+                                                       "nics": self.desc.canary_nics})
                 self._ensure_baseline()
                 self._attach_twin()
                 self._start_tracking()
@@ -819,7 +811,7 @@ class StudyRunner:
                     break
                 with self.guard.shield():
                     asked = optuna_io.ask(self.study, self.dists)
-                role = str(asked.trial.user_attrs.get("role", "proposal"))
+                role = study_store.tags(asked.trial).role
                 if role == "baseline":
                     out = self._run_baseline(asked)
                 else:
@@ -863,10 +855,10 @@ class StudyRunner:
         metrics = dict(counts, canary_time_saved_s=self.saved_s)
         sampler = self.study.sampler
         if getattr(sampler, "twin_trials", None) is not None:
-            metrics["twin_trials"] = studies.twin_trials(self.study) or 0
+            metrics["twin_trials"] = study_store.twin_trials(self.study) or 0
             folder = self.results / self.study_name / "twin"
             folder.mkdir(parents=True, exist_ok=True)
-            name = self.twin_key.removeprefix(studies.TWIN_TRIALS).replace(":", "-")
+            name = self.twin_key.removeprefix(study_store.TWIN_TRIALS).replace(":", "-")
             (folder / f"trials{name}.json").write_text(json.dumps(sampler.records(), indent=1))
             self.tracker.log_dir(folder, "twin")
         if res.rolled_back_share is not None:
@@ -903,7 +895,7 @@ class StudyRunner:
         self.tracker.end_study(metrics, summary, status=status)
 
     def result(self, final: str = "baseline", *, read_devices: bool = True) -> StudyResult:
-        info = studies.read(self.study)
+        info = study_store.info(self.study)
         final_settings = None
         if read_devices and self.desc is not None:
             final_settings = self.cluster.read_back()
@@ -917,9 +909,9 @@ class StudyRunner:
             final=final, final_settings=final_settings,
             confirmation=studies.confirmation(self.study),
             tracking_failures=list(self.tracker.failures),
-            mlflow_experiment_id=self.tracker.experiment_id, repeats=info["repeats"],
-            noise=info["noise"], pruned_saved_s=self.saved_s,
-            startup_trials=info["startup_trials"])
+            mlflow_experiment_id=self.tracker.experiment_id, repeats=info.repeats,
+            noise=info.noise, pruned_saved_s=self.saved_s,
+            startup_trials=info.startup_trials)
 
 
 def default_study_name(exp: Experiment) -> str:

@@ -2,14 +2,8 @@
 benchmark's alternative samplers).
 
 The study lives in an Optuna storage (SQLite file next to the results by default). What the loop
-needs beyond Optuna's own records rides in attributes:
-
-* study user attrs: ``experiment_yaml`` (the file as run, for ``resume``), ``experiment_name``,
-  ``mode``, ``created_at``, ``mlflow_parent_run_id``, ``kept_trial``;
-* trial user attrs: ``verdict`` (``ok``, ``baseline``, ``rejected:<code>``,
-  ``rolled_back:<code>``, ``failed:<reason>``, ``interrupted``), ``values`` (every knob value),
-  ``metrics``, ``score``, ``measurement_path``; the study keeps ``baseline_measurement``
-  (JSON) and ``canary``.
+needs beyond Optuna's own records rides in attributes, which ``tuner.study_store`` alone names,
+reads and writes; this module only carries the dicts it builds to Optuna.
 
 Optuna 5 notes: ``create_study``/``load_study`` take keyword arguments only; the PFC budget
 is ``trial.set_constraint("pfc_budget", v)`` (feasible when <= 0); an ask/tell loop gets no
@@ -36,7 +30,7 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import storage_url
+from tuner import storage_url, study_store
 from tuner.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -196,7 +190,7 @@ def fail_dead(study: optuna.Study) -> list[int]:
     # Optuna's own fail_stale_trials, plus the verdict written while the trial is still open.
     for trial_id in st._backend._get_stale_trial_ids(study._study_id):
         try:
-            st.set_trial_user_attr(trial_id, "verdict", "failed:worker_died")
+            study_store.mark_verdict(st, trial_id, "failed:worker_died")
             if st.set_trial_state_values(trial_id, state=FAIL):
                 failed.append(trial_id)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -205,18 +199,9 @@ def fail_dead(study: optuna.Study) -> list[int]:
     for trial_id in failed:
         t = st.get_trial(trial_id)
         if callback is not None:
-            callback(study, _requeue_copy(t))
+            callback(study, study_store.only_role(t))
         out.append(t.number)
     return out
-
-
-def _requeue_copy(t: FrozenTrial) -> FrozenTrial:
-    """What the retry callback copies: the params and the role, not the dead run's results."""
-    import copy
-
-    t = copy.deepcopy(t)
-    t.user_attrs = {k: v for k, v in t.user_attrs.items() if k == "role"}
-    return t
 
 
 def ensure_storage_dir(url: str) -> None:
@@ -262,7 +247,7 @@ def study_names(storage: str) -> list[str]:
     summaries = optuna.study.get_all_study_summaries(storage=open_storage(storage),
                                                      include_best_trial=False)
     return [s.study_name for s in sorted(summaries,
-                                         key=lambda s: s.user_attrs.get("created_at", 0.0))]
+                                         key=lambda s: study_store.info(s).created_at)]
 
 
 def process_owner(pid: int | None = None) -> dict[str, Any]:
@@ -307,11 +292,11 @@ def fail_stale(study: optuna.Study) -> tuple[list[int], list[int]]:
     or one on another machine, for example another run on a shared PostgreSQL study)."""
     closed, alive = [], []
     for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
-        if not owner_gone(t.user_attrs.get("owner")):
+        if not owner_gone(study_store.tags(t).owner):
             alive.append(t.number)
             continue
         # Optuna has no public setter for another process's trial attrs; the storage has.
-        study._storage.set_trial_user_attr(t._trial_id, "verdict", "interrupted")
+        study_store.mark_verdict(study._storage, t._trial_id, "interrupted")
         study.tell(t.number, state=FAIL, skip_if_finished=True)
         closed.append(t.number)
     return closed, alive
@@ -329,19 +314,19 @@ class Asked:
 def enqueue(study: optuna.Study, params: dict[str, Any], role: str) -> None:
     with warnings.catch_warnings():  # warm starts may sit outside the searched ranges
         warnings.simplefilter("ignore")
-        study.enqueue_trial(params, user_attrs={"role": role})
+        study.enqueue_trial(params, user_attrs=study_store.trial_attrs(role=role))
 
 
 def ask(study: optuna.Study, dists: dict[str, BaseDistribution]) -> Asked:
     with warnings.catch_warnings():  # enqueued baseline values may sit outside the ranges
         warnings.simplefilter("ignore")
         trial = study.ask(fixed_distributions=dists)
-    trial.set_user_attr("owner", process_owner())
+    study_store.tag(trial, owner=process_owner())
     return Asked(trial=trial, number=trial.number, params=dict(trial.params))
 
 
 def ask_fixed(study: optuna.Study, params: dict[str, Any],
-              dists: dict[str, BaseDistribution], user_attrs: dict[str, Any]) -> Asked:
+              dists: dict[str, BaseDistribution], tags: dict[str, Any]) -> Asked:
     """A new RUNNING trial with these params, created directly rather than queued, so no other
     worker of a shared study can pick it up (a slice's own baseline)."""
     from optuna.trial import Trial, create_trial
@@ -355,7 +340,7 @@ def ask_fixed(study: optuna.Study, params: dict[str, Any],
 
     template = create_trial(state=RUNNING, params=params,
                             distributions={k: covering(dists[k], v) for k, v in params.items()},
-                            user_attrs=user_attrs)
+                            user_attrs=study_store.trial_attrs(**tags))
     trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
     trial = Trial(study, trial_id)
     return Asked(trial=trial, number=trial.number, params=dict(trial.params))
@@ -368,8 +353,7 @@ def tell(study: optuna.Study, asked: Asked, *, state: TrialState,
     """Finish a trial. ``constraints`` (feasible when <= 0) are set in every state: Optuna's
     TPE ranks a trial with a positive constraint below every feasible one, so rolled-back and
     rejected proposals teach the sampler where not to go."""
-    for k, v in (attrs or {}).items():
-        asked.trial.set_user_attr(k, v)
+    study_store.tag(asked.trial, **(attrs or {}))
     for k, v in (constraints or {}).items():
         asked.trial.set_constraint(k, float(v))
     with warnings.catch_warnings():

@@ -373,15 +373,15 @@ def _short(v: float) -> str:
 def importance(study: Any) -> Figure | None:
     """Optuna's fANOVA parameter importance for the scalar score (its own matplotlib plot);
     None while fewer than three trials have a score (importance is undefined then)."""
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
 
     scored = [t for t in optuna_io.trials(study)
-              if t.state.name == "COMPLETE" and t.user_attrs.get("score") is not None]
+              if t.state.name == "COMPLETE" and study_store.tags(t).score is not None]
     if len(scored) < 3:
         return None
     _plt()
     ax = optuna_io.plot(study, "param_importances",
-                        target=lambda t: t.user_attrs.get("score", float("nan")),
+                        target=lambda t: _score_or_nan(study_store.tags(t).score),
                         target_name="score")
     ax.set_title("")
     ax.set_title("Which knob mattered: share of the score's variance (fANOVA)", loc="left",
@@ -499,6 +499,10 @@ def _shade_paused(ax: Any, t: list[float], paused: list[int]) -> None:
             end = t[i] if i < len(t) else t[-1]
             ax.axvspan(t[start], end, color=ROLLED, alpha=0.15, lw=0)
             start = None
+
+
+def _score_or_nan(s: float | None) -> float:
+    return float("nan") if s is None else float(s)
 
 
 def settings_diff(values: dict[str, int], baseline: dict[str, int]) -> list[dict[str, Any]]:

@@ -153,7 +153,7 @@ class StudyView:
 
 def load(study_name: str | None, storage: str) -> StudyView:
     """Read a study (default: the newest in ``storage``) from its Optuna storage."""
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
     from tuner import study as studies
     from tuner.errors import ConfigError
 
@@ -165,35 +165,32 @@ def load(study_name: str | None, storage: str) -> StudyView:
     frozen = [t for t in optuna_io.trials(study)
               if t.state.name in ("COMPLETE", "PRUNED", "FAIL")]
     trials = studies.outcomes(study)
-    info = studies.read(study)
-    ua = study.user_attrs
+    info = study_store.info(study)
     details: dict[str, str] = {}
-    text = ua.get("experiment_yaml")
-    if text:
+    if info.experiment_yaml:
         try:
             from tuner.experiment import parse_experiment
 
-            exp = parse_experiment(str(text), f"study {name}")
+            exp = parse_experiment(info.experiment_yaml, f"study {name}")
             details = {"backend": exp.fabric.backend, "sampler": exp.sampler.name,
                        "objective": exp.objective.mode,
                        "budget": f"{exp.budget.trials} trials"}
         except Exception as exc:  # an old file the model no longer accepts: report anyway
             log.warning("study %s: stored experiment unreadable (%s)", name, exc)
-    kept = ua.get("kept_trial")
+    tags = {t.number: study_store.tags(t) for t in frozen}
     return StudyView(
-        name=name, storage=storage, mode=str(ua.get("mode", "scalar")), trials=trials,
+        name=name, storage=storage, mode=info.mode, trials=trials,
         baseline=next((t for t in trials if t.is_baseline and t.state == "COMPLETE"), None),
         best=studies.winner(study) or studies.best_unconfirmed(study),
-        pareto=studies.pareto(study) if ua.get("mode") == "multi" else [],
-        experiment=str(ua.get("experiment_name", "")), created_at=ua.get("created_at"),
-        canary=dict(ua.get("canary") or {}), parent_run_id=ua.get("mlflow_parent_run_id"),
-        kept_trial=int(kept) if kept is not None else None, details=details,
-        measurement_paths={t.number: t.user_attrs["measurement_path"] for t in frozen
-                           if t.user_attrs.get("measurement_path")},
-        verdict_details={t.number: str(t.user_attrs["detail"]) for t in frozen
-                         if t.user_attrs.get("detail")},
+        pareto=studies.pareto(study) if info.mode == "multi" else [],
+        experiment=info.experiment_name or "", created_at=info.created_at or None,
+        canary=info.canary, parent_run_id=info.mlflow_parent_run_id,
+        kept_trial=info.kept_trial, details=details,
+        measurement_paths={n: tg.measurement_path for n, tg in tags.items()
+                           if tg.measurement_path},
+        verdict_details={n: tg.detail for n, tg in tags.items() if tg.detail},
         confirmation=studies.confirmation(study), winner=studies.winner(study),
-        drift=info["drift"], repeats=info["repeats"], noise=info["noise"], study=study)
+        drift=info.drift, repeats=info.repeats, noise=info.noise, study=study)
 
 
 # Plots -------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from optuna.search_space import IntersectionSearchSpace
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import study_store
+
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -51,12 +53,12 @@ def _clip(d: BaseDistribution, x: float) -> float | int:
 
 def _finished(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False, states=_FINISHED)
-            if t.user_attrs.get("verdict") != "interrupted"]
+            if study_store.tags(t).verdict != "interrupted"]
 
 
 def _feasible_score(t: FrozenTrial) -> float | None:
     """The paired scalar score of a completed trial that met every constraint, else None."""
-    s = t.user_attrs.get("score")
+    s = study_store.tags(t).score
     if t.state != TrialState.COMPLETE or s is None:
         return None
     if any(v > 0 for v in dict(t.constraints).values()):
@@ -153,10 +155,10 @@ class EcnShifterSampler(_ProposingSampler):
 
     def direction(self, t: FrozenTrial) -> int:
         """-1 (window down) after a PFC alarm or a silent window, +1 after ECN marks only."""
-        verdict = str(t.user_attrs.get("verdict", ""))
-        if verdict.startswith(("rolled_back", "screened")):
+        tags = study_store.tags(t)
+        if tags.verdict.startswith(("rolled_back", "screened")):
             return -1
-        m = t.user_attrs.get("metrics", {})
+        m = tags.metrics
         if float(m.get("pause_us_per_s", 0.0)) > self.alarm:
             return -1
         if float(m.get("ecn_marked_pkts", 0.0)) > 0:
@@ -166,9 +168,9 @@ class EcnShifterSampler(_ProposingSampler):
     def window(self, trials: Sequence[FrozenTrial]) -> tuple[float, float] | None:
         """(Kmin, log step) for the next proposal, replaying the rule over the history: the
         chain starts at the baseline and follows the shifter's own proposals."""
-        chain = [t for t in trials if t.user_attrs.get("role") == "baseline"
+        chain = [t for t in trials if study_store.tags(t).role == "baseline"
                  and t.state == TrialState.COMPLETE][:1]
-        chain += [t for t in trials if t.user_attrs.get("role", "proposal") == "proposal"
+        chain += [t for t in trials if study_store.tags(t).role == "proposal"
                   and "kmin_bytes" in t.params]
         if not chain or "kmin_bytes" not in chain[0].params:
             return None
@@ -187,7 +189,7 @@ class EcnShifterSampler(_ProposingSampler):
         if "kmin_bytes" not in search_space:
             return {}
         trials = _finished(study)
-        base = next((t for t in trials if t.user_attrs.get("role") == "baseline"), None)
+        base = next((t for t in trials if study_store.tags(t).role == "baseline"), None)
         w = self.window(trials)
         if base is None or w is None:
             return {}
@@ -217,7 +219,7 @@ class LocalStartTPESampler(optuna.samplers.BaseSampler):
 
     def _pick(self, study: optuna.Study, trial: FrozenTrial) -> optuna.samplers.BaseSampler:
         proposals = sum(1 for t in study.get_trials(deepcopy=False)
-                        if t.number < trial.number and "fixed_params" not in t.system_attrs)
+                        if t.number < trial.number and not study_store.enqueued(t))
         return self._hc if proposals < self.startup else self._tpe
 
     def reseed_rng(self) -> None:

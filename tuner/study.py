@@ -1,8 +1,8 @@
 """The study as the review code reads it: trial outcomes, the one winner policy, confirmation.
 
-The loop writes Optuna trials and study attributes; ``run``'s summary, ``show``, ``export``,
-``report`` and ``--keep-best`` read them back through this module only, so they cannot disagree
-about which trial won.
+The loop writes Optuna trials and their attributes (``tuner.study_store``); ``run``'s summary,
+``show``, ``export``, ``report`` and ``--keep-best`` read the outcomes back through this module
+only, so they cannot disagree about which trial won.
 
 The winner policy: a trial is a *candidate* when it completed, is not the baseline, and met
 every guardrail on every placement (``objectives.score``) and every safety limit. At the end
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from objectives.verdict import CandidateCheck
-from tuner import optuna_io
+from tuner import optuna_io, study_store
 
 
 @dataclass
@@ -45,15 +45,13 @@ class TrialOutcome:
 
 
 def outcome_of(t: Any) -> TrialOutcome:
-    """A finished Optuna trial as a ``TrialOutcome`` (from its user attrs)."""
-    ua = t.user_attrs
+    """A finished Optuna trial as a ``TrialOutcome`` (from its tags)."""
+    tags = study_store.tags(t)
     vals = tuple(t.values) if t.values is not None else None
-    role = str(ua.get("role", "proposal"))
-    return TrialOutcome(number=t.number, state=t.state.name, verdict=ua.get("verdict", "?"),
-                        values=dict(ua.get("values", {})), score=ua.get("score"),
-                        objective=vals, metrics=dict(ua.get("metrics", {})),
-                        is_baseline=role == "baseline", role=role,
-                        constraints=dict(optuna_io.constraints(t)))
+    return TrialOutcome(number=t.number, state=t.state.name, verdict=tags.verdict,
+                        values=tags.values, score=tags.score, objective=vals,
+                        metrics=tags.metrics, is_baseline=tags.role == "baseline",
+                        role=tags.role, constraints=dict(optuna_io.constraints(t)))
 
 
 def outcomes(study: Any) -> list[TrialOutcome]:
@@ -141,7 +139,7 @@ class Confirmation:
 
 def confirmation(study: Any) -> Confirmation | None:
     """The end-of-study confirmation (``None`` before it ran: an interrupted study)."""
-    raw = study.user_attrs.get("confirmation")
+    raw = study_store.info(study).confirmation
     if not raw or "candidates" not in raw:
         return None
     checks = [CandidateCheck(**c) for c in raw["candidates"]]
@@ -196,24 +194,6 @@ def rolled_back_share(trials: list[TrialOutcome], startup: int) -> float | None:
     return sum(t.verdict.startswith("rolled_back") for t in after) / len(after)
 
 
-TWIN_TRIALS = "twin_trials"  # + ":<slice>:<worker>" for each scale-out worker's own count
-
-
-def twin_trials(study: Any) -> int | None:
-    """Twin trials of the study (``sampler: twin``), every worker's summed; None without."""
-    counts = [int(v) for k, v in study.user_attrs.items()
-              if k == TWIN_TRIALS or k.startswith(TWIN_TRIALS + ":")]
-    return sum(counts) if counts else None
-
-
-def read(study: Any) -> dict[str, Any]:
-    """The study attributes the review needs besides the trials (repeats, noise, drift)."""
-    ua = study.user_attrs
-    return {"repeats": int(ua.get("repeats", 1)), "noise": dict(ua.get("noise", {})),
-            "drift": list(ua.get("drift", [])), "startup_trials": int(ua.get("startup_trials",
-                                                                              0))}
-
-
 def load_for_resume(storage: str, study: str | None) -> tuple[str, str]:
     """(study name, stored experiment YAML) of a study to resume (default: the newest)."""
     from tuner.errors import ConfigError
@@ -223,7 +203,7 @@ def load_for_resume(storage: str, study: str | None) -> tuple[str, str]:
         raise ConfigError(f"no studies in {storage}")
     name = study or names[-1]
     st = optuna_io.load_study(name, storage)
-    text = st.user_attrs.get("experiment_yaml")
+    text = study_store.info(st).experiment_yaml
     if not text:
         raise ConfigError(f"study {name!r} in {storage} was not created by ecntune run "
                           "(no experiment_yaml); pass --experiment FILE")

@@ -42,6 +42,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import study_store
 from tuner.samplers import HillClimbSampler, _bounds, _clip, _finished
 
 # A canary outcome that says the setting broke a safety limit (a storm, drops): not a guardrail
@@ -179,14 +180,14 @@ class TwinSampler(optuna.samplers.BaseSampler):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         inner = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(
             seed=self.seed, multivariate=True, n_startup_trials=min(20, self.twin_trials_planned),
-            constraints_func=lambda t: [float(t.user_attrs["violation"])]))
+            constraints_func=_inner_violation))
         for p in seeds:
             inner.enqueue_trial(p, skip_if_exists=True)
         for _ in range(self.twin_trials_planned):
             t = inner.ask(space)
             res = self.twin(t.params)
             # A storm is worse than any guardrail break: TPE ranks by the violation first.
-            t.set_user_attr("violation", res.violation if res.safe else _STORM)
+            study_store.tag(t, violation=res.violation if res.safe else _STORM)
             inner.tell(t, res.score if res.safe else -1.0)
 
     def refine(self, space: dict[str, BaseDistribution], names: list[str],
@@ -254,7 +255,7 @@ class TwinSampler(optuna.samplers.BaseSampler):
         if inc is not None:
             return inc
         scored = [t for t in done if t.state == TrialState.COMPLETE
-                  and t.user_attrs.get("score") is not None]
+                  and study_store.tags(t).score is not None]
         return min(scored, key=lambda t: (_violation(t), -t.number), default=None)
 
     def correction(self, done: list[FrozenTrial], space: dict[str, BaseDistribution],
@@ -262,21 +263,28 @@ class TwinSampler(optuna.samplers.BaseSampler):
         """Step 3 from the canary's finished trials (the twin measures any it has not)."""
         pts, res, vio, bad = [], [], [], []
         for t in done:
-            verdict = str(t.user_attrs.get("verdict", ""))
-            if verdict.startswith(("rejected", "screened", "failed")):
+            tags = study_store.tags(t)
+            if tags.verdict.startswith(("rejected", "screened", "failed")):
                 continue  # never measured on the canary, or not the setting's fault
             params = {k: t.params[k] for k in names}
             twin = self.twin(params)
-            s = t.user_attrs.get("score")
+            s = tags.score
             measured = s is not None and twin.safe and t.state == TrialState.COMPLETE
             pts.append(unit(params, space, names))
             res.append(float(s) - float(twin.score)
                        if measured and s is not None and twin.score is not None else math.nan)
             vio.append(_violation(t) - twin.violation if measured else math.nan)
-            bad.append(1.0 if verdict.startswith(_BAD) else 0.0)
+            bad.append(1.0 if tags.verdict.startswith(_BAD) else 0.0)
         d = len(names)
         return Correction(np.array(pts).reshape(-1, d), np.array(res), np.array(vio),
                           np.array(bad), bandwidth=0.15 * math.sqrt(d))
+
+
+def _inner_violation(t: FrozenTrial) -> list[float]:
+    """The twin study's constraint: the violation each twin trial is tagged with before tell."""
+    v = study_store.tags(t).violation
+    assert v is not None, f"twin trial {t.number} finished without its violation"
+    return [float(v)]
 
 
 def _violation(t: FrozenTrial) -> float:

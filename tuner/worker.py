@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from objectives.measurement import Measurement
 from safety.rollback import restore
-from tuner import __version__, optuna_io
-from tuner import study as studies
+from tuner import __version__, optuna_io, study_store
 from tuner.errors import ConfigError
 from tuner.lease import Lease, LeaseKeeper
 from tuner.loop import Interrupted, SignalGuard, StudyRunner, TrialOutcome
@@ -67,12 +66,10 @@ def budget_step(trials: Iterable[Any], budget: int) -> Literal["ask", "wait", "s
     re-queued copies are this worker's to run.
     """
     trials = list(trials)
-    searched = [t for t in trials if t.user_attrs.get("role") != "baseline"
-                and t.user_attrs.get("verdict") != "interrupted"]
-    retried = {t.system_attrs.get("failed_trial") for t in trials}
-    retried |= {n for t in trials for n in t.system_attrs.get("retry_history", [])}
-    requeued = [t for t in searched if t.state.name == "WAITING"
-                and "failed_trial" in t.system_attrs]
+    searched = [t for t in trials if study_store.tags(t).role != "baseline"
+                and study_store.tags(t).verdict != "interrupted"]
+    retried = {n for t in trials for n in study_store.retries(t)}
+    requeued = [t for t in searched if t.state.name == "WAITING" and study_store.is_retry(t)]
     counted = sum(1 for t in searched if t.number not in retried
                   and t.state.name in ("RUNNING", "COMPLETE", "PRUNED", "FAIL"))
     if requeued or counted + len(requeued) < budget:
@@ -129,7 +126,7 @@ class SliceWorker(StudyRunner):
         self.slice = slice_name
         self.keeper = keeper
         # Each worker counts its own twin trials (a shared key would keep the last writer's).
-        self.twin_key = f"{studies.TWIN_TRIALS}:{slice_name}:{uuid.uuid4().hex[:8]}"
+        self.twin_key = f"{study_store.TWIN_TRIALS}:{slice_name}:{uuid.uuid4().hex[:8]}"
         self.leases = keeper.leases
         self.heartbeat_s = max(1, round(self.leases.ttl_s / 3))
         self.lease_guard = _LeaseGuard(slice_name)
@@ -216,12 +213,10 @@ class SliceWorker(StudyRunner):
                 self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
                                                   heartbeat_s=self.heartbeat_s)
             else:
-                for k, v in {"experiment_yaml": self.exp_yaml,
-                             "experiment_name": self.exp.name, "mode": self.exp.objective.mode,
-                             "created_at": time.time(), "ecntune_version": __version__,
-                             "startup_trials": self.exp.sampler.random_startup,
-                             "shared": True}.items():
-                    self.study.set_user_attr(k, v)
+                study_store.created(self.study, experiment_yaml=self.exp_yaml,
+                                    experiment_name=self.exp.name,
+                                    mode=self.exp.objective.mode, ecntune_version=__version__,
+                                    startup_trials=self.exp.sampler.random_startup, shared=True)
                 self._enqueue_warm_starts()  # once per study, for any worker to take
         with self._lock:
             self._janitor()
@@ -229,14 +224,13 @@ class SliceWorker(StudyRunner):
     def _ensure_baseline(self) -> None:
         """This slice's trial 0: loaded if done, else measured now (see the module docstring).
         Its paired replicates are the ones every trial on this slice is scored against."""
-        key = f"baseline_measurements:{self.slice}"
-        ua = self.study.user_attrs
-        done = any(t.user_attrs.get("role") == "baseline"
-                   and t.user_attrs.get("slice") == self.slice and t.state.name == "COMPLETE"
+        done = any(study_store.tags(t).role == "baseline"
+                   and study_store.tags(t).slice == self.slice and t.state.name == "COMPLETE"
                    for t in optuna_io.trials(self.study))
-        if done and ua.get(key):
-            self.baseline_ms = [Measurement.model_validate_json(x) for x in ua[key]]
-            self.repeats = int(ua.get(f"repeats:{self.slice}", len(self.baseline_ms)))
+        stored, repeats = study_store.baseline(self.study, self.slice)
+        if done and stored:
+            self.baseline_ms = stored
+            self.repeats = repeats or len(stored)
             self._set_window()
             return
         asked = optuna_io.ask_fixed(self.study, self.space.params_of(self.baseline_values),
@@ -246,8 +240,8 @@ class SliceWorker(StudyRunner):
             self._run_baseline(asked)
         finally:
             self._end()
-        self.study.set_user_attr(key, [m.model_dump_json() for m in self._stripped_baseline()])
-        self.study.set_user_attr(f"repeats:{self.slice}", self.repeats)
+        study_store.save_baseline(self.study, self._stripped_baseline(), self.repeats,
+                                  self.slice)
 
     def _stripped_baseline(self) -> list[Measurement]:
         from tuner.loop import _stripped
@@ -264,7 +258,7 @@ class SliceWorker(StudyRunner):
     # One trial -------------------------------------------------------------------------------
     def _begin(self, asked: optuna_io.Asked) -> None:
         self._release_ask()  # the trial is asked (RUNNING, counted): the next worker may ask
-        asked.trial.set_user_attr("slice", self.slice)
+        study_store.tag(asked.trial, slice=self.slice)
         with self._lock:
             self.current = asked.number
             optuna_io.record_heartbeat(self.study, asked.number)
@@ -281,7 +275,7 @@ class SliceWorker(StudyRunner):
             self._end()
 
     def _run_baseline(self, asked: optuna_io.Asked) -> TrialOutcome:
-        if asked.trial.user_attrs.get("slice") != self.slice:
+        if study_store.tags(asked.trial).slice != self.slice:
             # A queued baseline of a study `ecntune run` created: this worker's is its own.
             return self._run_trial(asked, "proposal")
         return super()._run_baseline(asked)
@@ -322,19 +316,20 @@ class SliceWorker(StudyRunner):
             self.leases.release(lease)
 
     # MLflow ----------------------------------------------------------------------------------
-    def _record(self, number: int, state: str, ua: dict[str, Any],
+    def _record(self, number: int, state: str, tags: study_store.Tags,
                 params: dict[str, Any]) -> TrialRecord:
-        rec = super()._record(number, state, ua, params)
-        rec.tags["ecntune.slice"] = str(ua.get("slice", self.slice))
+        rec = super()._record(number, state, tags, params)
+        rec.tags["ecntune.slice"] = tags.slice or self.slice
         return rec
 
     def _backfills(self, t: Any) -> bool:
         """This slice's trials only: two workers back-filling one trial would log it twice
         (the other slices' are their workers' to log; a dead worker's, the janitor's that
         failed it)."""
-        if t.user_attrs.get("verdict") == "failed:worker_died":
+        tags = study_store.tags(t)
+        if tags.verdict == "failed:worker_died":
             return t.number in self.died
-        return bool(t.user_attrs.get("slice") == self.slice)
+        return tags.slice == self.slice
 
     def _end_tracking(self, interrupted: str | None, failed: bool) -> None:
         self._log_died()

@@ -94,8 +94,7 @@ def test_three_workers_one_killed_mid_trial(pg_url: str, mlflow_pg: str,
                                             tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from tuner import optuna_io
-    from tuner import study as studies
+    from tuner import optuna_io, study_store
     from tuner.cluster.statefile import read_state
     from tuner.lease import SliceLeases
 
@@ -178,7 +177,7 @@ def test_three_workers_one_killed_mid_trial(pg_url: str, mlflow_pg: str,
     proposed = [tuple(sorted(t.params.items())) for t in finished
                 if t.user_attrs.get("role") == "proposal" and t.number != retry[0].number]
     assert len(proposed) == TRIALS - 1 and len(set(proposed)) == len(proposed)
-    assert (studies.twin_trials(st) or 0) > 0  # counted per worker, summed
+    assert (study_store.twin_trials(st) or 0) > 0  # counted per worker, summed
     leases = SliceLeases(pg_url, "tiny", ttl_s=TTL_S)
     try:
         assert leases.rows() == []

@@ -209,10 +209,10 @@ def inventory_of(experiment_yaml: str | None) -> Inventory | None:
 
 def _why(st: Any, o: TrialOutcome) -> str:
     """``verdict (detail)`` of a trial, its stored detail without the verdict's own code."""
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
 
     t = next(t for t in optuna_io.trials(st) if t.number == o.number)
-    detail = str(t.user_attrs.get("detail", "")).removeprefix(
+    detail = study_store.tags(t).detail.removeprefix(
         o.verdict.partition(":")[2] + ": ")
     return f"{o.verdict} ({detail})" if detail else o.verdict
 
@@ -280,7 +280,9 @@ def gate(st: Any, o: TrialOutcome, unconfirmed: bool) -> str:
               help="mlx5 (host DCQCN files), sonic (ecnconfig), nvue (nv set); with an SSH "
                    "inventory each target gets its own platform's lines only.")
 @click.option("--all-knobs", is_flag=True,
-              help="Write every knob, not only those that differ from the baseline.")
+              help="Write every NIC (mlx5) knob, not only those that differ from the "
+                   "baseline, and the switch ECN commands even when the thresholds are "
+                   "unchanged (switch commands always carry the whole ECN profile).")
 @click.option("--storage", help="Optuna storage URL (default sqlite:///<results>/optuna.db).")
 @click.option("--results", help="results_dir of the study (default: results).")
 @click.option("--unconfirmed", is_flag=True,
@@ -317,7 +319,7 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
                              Path(change_request)):
             click.echo(f"wrote {path}")
         return
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
     from tuner import study as studies
     from tuner.cli.resume import locate
     from tuner.errors import NoWinner
@@ -345,9 +347,9 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
     warning = gate(st, chosen, unconfirmed)
     if warning:
         click.echo(f"ecntune export: WARNING: {warning}", err=True)
-    canary = st.user_attrs.get("canary", {})
+    canary = study_store.info(st).canary
     formats = FORMATS if fmt == "all" else (fmt,)
-    inv = inventory_of(st.user_attrs.get("experiment_yaml"))
+    inv = inventory_of(study_store.info(st).experiment_yaml)
     switches: list[Any] = list(canary.get("switches", []))
     hosts = None
     if inv is not None:

@@ -74,15 +74,16 @@ def command(study: str | None, storage: str | None, results: str | None,
         from tuner.input_checks import read_text_file
 
         text, source = read_text_file(experiment, "experiment file"), str(experiment)
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
     from tuner.lifecycle.retune import resumed, same_store
 
     st = optuna_io.load_study(name, url)  # logs where it started; a re-tune stays one
-    store = str(st.user_attrs.get("mlflow_tracking_uri") or "")
-    if trials is None and st.user_attrs.get("trials_budget") is not None:
-        trials = int(st.user_attrs["trials_budget"])  # the budget it was started with
+    info = study_store.info(st)
+    store = info.mlflow_tracking_uri or ""
+    if trials is None and info.trials_budget is not None:
+        trials = int(info.trials_budget)  # the budget it was started with
     elif trials is not None:
-        st.set_user_attr("trials_budget", trials)  # the new total, for a later resume
+        study_store.record(st, trials_budget=trials)  # the new total, for a later resume
     execute(text, source, study=name, resume=True, trials=trials, keep_best=keep_best,
             results=results, no_mlflow=no_mlflow, quiet=quiet, runner_options=resumed(st),
             prepare=lambda exp: same_store(exp, store))

@@ -19,7 +19,7 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     from rich.console import Console
     from rich.table import Table
 
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
     from tuner import study as studies
     from tuner.cli._render import confirmation_lines, settings_table, trials_table
     from tuner.cli.resume import locate
@@ -39,11 +39,11 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     win = studies.winner(st)
     ranked = sorted((o for o in trials if o.score is not None and o.state == "COMPLETE"),
                     key=lambda o: -(o.score or 0.0))
-    console.print(f"study {name} ({st.user_attrs.get('mode', 'scalar')}), {len(trials)} "
+    console.print(f"study {name} ({study_store.info(st).mode}), {len(trials)} "
                   f"trials, storage {url}")
     if base is not None:
         console.print(f"baseline (trial {base.number}): paired score 0 by construction, "
-                      f"{studies.read(st)['repeats']} paired replicates per trial")
+                      f"{study_store.info(st).repeats} paired replicates per trial")
     console.print(trials_table(ranked, f"best {min(top, len(ranked))} completed trials", top))
     if len(st.directions) > 1:
         console.print(trials_table(studies.pareto(st), "Pareto front of the feasible trials "
@@ -57,13 +57,14 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     counts: dict[str, int] = {}
     example: dict[str, tuple[int, str]] = {}
     for t in optuna_io.trials(st):
-        v = str(t.user_attrs.get("verdict", t.state.name))
+        tags = study_store.tags(t)
+        v = tags.verdict if tags.verdict != "?" else t.state.name
         counts[v] = counts.get(v, 0) + 1
         if kind(v) not in ("ok", "baseline") and v not in example:
-            example[v] = (t.number, str(t.user_attrs.get("detail", "")) or verdict_meaning(v))
+            example[v] = (t.number, tags.detail or verdict_meaning(v))
     console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
                   highlight=False)
-    twin = studies.twin_trials(st)
+    twin = study_store.twin_trials(st)
     if twin is not None:
         console.print(f"twin trials: {twin} on the digital twin "
                       "(sampler twin; not canary trials, not counted in the budget)",

@@ -71,7 +71,7 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     (slice restored); other codes as `ecntune --help`.
     """
     from safety.lock import hold
-    from tuner import optuna_io
+    from tuner import optuna_io, study_store
     from tuner.cli.run import overridden
     from tuner.experiment import check_name, parse_experiment
     from tuner.input_checks import check_inputs, read_text_file
@@ -114,7 +114,7 @@ def command(experiment: Path, slice_name: str, study: str | None, trials: int | 
     finally:
         leases.close()
     own = sum(1 for t in optuna_io.trials(worker.study)
-              if t.user_attrs.get("slice") == slice_name and t.state.name != "RUNNING")
+              if study_store.tags(t).slice == slice_name and t.state.name != "RUNNING")
     click.echo(f"[{slice_name}] done: {own} trials on this slice, {len(res.trials)} in the "
                f"study; MLflow parent run {res.parent_run_id or '-'}")
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner import study_store
 from tuner.errors import NoWinner
 
 if TYPE_CHECKING:
@@ -88,15 +89,15 @@ def old_tracking_uri(old: Any, url: str) -> str:
     """The MLflow store the old study logged to ("" when it did not log): the URI it recorded,
     else (studies from before that attribute) its experiment's ``tracking.uri``, else the
     default next to its Optuna database."""
-    if not old.user_attrs.get("mlflow_parent_run_id"):
+    info = study_store.info(old)
+    if not info.mlflow_parent_run_id:
         return ""
-    uri = old.user_attrs.get("mlflow_tracking_uri")
-    if uri:
-        return str(uri)
+    if info.mlflow_tracking_uri:
+        return info.mlflow_tracking_uri
     import yaml
 
     try:
-        stored = yaml.safe_load(str(old.user_attrs.get("experiment_yaml") or "")) or {}
+        stored = yaml.safe_load(info.experiment_yaml or "") or {}
         uri = (stored.get("tracking") or {}).get("uri")
     except (yaml.YAMLError, AttributeError):
         uri = None
@@ -114,7 +115,7 @@ def lineage(old: Any, url: str) -> dict[str, str]:
     return {"retuned_from": old.study_name, "retuned_from_storage": url,
             "retuned_from_trial": str(old_choice(old)[0]),
             "retuned_from_choice": choice, "retuned_from_evidence": evidence,
-            "retuned_from_run": str(old.user_attrs.get("mlflow_parent_run_id") or ""),
+            "retuned_from_run": study_store.info(old).mlflow_parent_run_id or "",
             "retuned_from_tracking": old_tracking_uri(old, url)}
 
 
@@ -131,14 +132,15 @@ def same_store(exp: Any, store: str) -> Any:
 def resumed(st: Any) -> dict[str, Any]:
     """``StudyRunner`` options that ``ecntune resume`` passes for a re-tune study (none for any
     other): its old-study points (still confirmed alongside, never screened) and its summary."""
-    if not st.user_attrs.get("lineage"):
+    lineage = study_store.info(st).lineage
+    if not lineage:
         return {}
     from tuner import optuna_io
 
-    roles = [(str(t.user_attrs.get("role", "")), t) for t in optuna_io.trials(st)]
-    warm = [(role.removeprefix("warm:"), dict(t.user_attrs.get("values", {})))
-            for role, t in roles if role.startswith("warm:old-")]  # incl. warm:old-winner
-    return {"warm": warm, "lineage": dict(st.user_attrs["lineage"]),
+    tags = [study_store.tags(t) for t in optuna_io.trials(st)]
+    warm = [(tg.role.removeprefix("warm:"), tg.values)
+            for tg in tags if tg.role.startswith("warm:old-")]  # incl. warm:old-winner
+    return {"warm": warm, "lineage": dict(lineage),
             "summarize": summary_for_tracking}
 
 
@@ -288,7 +290,7 @@ def summarize(new: Any) -> RetuneSummary:
     """The summary of a finished re-tune study (see the module docstring)."""
     from tuner import study as studies
 
-    ln = dict(new.user_attrs.get("lineage", {}))
+    ln = dict(study_store.info(new).lineage)
     conf = studies.confirmation(new)
     checks = {c.trial: c for c in conf.candidates} if conf is not None else {}
     old = next((o for o in studies.outcomes(new) if o.role == f"warm:{OLD_WINNER}"), None)

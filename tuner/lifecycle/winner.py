@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tuner import study_store
 from tuner.errors import ConfigError, NoWinner
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def load_winner(target: str | None, storage: str | None = None,
     from tuner.experiment import parse_experiment
 
     st, url = open_study(target, storage, results)
-    text = st.user_attrs.get("experiment_yaml")
+    text = study_store.info(st).experiment_yaml
     if not text:
         raise ConfigError(f"study {st.study_name!r} was not created by ecntune run")
     exp = parse_experiment(str(text), f"<experiment stored with study {st.study_name}>")
@@ -86,7 +87,7 @@ def load_winner(target: str | None, storage: str | None = None,
                        f"({win.verdict}), is not a confirmed, completed, feasible candidate; "
                        "refusing it")
     base = studies.baseline(st)
-    canary = st.user_attrs.get("canary", {})
+    canary = study_store.info(st).canary
     return StudyWinner(
         study=st.study_name, storage=url, experiment=exp, trial=win.number,
         values=dict(win.values), baseline=dict(base.values) if base else {},
@@ -94,4 +95,4 @@ def load_winner(target: str | None, storage: str | None = None,
         canary_nics=list(canary.get("nics", [])),
         check=check,
         winner_metrics=dict(win.metrics), baseline_metrics=dict(base.metrics) if base else {},
-        parent_run_id=st.user_attrs.get("mlflow_parent_run_id"))
+        parent_run_id=study_store.info(st).mlflow_parent_run_id)
