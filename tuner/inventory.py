@@ -149,6 +149,9 @@ class SwitchEntry(_Target):
     canary_ports: list[str] = Field(min_length=1)
     other_ports: list[str] = Field(default_factory=list)
     xoff_bytes: int = Field(default=0, ge=0)
+    # `promote` changes this switch only while it is out of production (SONiC TSA, Cumulus
+    # maintenance mode): tuner.lifecycle.maintenance.
+    promote_in_maintenance: bool = False
 
     @field_validator("wred_profile", "canary_profile")
     @classmethod

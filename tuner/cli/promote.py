@@ -5,7 +5,8 @@ Only the confirmed winner (``load_winner``): there is no option to pick another 
 
 Exit codes: 0 every wave promoted (or the dry run printed), 3 the study has no confirmed winner,
 or a wave was rolled back on a safety violation or failed to apply (its targets restored and
-verified), 4 a wave could not be restored (dead-man timers still heal it), 2 bad input.
+verified), or refused because a switch marked ``promote_in_maintenance`` is in production,
+4 a wave could not be restored (dead-man timers still heal it), 2 bad input.
 """
 
 from __future__ import annotations
@@ -86,7 +87,11 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
         click.echo(f"promote study {win.study} trial {win.trial} ({winner_line(win.check)}) "
                    f"to {group} ({len(fleet.keys)} targets, {len(plan)} waves)"
                    + ("" if do_apply else "; DRY RUN: nothing is changed, --apply executes"))
-        for line in render_plan(plan, plans):
+        from tuner.lifecycle.maintenance import read_command
+
+        held = {s.name: read_command(s.platform) for s in fleet.switches
+                if s.promote_in_maintenance}
+        for line in render_plan(plan, plans, held):
             click.echo(line)
         if not do_apply:
             return
@@ -107,9 +112,11 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
         finally:
             guard.uninstall()
     if not all(r.ok for r in results_) or len(results_) < len(plan):
-        click.echo(f"ecntune promote: STOPPED at wave {results_[-1].wave.index}: "
-                   f"{results_[-1].outcome}; that wave is back on its previous settings, "
-                   "earlier waves keep the winner", err=True)
+        last = results_[-1]
+        where = ("nothing of that wave was changed" if last.outcome.startswith("refused")
+                 else "that wave is back on its previous settings")
+        click.echo(f"ecntune promote: STOPPED at wave {last.wave.index}: {last.outcome}; "
+                   f"{where}, earlier waves keep the winner", err=True)
         sys.exit(EXIT_FAILED)
     click.echo(f"ecntune promote: {group} holds study {win.study}'s winner "
                f"(record: {record})")

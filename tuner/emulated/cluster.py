@@ -38,6 +38,8 @@ TOOLS = {
     "mmuconfig": "mmuconfig", "counterpoll": "counterpoll", "mstconfig": "mstconfig",
     "mlxconfig": "mstconfig", "ibv_devinfo": "ibv_devinfo", "config": "sonic_config",
     "lspci": "lspci", "ping": "ping",
+    # one module, the command name as its first argument
+    "TSA": "traffic_shift TSA", "TSB": "traffic_shift TSB", "TSC": "traffic_shift TSC",
 }
 NETDEV = "ens1f0np0"
 RDMA_DEVICE = "mlx5_0"
@@ -480,14 +482,15 @@ class EmulatedCluster:
         import tuner
 
         pkg_root = Path(tuner.__file__).resolve().parent.parent
-        for command, module in TOOLS.items():
+        for command, spec in TOOLS.items():
+            module, _, lead = spec.partition(" ")
             if importlib.util.find_spec(f"tuner.emulated.tools.{module}") is None:
                 continue
             path = self.bin_dir / command
             path.write_text(
                 "#!/bin/sh\n"
                 f"PYTHONPATH='{pkg_root}'${{PYTHONPATH:+:$PYTHONPATH}} "
-                f"exec '{sys.executable}' -m tuner.emulated.tools.{module} \"$@\"\n")
+                f"exec '{sys.executable}' -m tuner.emulated.tools.{module} {lead} \"$@\"\n")
             path.chmod(0o755)
         (self.root / "bashenv.sh").write_text(BASHENV_SH)
         session = self.root / "session.sh"

@@ -75,8 +75,10 @@ def plan_target(driver: Driver[Any], live: Any, values: dict[str, int],
         persist=p.save_commands(new) if p else [], persist_read=p.read_command() if p else "")
 
 
-def render_plan(waves: list[Wave], plans: dict[str, TargetPlan]) -> list[str]:
-    """The dry run: every command per target, wave by wave."""
+def render_plan(waves: list[Wave], plans: dict[str, TargetPlan],
+                maintenance: dict[str, str] | None = None) -> list[str]:
+    """The dry run: every command per target, wave by wave. ``maintenance``: switch -> the
+    command whose output must say it is in maintenance before its wave goes."""
     lines: list[str] = []
     for w in waves:
         lines.append(f"wave {w.index} ({w.name}): {len(w.targets)} target(s)")
@@ -84,6 +86,8 @@ def render_plan(waves: list[Wave], plans: dict[str, TargetPlan]) -> list[str]:
             tp = plans[k]
             ch = ", ".join(f"{n} {a}->{b}" for n, (a, b) in tp.changes.items())
             lines.append(f"  {k}: {ch or 'already holds the winner'}")
+            if k in (maintenance or {}):
+                lines.append(f"    only in maintenance: {(maintenance or {})[k]}")
             if tp.apply:
                 lines.append(f"    apply:    {tp.apply}")
                 lines.append(f"    rollback: {tp.rollback}")
@@ -226,11 +230,18 @@ def promote_waves(fleet: Fleet, waves: list[Wave], values: dict[str, int], *, st
     back or fails. Record lines say what each target holds afterwards; with ``persist`` a
     kept wave is also saved to each platform's boot-time source and verified from it.
     ``check`` runs before each wave (raise there to stop between waves)."""
+    from tuner.lifecycle.maintenance import refusals
     from tuner.lifecycle.promoted import entry_for
 
     results: list[WaveResult] = []
     for w in waves:
         check()  # a pending signal stops before the next wave, never inside one
+        held = refusals(fleet, list(w.targets))
+        if held:  # nothing of this wave is touched
+            results.append(WaveResult(w, "refused:not_in_maintenance", "; ".join(held)))
+            if on_wave:
+                on_wave(results[-1])
+            break
         res, before, target = apply_wave(fleet, w, values, study=study, limits=limits,
                                          gate_s=gate_s, journal=journal, shield=shield)
         common = {"study": study, "group": fleet.group, "wave": w.index}

@@ -111,6 +111,10 @@ def cmd_set(t: Target, words: list[str], unset: bool) -> None:
             _set_cc(conf, words[2:], unset, bad)
         elif words[:2] in (["qos", "mapping"], ["qos", "egress-queue-mapping"]) and not unset:
             _set_map(conf, words, bad)
+        elif (words[:3] == ["maintenance", "unit", "all-protocols"] and not unset
+              and len(words) == 5 and words[3] == "mode" and words[4] in ("enabled", "disabled")):
+            conf.setdefault("maintenance", {}).setdefault("unit", {})["all-protocols"] = {
+                "mode": words[4]}
         elif (words[:1] == ["interface"] and len(words) >= 4
               and words[2:4] == ["qos", "congestion-control"]):
             port = words[1]
@@ -389,6 +393,16 @@ def show_roce_status(t: Target, port: str) -> str:
     ]) + "\n"
 
 
+def show_maintenance(t: Target) -> str:
+    """``nv show maintenance`` (Cumulus Linux 5.13+; NVUE reference, Show Commands / System)."""
+    units = (t.state["applied"].get("maintenance") or {}).get("unit") or {}
+    rows = [(u, "maintenance" if (units.get(u) or {}).get("mode") == "enabled" else "production")
+            for u in ("all-protocols", "all-interfaces")]
+    return "Maintenance Info \n============== \nUnit                                 State \n" \
+        "-----------------------              --------------- \n" + "".join(
+            f"{u:<37}{state} \n" for u, state in rows)
+
+
 def show_roce(t: Target) -> str:
     """``nv show qos roce`` (global view of default-global, human units)."""
     conf = t.state["applied"]
@@ -541,6 +555,8 @@ def main(argv: list[str]) -> int:
                 st.write_json(t.dir / "state.json", s)
         elif words[:1] == ["show"] and words[1:3] == ["qos", "congestion-control"]:
             sys.stdout.write(show_cc(t, words[1:], as_json, rev))
+        elif words == ["show", "maintenance"]:
+            sys.stdout.write(show_maintenance(t))
         elif words == ["show", "qos", "roce"]:
             sys.stdout.write(show_roce(t))
         elif words == ["show", "qos", "pfc", "default-global"]:
