@@ -86,7 +86,7 @@ def ecmp_findings(uplink_tx_bytes: dict[str, int], flows: list[FlowPath], read_f
         out.append(Finding(
             layer="fabric", check="ecmp_balance", where=leaf,
             evidence=(f"uplink tx bytes under AlltoAll ({read_from}): {counts}; median "
-                      f"{med:g}; hot: {excess}; {len(on_hot)} flows hashed onto the hot "
+                      f"{med:.0f}; hot: {excess}; {len(on_hot)} flows hashed onto the hot "
                       f"link(s): {named}" + (f" (+{more} more)" if more > 0 else "")),
             cause=ECMP_CAUSE, action=ECMP_ACTION, dominant=True))
     return out
