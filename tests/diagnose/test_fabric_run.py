@@ -40,6 +40,10 @@ def test_accepted_findings_are_stored_with_the_study(tmp_path: Path) -> None:
     shown = _show(tmp_path).replace("\n", "")
     assert "findings the study ran under: 2 (run with --accept-findings)" in shown
     assert "fabric/ecmp_balance on leaf0 [dominant" in shown
+    from tuner.report import load, markdown
+
+    md = markdown(load(None, f"sqlite:///{tmp_path}/optuna.db"), {})
+    assert "findings the study ran under: 2" in md and "- fabric/ecmp_balance on leaf1" in md
 
 
 def test_clean_fabric_runs_with_no_finding(tmp_path: Path) -> None:
