@@ -93,7 +93,7 @@ def ecmp_findings(uplink_tx_bytes: dict[str, int], flows: list[FlowPath], read_f
 
 
 def _over(tx: int, median: float) -> str:
-    return "(all of the traffic, median 0)" if median <= 0 else f"(+{tx / median - 1:.0%})"
+    return "(median 0)" if median <= 0 else f"(+{tx / median - 1:.0%})"
 
 
 def dscp_findings(queue_dscp_bytes: dict[str, dict[int, float]], read_from: str,
