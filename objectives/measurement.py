@@ -11,11 +11,25 @@ absent from its mapping, never zero: per-priority pause counters only exist wher
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from objectives.counters import delta_row
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+Rows = dict[str, dict[str, int]]  # {port: {counter: value}}
+
+
+def timed(read: Callable[[], Rows]) -> tuple[Rows, float]:
+    """One target's counters and when they were taken: the midpoint of the read, since the
+    device snapshots them somewhere between the command's start and its end."""
+    start = time.monotonic()
+    rows = read()
+    return rows, (start + time.monotonic()) / 2
 
 
 class Counters(BaseModel):
@@ -28,6 +42,25 @@ class Counters(BaseModel):
     model_config = _FROZEN
     ports: dict[str, dict[str, int]] = Field(default_factory=dict)
     taken_at_s: float = 0.0
+    # Where targets are read one by one or in parallel (SSH), each port's own read time: the
+    # midpoint of its target's command. A rate over a short interval divides by the port's own
+    # interval, not by the whole fan-out's, whose end a slow target sets. In a delta, both
+    # ``taken_at_s`` and these are durations.
+    port_taken_at_s: dict[str, float] = Field(default_factory=dict)
+
+    @classmethod
+    def gather(cls, reads: Iterable[tuple[Rows, float]]) -> Counters:
+        """One reading of many targets from ``(rows, read_at_s)`` per target (see ``timed``)."""
+        ports: dict[str, dict[str, int]] = {}
+        at: dict[str, float] = {}
+        for rows, read_at in reads:
+            ports.update(rows)
+            at.update(dict.fromkeys(rows, read_at))
+        return cls(ports=ports, taken_at_s=time.monotonic(), port_taken_at_s=at)
+
+    def at(self, port: str) -> float:
+        """When ``port`` was read (or, in a delta, over how long): its own time, else the set's."""
+        return self.port_taken_at_s.get(port, self.taken_at_s)
 
     def delta(self, before: Counters) -> Counters:
         """``self - before`` per port and counter, by the meanings in ``objectives.counters``.
@@ -38,7 +71,10 @@ class Counters(BaseModel):
         """
         out = {port: delta_row(before.ports.get(port, {}), after)
                for port, after in self.ports.items()}
-        return Counters(ports=out, taken_at_s=self.taken_at_s - before.taken_at_s)
+        timed = self.port_taken_at_s or before.port_taken_at_s
+        return Counters(ports=out, taken_at_s=self.taken_at_s - before.taken_at_s,
+                        port_taken_at_s={p: self.at(p) - before.at(p) for p in out} if timed
+                        else {})
 
     def total(self, name: str) -> int:
         """Sum of one counter over every port that has it."""

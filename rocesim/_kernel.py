@@ -89,8 +89,14 @@ _S31 = np.uint64(31)
 _S11 = np.uint64(11)
 _INV53 = 1.0 / 9007199254740992.0
 
+# Every helper is its own compiled function, without numba IR inlining (``inline="always"``
+# copied and re-typed each callee's IR at every call site: ~30 % of the cold compile under
+# cProfile); LLVM still inlines them into ``run``. Results are bit-identical and S2/S3 speed
+# unchanged (interleaved A/B, #24 item 4). Nothing here allocates, so no reference counting.
+_jit = njit(cache=True, error_model="numpy", _nrt=False)  # type: ignore[call-overload]
 
-@njit(cache=True, error_model="numpy", inline="always")
+
+@_jit
 def _uniform(rng: np.ndarray) -> float:
     """splitmix64: a per-simulation generator, so interleaved simulations stay deterministic."""
     rng[0] = rng[0] + _GOLD
@@ -101,7 +107,7 @@ def _uniform(rng: np.ndarray) -> float:
     return float(z >> _S11) * _INV53
 
 
-@njit(cache=True, error_model="numpy")
+@_jit
 def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     if n <= 0 or p <= 0.0:
         return 0
@@ -114,7 +120,7 @@ def _binomial(rng: np.ndarray, n: int, p: float) -> int:
     return k
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _mark_prob(q: float, kmin: float, kmax: float, pmax: float, on: int) -> float:
     if on == 0 or q <= kmin:
         return 0.0
@@ -128,7 +134,7 @@ BURST_GRID = 128  # load steps of the backlog table (``burst_table``), interpola
 BURST_N_CAP = 64  # ingress ports beyond this use the table's last row (near the M/D/1 limit)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")  # allocates: keeps reference counting
 def burst_table(n_max: int, seen_by: int) -> np.ndarray:
     """tab[n, i, k] for a queue fed by ``n`` ingress ports at load i / BURST_GRID, k =
     1..BURST_MAX, and at k = 0 the mean (the sum of the tail up to n - 1 packets). ``seen_by``
@@ -166,7 +172,7 @@ def burst_table(n_max: int, seen_by: int) -> np.ndarray:
     return tab
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _burst_params(rho: float, n: int) -> tuple:
     """Packet-level backlog a departing packet sees on top of the fluid queue.
 
@@ -182,7 +188,7 @@ def _burst_params(rho: float, n: int) -> tuple:
     return float(n), rho, kmax
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _burst_row(tab: np.ndarray, n: float, rho: float) -> tuple:
     """(n's row, load step i, weight of step i + 1) in a burst table (or its mean)."""
     row = int(n) if int(n) < tab.shape[0] else tab.shape[0] - 1
@@ -193,14 +199,14 @@ def _burst_row(tab: np.ndarray, n: float, rho: float) -> tuple:
     return row, i, x - i
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _tail(tab: np.ndarray, row: int, i: int, w: float, k: int) -> float:
     """P(B >= k), interpolated between two load steps."""
     lo = tab[row, i, k]
     return lo + w * (tab[row, i + 1, k] - lo)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _burst_mean(mean: np.ndarray, n: float, rho: float, kmax: int) -> float:
     """E[B] in packets from ``mean`` = a burst table's k = 0 column (a compact copy: it is read
     for every queue every step)."""
@@ -211,7 +217,7 @@ def _burst_mean(mean: np.ndarray, n: float, rho: float, kmax: int) -> float:
     return lo + w * (mean[row, i + 1] - lo)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _mark_prob_burst(qf: float, ecn: np.ndarray, tab: np.ndarray, n: float, rho: float,
                      kmax: int, pkt: float) -> float:
     """Expected RED marking probability over the burst backlog distribution."""
@@ -235,7 +241,7 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, tab: np.ndarray, n: float, rho:
     return p
 
 
-@njit(cache=True, error_model="numpy")
+@_jit
 def _burst_sample(rng: np.ndarray, tab: np.ndarray, n: float, rho: float, kmax: int) -> int:
     if kmax <= 0:
         return 0
@@ -247,7 +253,7 @@ def _burst_sample(rng: np.ndarray, tab: np.ndarray, n: float, rho: float, kmax: 
     return k
 
 
-@njit(cache=True, error_model="numpy")
+@_jit
 def count_ingress(live: np.ndarray, n_live: int, f_hops: np.ndarray, f_path: np.ndarray,
                   f_pair: np.ndarray, f_cls: np.ndarray, pair_stamp: np.ndarray,
                   nfl: np.ndarray, stamp: int) -> None:
@@ -263,7 +269,7 @@ def count_ingress(live: np.ndarray, n_live: int, f_hops: np.ndarray, f_path: np.
                 nfl[f_path[f, h], f_cls[f]] += 1
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple:
     """Work-conserving weighted round robin between two data classes on one link.
 
@@ -285,7 +291,7 @@ def _wrr(cap: float, d0: float, d1: float, w0: float, p0: int, p1: int) -> tuple
     return s0, s1
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _waterfill(offers: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.ndarray,
                c: int, cap: float, buf: np.ndarray) -> None:
     """Max-min share of ``cap`` among the offers ``offers[k]`` of flows idx[i0 + k] in class
@@ -320,7 +326,7 @@ def _waterfill(offers: np.ndarray, idx: np.ndarray, i0: int, i1: int, f_cls: np.
             offers[k] = level
 
 
-@njit(cache=True, error_model="numpy")
+@_jit
 def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -> None:
     """One DCQCN increase event (timer or byte counter), ConnectX stage semantics.
 
@@ -353,7 +359,7 @@ def _increase(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int) -
 
 
 # ==================================================================== DCQCN reaction point
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _restart_increase(ff: np.ndarray, fi: np.ndarray, f: int) -> None:
     """A cut (or the limiter's allocation) restarts the increase timer, byte counter and
     stages."""
@@ -363,7 +369,7 @@ def _restart_increase(ff: np.ndarray, fi: np.ndarray, f: int) -> None:
     fi[f, BSTAGE] = 0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float) -> None:
     """CNPs reach flow ``f``'s reaction point. The first one allocates the NIC's rate limiter
     (``initial_alpha_value``; ``rate_to_set_on_first_cnp`` if set, else the rate stays) and
@@ -389,7 +395,7 @@ def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now:
         fi[f, CUTPEND] = 1
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
              dt: float) -> None:
     """α update every ``dce_tcp_rtt``: α <- (1 - g) α + g if a CNP arrived in the period, else
@@ -405,7 +411,7 @@ def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
         fi[f, CNPPERIOD] = 0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now: float,
             dt: float) -> None:
     """The rate-decrease timer ticks every ``rate_reduce_monitor_period`` from the first CNP;
@@ -469,7 +475,7 @@ def rp_rate(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now
 
 
 # ==================================================================== phases of one step
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
     """``arrivals`` for flow ``f``."""
     ff, transit, path = fl.ff, fl.transit, fl.path
@@ -512,7 +518,7 @@ def arrive(f: int, slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> 
                 ff[fl.ack[f], REMAIN] += x * sw.ack_ratio
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def arrival_limits(lk: LinkState, sw: SwitchState) -> None:
     """``arr_lim``: the ingress occupancy (above the reserve) past which ``arrive`` drops, per
     (switch-bound link, class), for the next step. Lossless: XOFF threshold in force plus the
@@ -533,7 +539,7 @@ def arrival_limits(lk: LinkState, sw: SwitchState) -> None:
                 lk.arr_lim[ln, c] = sw.alpha_lossy * (sw.buffer[s] - sw.sh_used[s])
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
     """Bytes that left a link ``delay`` steps ago reach its far end: the next switch egress
     queue (per-(ingress, priority) accounting; headroom overflow drops the lossless class, the
@@ -542,7 +548,7 @@ def arrivals(slot: int, lk: LinkState, sw: SwitchState, fl: FlowState) -> None:
         arrive(fl.live[jf], slot, lk, sw, fl)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def notification_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState,
                        lk: LinkState, x: Scratch) -> None:
     """Marked packets reach the receiver NIC, which sends CNPs: one per marked packet, or at
@@ -556,7 +562,7 @@ def notification_point(t: int, now: float, dt: float, nic: NicState, fl: FlowSta
     fl.ce_count[slot2] = 0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def notify(f: int, t: int, slot2: int, now: float, dt: float, nic: NicState, fl: FlowState,
            lk: LinkState, x: Scratch) -> None:
     """``notification_point`` for flow ``f`` (``slot2``: this step's slot of ``ce_ring``)."""
@@ -597,7 +603,7 @@ def notify(f: int, t: int, slot2: int, now: float, dt: float, nic: NicState, fl:
         fl.cnp_count[s3] += k
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def reaction_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
     """The sender NIC runs DCQCN per flow: CNPs, α, cuts, increases (``rp_*``)."""
     slot3 = t % fl.cnp_ring.shape[0]
@@ -607,7 +613,7 @@ def reaction_point(t: int, now: float, dt: float, nic: NicState, fl: FlowState) 
     fl.cnp_count[slot3] = 0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def react(f: int, slot3: int, now: float, dt: float, nic: NicState, fl: FlowState) -> None:
     """``reaction_point`` for flow ``f`` (``slot3``: this step's slot of ``cnp_ring``)."""
     ff, fi, par = fl.ff, fl.fi, nic.par
@@ -628,7 +634,7 @@ def react(f: int, slot3: int, now: float, dt: float, nic: NicState, fl: FlowStat
         fl.n_active[0] -= 1
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> None:
     """PFC per (switch ingress port, priority): XOFF above min(static, α x free shared buffer),
     XON ``resume`` below; pause frames at XOFF, per refresh period and at XON."""
@@ -678,7 +684,7 @@ def pfc(slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState) -> Non
     arrival_limits(lk, sw)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchState,
             x: Scratch) -> None:
     """Every link serves its queues: pauses seen one link delay after the far end sent them,
@@ -760,7 +766,7 @@ def service(t: int, slot: int, now: float, dt: float, lk: LinkState, sw: SwitchS
 
 # compiled on its own (one call per step): inlined into ``run``, the larger loop nest left the
 # per-flow passes less register room (interleaved A/B: S3 +8 %, S2's AlltoAll phase +5 %)
-@njit(cache=True, error_model="numpy", _nrt=False)  # type: ignore[call-overload]
+@_jit
 def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, fl: FlowState,
             x: Scratch) -> None:
     """Switch queues dequeue each flow's share; dequeued packets are CE-marked with the
@@ -770,7 +776,7 @@ def marking(t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, 
         mark(fl.live[jf], t, dt, rng, lk, sw, fl, x)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState,
          fl: FlowState, x: Scratch) -> None:
     """``marking`` for flow ``f``."""
@@ -822,7 +828,7 @@ def mark(f: int, t: int, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchSt
             pacc[f, h - 1] = acc
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
     """What flow ``f`` may forward of predecessor ``pr``'s deliveries: all of it, or only
     whole ``quantum`` chunks (store and forward per chunk, NCCL Tree) until ``pr`` is done."""
@@ -833,7 +839,7 @@ def _received(ff: np.ndarray, fl: FlowState, pr: int, f: int) -> float:
     return d
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scratch,
               lrate: np.ndarray, sample: bool) -> None:
     """NICs inject each flow at min(DCQCN rate, offered load, ring credit), share the port
@@ -874,7 +880,7 @@ def injection(dt: float, lk: LinkState, sw: SwitchState, fl: FlowState, x: Scrat
             lrate[ln, 1] += n0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> float:
     """What flow ``f`` offers its NIC port ``ln`` this step, added to the port's total."""
     ff = fl.ff
@@ -906,7 +912,7 @@ def offer(f: int, ln: int, dt: float, fl: FlowState, x: Scratch) -> float:
     return b
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowState,
                 x: Scratch) -> None:
     """NIC port ``ln`` serves its QPs' offers (``x.offer``, in the port's QP order): WRR between
@@ -923,7 +929,7 @@ def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowStat
         _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1, x.wf)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def send(f: int, ln: int, b: float, lk: LinkState, fl: FlowState, x: Scratch) -> None:
     """Flow ``f`` puts the ``b`` bytes its port ``ln`` granted on the wire."""
     ff = fl.ff
@@ -939,7 +945,7 @@ def send(f: int, ln: int, b: float, lk: LinkState, fl: FlowState, x: Scratch) ->
     lk.counters[ln, c, C_TX] += b
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchState, pb: ProbeState,
            x: Scratch) -> None:
     """Latency probes start on schedule and advance through the queues they meet: the bytes
@@ -1016,7 +1022,7 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                 pb.ready[i] = arrive
 
 
-@njit(cache=True, error_model="numpy")
+@_jit
 def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
     """Remove the flows of finished collectives from the per-port QP lists (``nic_idx`` /
     ``nic_ptr``, in place and in order) that the NIC arbiter scans every step. Exact: those
@@ -1038,7 +1044,7 @@ def _drop_finished_from_ports(fl: FlowState, gr: GroupState) -> None:
     ptr[ptr.shape[0] - 1] = k
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState,
                 lrate: np.ndarray, sample: bool) -> None:
     """An iteration ends when every flow of the group delivered its bytes; the next one
@@ -1099,7 +1105,7 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
             link_rate(fl.live[jf], fl, lrate)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def sending_rate(f: int, fl: FlowState) -> float:
     """Flow ``f``'s DCQCN rate (capped by its offered rate) if it has data to send, else -1."""
     ff = fl.ff
@@ -1111,7 +1117,7 @@ def sending_rate(f: int, fl: FlowState) -> float:
     return -1.0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def link_rate(f: int, fl: FlowState, lrate: np.ndarray) -> None:
     """Adds flow ``f``'s DCQCN rate to the links it crosses, if it is sending data."""
     r = sending_rate(f, fl)
@@ -1122,14 +1128,14 @@ def link_rate(f: int, fl: FlowState, lrate: np.ndarray) -> None:
             lrate[ln, 1] += 1.0
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def time_series(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState,
                 x: Scratch) -> None:
     """Per-link queue, pause and mean DCQCN rate; adaptive decimation keeps <= cap points."""
     record(t, now, lk, fl, ts, x, True)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def record(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState, x: Scratch,
            recount: bool) -> None:
     """``time_series``; with ``recount`` False, ``ts.lrate`` already holds this step's
@@ -1164,7 +1170,7 @@ def record(t: int, now: float, lk: LinkState, fl: FlowState, ts: SeriesState, x:
     ts.n[0] = k + 1
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@_jit
 def all_done(gr: GroupState) -> bool:
     """True when there are collectives and every one finished its iterations."""
     n = gr.iters.shape[0]

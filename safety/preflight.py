@@ -21,14 +21,21 @@ fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per fi
                       read back fine and do nothing;
 * ``roce_mtu``        the RoCE path MTU (``ibv_devinfo`` active_mtu) is the largest IB MTU the
                       netdev MTU carries (mlx5 ``iboe_get_mtu``: netdev MTU - 88 bytes);
-* ``cnp_queue``       CNPs (the NIC's CNP DSCP) leave the switch by a strict-priority queue;
+* ``roce_queue``      (SONiC) the RoCE data DSCP, followed through the canary ports' own maps
+                      (PORT_QOS_MAP -> DSCP_TO_TC_MAP -> TC_TO_QUEUE_MAP), lands in the tuned
+                      lossless queue with PFC on its TC: stock ``qos_config.j2`` sends DSCP 26
+                      to lossy TC 1, where no tuned threshold ever acts;
+* ``cnp_queue``       CNPs (the NIC's CNP DSCP) leave the switch by a strict-priority queue
+                      (a warning: stock SONiC runs that queue on DWRR); what matters is that
+                      the queue does not starve, ``cnp_starvation`` under the baseline load;
 * ``blast_radius``    every port the written switch object reaches, discovered from the
                       switch's own configuration, lies in the canary; (simulated fabric) a
                       canary switch that also serves hosts outside the canary is refused
                       unless the experiment acknowledges that switch;
 * ``xoff``            the PFC XOFF point of every SSH canary switch is known (switch buffer
                       configuration or the inventory), so Kmax < XOFF is enforced;
-* ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled;
+* ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled, or
+                      absent (SONiC before 202505): reported as absent, never as zero;
 * ``shared_priority`` nothing but the tuned workload on the RoCE priority: a declared job, or
                       traffic seen on that priority while the canary is idle (the storage or
                       backup job that shares the RoCE PFC priority is a classic incident).
@@ -107,6 +114,31 @@ class HostFacts(BaseModel):
     roce_mtu: int | None = None  # ibv_devinfo active_mtu
 
 
+class QosPath(BaseModel):
+    """One DSCP's way through a SONiC port's QoS maps (``None`` = a missing link)."""
+
+    model_config = _FROZEN
+    port: str
+    dscp: int
+    dscp_map: str | None = None  # DSCP_TO_TC_MAP name (the port's, else PORT_QOS_MAP|global)
+    tc: int | None = None
+    tc_map: str | None = None  # TC_TO_QUEUE_MAP name; None: TC n -> queue n
+    queue: int | None = None
+    scheduler: str | None = None
+    scheduler_type: str | None = None
+    pfc_enable: list[int] = Field(default_factory=list)
+
+    def hops(self) -> str:
+        """``Ethernet0: DSCP 26 -> TC 1 (AZURE) -> queue 1 (AZURE)``."""
+        tcq = f" ({self.tc_map})" if self.tc_map else " (no TC_TO_QUEUE_MAP: TC = queue)"
+        return (f"{self.port}: DSCP {self.dscp} -> TC {_unset(self.tc)} "
+                f"({self.dscp_map or 'no DSCP_TO_TC_MAP'}) -> queue {_unset(self.queue)}{tcq}")
+
+
+def _unset(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
 class SwitchFacts(BaseModel):
     """What was read on one canary switch, per port facing canary hosts."""
 
@@ -130,6 +162,10 @@ class SwitchFacts(BaseModel):
     counter_poll_s: dict[str, float] = Field(default_factory=dict)  # counter group -> seconds
     counters_off: list[str] = Field(default_factory=list)  # counter groups not polled
     cnp_queue: dict[str, str] = Field(default_factory=dict)  # port -> scheduler of CNP queue
+    cnp_queue_index: dict[str, int] = Field(default_factory=dict)  # port -> CNP queue
+    lossless_queue: int | None = None  # the tuned queue (inventory lossless_queue)
+    roce_path: dict[str, QosPath] = Field(default_factory=dict)  # port -> RoCE DSCP's path
+    ecn_counters_absent: str | None = None  # why the switch has no ECN counters (not zero)
 
 
 class PreflightFacts(BaseModel):
@@ -428,11 +464,15 @@ def check_counters(facts: PreflightFacts) -> list[CheckResult]:
     _, switches = _reachable(facts)
     out = []
     for s in switches:
+        if s.ecn_counters_absent:
+            out.append(_r("counters", s.name, "warn",
+                          f"ECN counters absent (not zero): {s.ecn_counters_absent}; trials "
+                          "are judged without switch ECN marks"))
         if s.counters_off:
             out.append(_r("counters", s.name, "warn",
                           f"counter groups not polled: {s.counters_off} (their values never "
                           "move; `ecntune preflight --enable-counters` turns them on)"))
-        elif s.counter_poll_s:
+        elif s.counter_poll_s and not s.ecn_counters_absent:
             out.append(_r("counters", s.name, "pass", "polled every " + ", ".join(
                 f"{k} {v:g} s" for k, v in sorted(s.counter_poll_s.items()))))
     return out
@@ -482,10 +522,63 @@ def check_cnp_queue(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckRes
     for s in switches:
         for port, sched in sorted(s.cnp_queue.items()):
             strict = sched.upper().startswith("STRICT")
-            out.append(_r("cnp_queue", f"{s.name}/{port}", "pass" if strict else "fail",
+            out.append(_r("cnp_queue", f"{s.name}/{port}", "pass" if strict else "warn",
                           f"CNPs (DSCP {spec.cnp_dscp}) leave by a {sched} queue" + (
-                              "" if strict else ": CNPs queued behind data arrive late; map "
-                              "the CNP DSCP to a strict-priority queue")))
+                              "" if strict else ": not strict priority (stock SONiC runs it "
+                              "on DWRR); CNPs may wait behind other traffic, so the baseline "
+                              "must show no drops on it (cnp_starvation)")))
+    return out
+
+
+def check_roce_queue(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
+    """SONiC: the RoCE DSCP must reach the tuned lossless queue, with PFC on its TC."""
+    _, switches = _reachable(facts)
+    out = []
+    for s in switches:
+        for port, p in sorted(s.roce_path.items()):
+            problems = []
+            if p.tc is None or p.queue is None:
+                problems.append("the maps do not place it in any queue")
+            elif p.queue != s.lossless_queue:
+                problems.append(f"tuned queue {s.lossless_queue}")
+            if p.tc is not None and p.tc not in p.pfc_enable:
+                problems.append(f"pfc_enable {','.join(map(str, p.pfc_enable)) or 'none'} "
+                                f"(TC {p.tc} is lossy)")
+            elif p.tc is not None:
+                problems.append(f"pfc_enable {','.join(map(str, p.pfc_enable))}")
+            bad = p.tc is None or p.queue != s.lossless_queue or p.tc not in p.pfc_enable
+            fix = (f": map DSCP {spec.roce_dscp} to the lossless TC (e.g. sonic-db-cli "
+                   f"CONFIG_DB HSET 'DSCP_TO_TC_MAP|{p.dscp_map or 'AZURE'}' {spec.roce_dscp} "
+                   f"{s.lossless_queue}; config save -y), or the tuned thresholds never act"
+                   if bad else "")
+            out.append(_r("roce_queue", f"{s.name}/{port}", "fail" if bad else "pass",
+                          f"{p.hops()}; " + "; ".join(problems) + fix))
+    return out
+
+
+def check_cnp_starvation(switches: Iterable[SwitchFacts],
+                         delta: dict[str, dict[str, int]],
+                         watermark_bytes: dict[str, int] | None = None) -> list[CheckResult]:
+    """CNP queue drops under load (``delta``: counter deltas of the baseline measurement,
+    ``{"leaf0/Ethernet0": {"queue6_drop_pkts": 3}}``) fail: a starved CNP queue leaves DCQCN
+    blind whatever ECN does. ``watermark_bytes`` (port key -> peak CNP-queue occupancy)
+    is evidence only."""
+    out = []
+    marks = watermark_bytes or {}
+    for s in switches:
+        for port, queue in sorted(s.cnp_queue_index.items()):
+            key = f"{s.name}/{port}"
+            row = delta.get(key)
+            wm = f", watermark {marks[key]} B" if key in marks else ""
+            if row is None or f"queue{queue}_drop_pkts" not in row:
+                out.append(_r("cnp_starvation", key, "warn",
+                              f"queue {queue} drop counter not read{wm}"))
+                continue
+            drops = row[f"queue{queue}_drop_pkts"]
+            out.append(_r("cnp_starvation", key, "fail" if drops else "pass",
+                          f"CNP queue {queue}: {drops} drops under the baseline load{wm}" + (
+                              ": CNPs are lost, DCQCN cannot react; make the CNP queue "
+                              "strict priority or raise its weight" if drops else "")))
     return out
 
 
@@ -532,7 +625,8 @@ def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
             *check_pfc(facts), *check_dscp(facts, spec), *check_dcqcn(facts),
             *check_nic_cc(facts), *check_link(facts, spec), *check_errors(facts, spec),
             *check_versions(facts), *check_blast_radius(facts, spec), *check_xoff(facts),
-            *check_counters(facts), *check_cnp_queue(facts, spec),
+            *check_counters(facts), *check_roce_queue(facts, spec),
+            *check_cnp_queue(facts, spec),
             *check_shared_priority(facts, spec)]
 
 

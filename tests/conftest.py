@@ -22,8 +22,11 @@ def emulated_cluster_session(tmp_path_factory: pytest.TempPathFactory
     from tuner.emulated.cluster import EmulatedClusterError, free_base_address
 
     for attempt in range(5):  # another test session may take the block between check and bind
+        # The operator's QoS fix: stock SONiC (qos_config.j2) maps RoCE's DSCP 26 to lossy
+        # TC 1 and pre-flight refuses that, so the cluster every test gets is one an operator
+        # prepared for RoCE (DSCP 26 -> TC 3). `reset(operator_fix=False)` gives the stock one.
         emu = EmulatedCluster(tmp_path_factory.mktemp("emulated"),
-                              base_address=free_base_address())
+                              base_address=free_base_address(), operator_fix=True)
         try:
             emu.start()
             break

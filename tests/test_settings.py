@@ -54,3 +54,11 @@ def test_counter_delta_absent_is_not_zero_and_levels_are_kept() -> None:
                              "np_cnp_sent": 2}
     assert d.taken_at_s == 2.5
     assert after.missing("rx_prio0_pause") == ["h0"] and after.total("rx_prio3_pause") == 25
+
+
+
+def test_an_800g_port_can_cap_its_rate_at_line_rate() -> None:
+    """ConnectX-8 ports run at 800 Gb/s: rpg_max_rate (Mbit/s) reaches 800000, and no more."""
+    assert DcqcnSettings(rpg_max_rate=800_000).rpg_max_rate == 800_000
+    with pytest.raises(ValueError, match="rpg_max_rate"):
+        DcqcnSettings(rpg_max_rate=800_001)

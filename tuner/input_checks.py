@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel
 
+from safety.limits import RATE_KNOBS
 from tuner.errors import ConfigError
 from tuner.settings import KNOBS
 
@@ -281,10 +282,6 @@ def _url_problems(exp: Experiment) -> list[str]:
     except ConfigError as exc:
         return [str(exc)]
     return []
-
-
-RATE_KNOBS = ("rpg_max_rate", "rpg_ai_rate", "rpg_hai_rate", "rpg_min_rate",
-              "rate_to_set_on_first_cnp")
 
 
 def _knob_problems(exp: Experiment) -> list[str]:

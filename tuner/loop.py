@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 # not even measure last and does not drift towards it.
 NEVER_KEPT = 10.0
 AUTO_REPLICATES = 5  # baseline replicates measured to size ``repeats: auto``
+# A trial's nested run lives seconds from create_run to set_terminated (its artifacts are a
+# few files): one still RUNNING after five minutes has no writer left.
+ORPHAN_AFTER_S = 300.0
 # Confirmation replicates are drawn per study from this range: fresh placements, never the
 # study's own (0..repeats-1), and different in every study.
 CONFIRM_SEEDS = (1_000_000, 2**31 - 1)
@@ -392,8 +395,16 @@ class StudyRunner:
         if self.tracker.parent_run_id is None:
             return 0
         try:
-            logged = {int(r.data.tags.get("ecntune.trial", -1))
-                      for r in self.tracker.nested_runs()}
+            runs = self.tracker.nested_runs()
+            # A nested run still RUNNING long after it was created lost its writer (killed
+            # between create_run and set_terminated): close it and log the trial again.
+            stale = time.time() * 1000 - ORPHAN_AFTER_S * 1000
+            orphans = [r for r in runs if r.info.status == "RUNNING"
+                       and r.info.start_time < stale]
+            for r in orphans:
+                self.tracker.close_orphan(r.info.run_id)
+            logged = {int(r.data.tags.get("ecntune.trial", -1)) for r in runs
+                      if r not in orphans}
         except Exception as exc:  # still down: try again later
             self.tracker._fail("back-fill", exc)
             return 0
@@ -554,6 +565,7 @@ class StudyRunner:
             self._finish_trial(asked, verdict="failed:measurement", values=values,
                                state=optuna_io.FAIL, role="baseline", detail=str(exc))
             raise MeasurementError(f"baseline measurement failed: {exc}") from exc
+        self._refuse_starved_cnp_queue(asked, values, ms)
         self.baseline_ms = ms
         self._set_window()
         self.study.set_user_attr("baseline_measurements",
@@ -566,6 +578,19 @@ class StudyRunner:
         return self._finish_trial(asked, verdict="baseline", values=values,
                                   state=optuna_io.COMPLETE, ms=ms, sc=sc, role="baseline",
                                   extra_metrics={f"noise_{k}": v for k, v in noise.items()})
+
+    def _refuse_starved_cnp_queue(self, asked: optuna_io.Asked, values: dict[str, int],
+                                  ms: list[Measurement]) -> None:
+        """A CNP queue that drops under the baseline load stops the study (DCQCN would tune
+        blind): the trial fails and ``SafetyAbort`` ends the run before any change."""
+        from tuner.preflight_facts import cnp_starvation
+
+        bad = [r for r in cnp_starvation(self.exp, self.cluster, ms) if r.status == "fail"]
+        if bad:
+            detail = "; ".join(f"{r.target}: {r.evidence}" for r in bad)
+            self._finish_trial(asked, verdict="failed:cnp_starvation", values=values,
+                               state=optuna_io.FAIL, role="baseline", detail=detail)
+            raise SafetyAbort("cnp_starvation", detail)
 
     def _attach_twin(self) -> None:
         """The digital twin, for the screen and for ``sampler: twin`` (one twin, one

@@ -16,7 +16,14 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from safety.preflight import HostFacts, PreflightFacts, PreflightSpec, SwitchFacts
+from safety.preflight import (
+    CheckResult,
+    HostFacts,
+    PreflightFacts,
+    PreflightSpec,
+    QosPath,
+    SwitchFacts,
+)
 from tuner.drivers import SonicDriver, switch_driver
 from tuner.errors import TunerError
 from tuner.ssh.shell import check, q
@@ -206,11 +213,15 @@ def cc_algorithm(text: str, port: int) -> str | None:
     return None
 
 
-def _ping(conn: Connection, peer: HostEntry, mtu: int) -> str | None:
-    """``ok``, the failure text, or ``None`` when the host has no ``ping``."""
+def _ping(conn: Connection, own: HostEntry, peer: HostEntry, mtu: int) -> str | None:
+    """``ok``, the failure text, or ``None`` when the host has no ``ping``.
+
+    ``-I <netdev>``: out of the RoCE port, not whichever interface the routing table picks
+    for the peer (the management port, or another rail of a GPU host)."""
     size = max(0, mtu - 28)  # ICMP payload = MTU - 20 (IPv4) - 8 (ICMP)
     addr = q("host", peer.data_address or peer.address)
-    res = conn.run(f"ping -M do -c 1 -W 1 -s {size} {addr}", check=False, timeout_s=10)
+    res = conn.run(f"ping -M do -c 1 -W 1 -s {size} -I {q('netdev', own.netdev)} {addr}",
+                   check=False, timeout_s=10)
     if res.status == 127:
         return None
     if res.status == 0:
@@ -239,10 +250,12 @@ def parse_pfc_priority(text: str) -> dict[str, list[int]]:
 
 
 def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
-                 found: dict[str, Any] | None = None, cnp_dscp: int = 48) -> SwitchFacts:
+                 found: dict[str, Any] | None = None, cnp_dscp: int = 48,
+                 roce_dscp: int = 26) -> SwitchFacts:
     """The switch's own view: the ports the written profile reaches (its QUEUE table or applied
     NVUE config), the PFC XOFF point, counter polling, the CNP queue's scheduler; on SONiC the
-    lossless priorities of the canary ports (``show pfc priority``)."""
+    lossless priorities of the canary ports (``show pfc priority``), the path of the RoCE and
+    CNP DSCPs through its QoS maps, and whether it counts ECN marks at all."""
     lossless: dict[str, list[int]] = {}
     if pfc_text:
         table = parse_pfc_priority(pfc_text)
@@ -254,12 +267,24 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
         if sw.platform == "sonic":
             reach = [f"{p}|{qu}" for p, qu in drv.reach(found["queue_table"])]
             poll = found.get("counterpoll") or {}
+            db = found.get("config_db") or {}
+            ecn, why = found.get("ecn_counters") or ("on", "")
+            # the WRED/ECN group is off also when its FLEX_COUNTER row is missing; absent (the
+            # release or platform has no such counters) is reported apart, never as off
+            off = {g for g in POLL_GROUPS.values() if g in poll and not poll[g][1]}
+            off = (off | {POLL_GROUPS["wred"]}) if ecn == "off" else off - {POLL_GROUPS["wred"]}
+            cnp = drv.qos_paths(db, cnp_dscp)
             extra = {"reach": [r.split("|")[0] for r in reach],
                      "counter_poll_s": {k: poll[g][0] for k, g in POLL_GROUPS.items()
                                         if g in poll and poll[g][1]},
-                     "counters_off": sorted(g for k, g in POLL_GROUPS.items()
-                                            if g in poll and not poll[g][1]),
-                     "cnp_queue": drv.cnp_schedulers(found.get("config_db") or {}, cnp_dscp)}
+                     "counters_off": sorted(off),
+                     "ecn_counters_absent": why if ecn == "absent" else None,
+                     "cnp_queue": drv.cnp_schedulers(db, cnp_dscp),
+                     "cnp_queue_index": {p: v["queue"] for p, v in cnp.items()
+                                         if v["queue"] is not None},
+                     "lossless_queue": int(sw.lossless_queue),
+                     "roce_path": {p: QosPath(**v) for p, v in
+                                   drv.qos_paths(db, roce_dscp).items()}}
         else:
             extra = {"reach": drv.reach(found["tree"]), "cnp_queue": found.get("cnp") or {}}
         xoffs = [v for v in (found.get("xoff_bytes"), sw.xoff_bytes or None) if v]
@@ -286,8 +311,8 @@ def enable_counters(cluster: Any) -> list[str]:
     done = []
     for sw in cluster.inventory.switches:
         o = cluster.switch_facts()[sw.name]
-        poll = (o.value or {}).get("counterpoll") or {} if o.error is None else {}
-        if sw.platform == "sonic" and not poll.get("WRED_ECN_QUEUE_STAT", (0, True))[1]:
+        ecn = ((o.value or {}).get("ecn_counters") or ("on",) if o.error is None else ("on",))
+        if sw.platform == "sonic" and ecn[0] == "off":  # absent: no such group to enable
             drv = SonicDriver(cluster.pool.conns[sw.name], sw)
             drv.runner.run(drv.enable_counters_command(), timeout_s=30)
             done.append(sw.name)
@@ -326,7 +351,8 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
         mtu = spec.mtu or max((p.get("mtu") or 0 for p in parsed.values()), default=0)
         pairs = {a: b for a, b in zip(names, names[1:] + names[:1], strict=True) if a != b}
         if mtu and pairs:
-            pings = pool.fan_out(lambda c: _ping(c, hosts[pairs[c.name]], mtu), list(pairs))
+            pings = pool.fan_out(lambda c: _ping(c, hosts[c.name], hosts[pairs[c.name]], mtu),
+                                 list(pairs))
             for a, o in pings.items():
                 res = o.value if o.error is None else str(o.error)
                 if res is not None:
@@ -346,7 +372,8 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
             continue
         try:
             out_switches.append(switch_facts(s, pfc[s.name].value, drivers[s.name],
-                                             found[s.name].value, spec.cnp_dscp))
+                                             found[s.name].value, spec.cnp_dscp,
+                                             spec.roce_dscp))
         except TunerError as exc:  # an unreadable switch configuration: name it, do not guess
             out_switches.append(SwitchFacts(name=s.name, error=str(exc),
                                             outside_ports=list(s.other_ports)))
@@ -355,6 +382,50 @@ def ssh_facts(cluster: Any, spec: PreflightSpec) -> PreflightFacts:
         backend="ssh", roce_priority=min(prios), hosts=out_hosts,
         switches=out_switches,
         line_rate_mbps=int(max((h.nic_gbps for h in inv.hosts), default=0) * 1000) or None)
+
+
+def _cnp_watermarks(cluster: Any, switches: list[SwitchFacts]) -> dict[str, int]:
+    """Peak occupancy of each CNP queue (``show queue watermark unicast``, bytes, since the
+    last clear), ``{"leaf0/Ethernet0": 2704}``; a switch that cannot show it gives nothing."""
+    from objectives.parsers import parse_watermark
+    from tuner.drivers.sonic import CNP_WATERMARK
+    from tuner.errors import ParseError
+
+    out: dict[str, int] = {}
+    for s in switches:
+        res = cluster.pool.conns[s.name].run(CNP_WATERMARK, check=False, timeout_s=30)
+        try:
+            rows = parse_watermark(res.stdout).merged() if res.status == 0 else {}
+        except ParseError:
+            continue
+        for port, queue in s.cnp_queue_index.items():
+            value = rows.get(port, {}).get(f"UC{queue}")
+            if value is not None:
+                out[f"{s.name}/{port}"] = value
+    return out
+
+
+def cnp_starvation(exp: Experiment, cluster: Cluster, ms: list[Any]) -> list[CheckResult]:
+    """The CNP queue of every SONiC canary port under the baseline load (``ms``: the baseline
+    measurements): its drops (a fail) and watermark (evidence). Other backends: nothing."""
+    from safety.preflight import check_cnp_starvation
+
+    if cluster.describe().backend != "ssh":
+        return []
+    inner: Any = getattr(cluster, "inner", cluster)
+    spec = getattr(exp, "preflight", None) or PreflightSpec()
+    found = inner.switch_facts()
+    switches = [switch_facts(s, None, switch_driver(inner.pool.conns[s.name], s),
+                             found[s.name].value, spec.cnp_dscp, spec.roce_dscp)
+                for s in inner.inventory.switches
+                if s.platform == "sonic" and found[s.name].error is None]
+    delta: dict[str, dict[str, int]] = {}
+    for m in ms:
+        for port, row in m.counters.ports.items():
+            into = delta.setdefault(port, {})
+            for k, v in row.items():
+                into[k] = into.get(k, 0) + int(v)
+    return check_cnp_starvation(switches, delta, _cnp_watermarks(inner, switches))
 
 
 def collect(exp: Experiment, cluster: Cluster, spec: PreflightSpec) -> PreflightFacts:

@@ -52,7 +52,9 @@ KNOBS: dict[str, Knob] = {
              "bytes sent between rate increases without CNP (0 = disabled)"),
         Knob("rpg_threshold", "nic", "count", 1, 31, 1,
              "byte/time stages before the RP advances to additive/hyper increase"),
-        Knob("rpg_max_rate", "nic", "Mbit/s", 0, 400_000, 0, "rate cap (0 = port speed)"),
+        # 800 Gb/s ports (ConnectX-8): RPG_MAX_RATE is a plain Mbit/s field (mstflint's
+        # mlxconfig DB, nv_roce_cc_ecn); the rate checks bound it by each host's nic_gbps.
+        Knob("rpg_max_rate", "nic", "Mbit/s", 0, 800_000, 0, "rate cap (0 = port speed)"),
         Knob("rpg_ai_rate", "nic", "Mbit/s", 1, 131_071, 5, "additive-increase step"),
         Knob("rpg_hai_rate", "nic", "Mbit/s", 1, 131_071, 50, "hyper-increase step"),
         Knob("rpg_gd", "nic", "log2", 0, 15, 11, "rate cut is RC * (1 - alpha / 2^rpg_gd)"),

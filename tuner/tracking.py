@@ -410,6 +410,14 @@ class Tracker:
         except Exception as exc:
             self._fail("study summary", exc)
 
+    def close_orphan(self, run_id: str) -> None:
+        """End a trial run its writer left RUNNING (killed mid-log); the back-fill logs the
+        trial again, so the orphan is marked, not counted."""
+        c = self.client()
+        c.set_tag(run_id, "ecntune.detail", "left RUNNING by a process that was killed while "
+                  "logging it; closed by the back-fill, which logged the trial again")
+        c.set_terminated(run_id, status="KILLED")
+
     def nested_runs(self) -> list[Any]:
         """The parent run's trial runs (for the back-fill, ``show`` and tests). Always tried,
         even with the breaker open: an answer closes it (the store is back)."""

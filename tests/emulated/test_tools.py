@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 
 import pytest
@@ -204,6 +205,51 @@ def test_counter_faults_are_rates_in_time(emulated_cluster: EmulatedCluster) -> 
     assert pfc.rx["Ethernet0"][3] >= 100
     wd = parsers.parse_pfcwd_stats(ok(emu, "leaf0", "show pfcwd stats"))
     assert wd.rows[0].status == "stormed"
+
+
+def test_a_reading_beside_another_sees_every_event_taken(emulated_cluster: EmulatedCluster,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two counter commands at once on a stormed switch (the SONiC driver runs its four
+    ``show`` commands as parallel channels): while one has taken the storm's events, the
+    other's reading waits until they are counted, so no reading misses them (a lull) and the
+    next doubles them (a burst) -- the flake that made ``watch`` call a storm noise."""
+    from tuner.emulated import state as st
+    from tuner.emulated import switches
+    from tuner.emulated.tools._base import Target
+
+    emu = emulated_cluster
+    emu.inject("leaf0", pfc_storm=1000)
+    tdir = emu.target_dir("leaf0")
+    time.sleep(0.3)  # ~300 events due
+    inside, release = threading.Event(), threading.Event()
+    plain = switches.fault_counter_deltas
+
+    def held(state: dict, events: dict[str, int]) -> dict[str, dict[str, int]]:
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(5.0)
+        return plain(state, events)
+
+    monkeypatch.setattr(switches, "fault_counter_deltas", held)
+
+    def reading(out: list[int]) -> None:
+        t = Target(emu.root, tdir, "leaf0", st.load_state(tdir), st.load_faults(tdir))
+        t.tick_counter_faults()
+        out.append(t.counters()["Ethernet0"].get("pfc_rx_3", 0))
+
+    first: list[int] = []
+    second: list[int] = []
+    a = threading.Thread(target=reading, args=(first,), name="first")
+    a.start()
+    assert inside.wait(5.0)
+    b = threading.Thread(target=reading, args=(second,), name="second")
+    b.start()
+    b.join(1.0)  # the second reading may not finish while the first holds its events
+    release.set()
+    a.join(5.0)
+    b.join(5.0)
+    assert first and first[0] >= 250
+    assert second and second[0] >= first[0]
 
 
 def test_ib_write_lat_client_server(emulated_cluster: EmulatedCluster) -> None:

@@ -71,11 +71,12 @@ def test_evidence_commands_and_rollback() -> None:
     md = to_markdown(CR)
     assert "Paired change of busbw: +41.5 % (95% interval +30.2 % to +52.9 %, 5 pairs" in md
     apply_at, back_at = md.index("## Commands"), md.index("## Rollback")
-    # export's generators: one threshold per ecnconfig call, min < max at every step
-    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin 200000\n" \
-           "sudo ecnconfig -p AZURE_LOSSLESS -gmax 800000 -gdrop 20" in md[apply_at:back_at]
-    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmax 2097152\n" \
-           "sudo ecnconfig -p AZURE_LOSSLESS -gmin 1048576 -gdrop 5" in md[back_at:]
+    # export's generators: the host-facing ports get their own profile, and get it back
+    apply, back = md[apply_at:back_at], md[back_at:]
+    assert "green_min_threshold 200000 green_max_threshold 800000 green_drop_probability 20" \
+        in apply and "wred_profile ECNTUNE_CANARY; done" in apply
+    assert "wred_profile AZURE_LOSSLESS; done" in back and "DEL 'WRED_PROFILE|ECNTUNE_CANARY'" \
+        in back and "green_min_threshold" not in back
     assert "roce_rp/rpg_time_reset" in md[apply_at:back_at]
     assert "echo 300 > /sys/class/net/$IF/ecn/roce_rp/rpg_time_reset" in md[back_at:]
     assert "ecntune verify pod1" in md

@@ -27,6 +27,7 @@ from tuner.lifecycle.persist import (
     persistence_for,
     read_persistent,
     systemd_escape,
+    unsaved_changes,
 )
 from tuner.settings import KNOBS, NIC_KNOBS, DcqcnSettings, EcnSettings
 
@@ -143,3 +144,39 @@ def test_persist_survives_a_reboot_on_every_platform(emulated_cluster: EmulatedC
         path = Path(p0.unit_path)
         path.write_text(path.read_text().replace("echo 150 ", "echo 300 "))
         assert read_persistent(p0) != WIN_NIC
+
+
+def test_unsaved_changes_names_every_foreign_entry() -> None:
+    saved = {"PORT": {"Ethernet8": {"mtu": "9100", "speed": "100000"}},
+             "WRED_PROFILE": {"AZURE_LOSSLESS": {"green_min_threshold": "250000"}}}
+    running = {"PORT": {"Ethernet8": {"mtu": "1500", "speed": "100000"}},
+               "WRED_PROFILE": {"AZURE_LOSSLESS": {"green_min_threshold": "250000"},
+                                "ECNTUNE_CANARY": {"green_min_threshold": "200000"}},
+               "VLAN": {"Vlan20": {"vlanid": "20"}}}
+    ours = {("WRED_PROFILE", "ECNTUNE_CANARY")}
+    assert unsaved_changes(running, saved, ours) == [
+        "PORT|Ethernet8: mtu 9100 -> 1500", "VLAN|Vlan20: added"]
+    assert unsaved_changes(saved, running, ours) == [
+        "PORT|Ethernet8: mtu 1500 -> 9100", "VLAN|Vlan20: removed"]
+    assert unsaved_changes(running, running, set()) == []
+
+
+@pytest.mark.ssh
+def test_sonic_save_refuses_other_peoples_unsaved_changes(emulated_cluster: EmulatedCluster,
+                                                          ) -> None:
+    """`config save` saves all of the running CONFIG_DB: with someone's unsaved MTU change on
+    the switch, promote --persist refuses and the saved file keeps the factory profile."""
+    emu = emulated_cluster
+    emu.edit_state("leaf0", lambda s: s["config_db"].setdefault("PORT", {}).setdefault(
+        "Ethernet8", {}).update(mtu="1500"))
+    with Fleet(load_inventory(emu.inventory_path)) as fleet:
+        drv = fleet.driver("leaf0")
+        drv.read()
+        drv.write(WIN_ECN)
+        plan = persistence_for(drv)
+        with pytest.raises(ApplyError, match=r"leaf0: .*not ecntune's: PORT\|Ethernet8: "
+                                             r"added\. `config save` would persist them too"):
+            persist(plan, WIN_ECN)
+        assert read_persistent(plan) == EcnSettings()  # nothing was saved
+        emu.edit_state("leaf0", lambda s: s["config_db"]["PORT"].pop("Ethernet8"))
+        assert persist(plan, WIN_ECN) == WIN_ECN  # only ours differs now

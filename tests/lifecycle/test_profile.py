@@ -100,6 +100,23 @@ def test_features_are_rates_of_named_counters() -> None:
     assert "rx_prio3_pause_duration" not in f  # absent is not zero
 
 
+def test_each_port_is_divided_by_its_own_interval() -> None:
+    """Targets read in parallel: leaf0 read late in one reading and early in the next saw
+    400 frames/s over its own 0.25 s, not over the 0.5 s between the readings' ends."""
+    before = Counters.gather([({"leaf0/Ethernet0": {"pfc3_rx_pkts": 0}}, 10.40),
+                              ({"host0": {"np_cnp_sent": 0}}, 10.10)])
+    after = Counters.gather([({"leaf0/Ethernet0": {"pfc3_rx_pkts": 100}}, 10.65),
+                             ({"host0": {"np_cnp_sent": 60}}, 10.70)])
+    delta = after.delta(before)
+    assert delta.at("leaf0/Ethernet0") == pytest.approx(0.25)
+    assert delta.at("host0") == pytest.approx(0.60)
+    f = features(delta, 0.5)
+    assert f["pfc3_rx_pkts"] == pytest.approx(400.0)
+    assert f["np_cnp_sent"] == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="leaf0/Ethernet0"):
+        features(before.delta(after), 0.5)  # read backwards in time
+
+
 def test_prometheus_textfile_parses_with_the_reference_client(tmp_path) -> None:  # noqa: ANN001
     """The official Python client's parser reads every family and sample back."""
     from prometheus_client import parser

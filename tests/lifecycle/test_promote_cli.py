@@ -92,5 +92,5 @@ def test_export_change_request(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     md = (out / "change-request.md").read_text()
     assert md.startswith("# Change request: ECN/DCQCN settings from study quick-")
-    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin " in md and "## Rollback" in md
+    assert "HSET 'WRED_PROFILE|ECNTUNE_CANARY' ecn ecn_all" in md and "## Rollback" in md
     assert "<table>" in (out / "change-request.html").read_text()

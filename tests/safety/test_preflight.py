@@ -204,6 +204,28 @@ def test_unreachable_target_fails_and_is_skipped_by_other_checks():
     assert "h1" in summary(res)
 
 
+def test_the_df_ping_leaves_by_the_roce_port() -> None:
+    """`ping -I <netdev>`: with several interfaces (a management port, eight rails) the route
+    to the peer's data address need not be the RoCE port whose MTU is under test."""
+    from tuner.inventory import HostEntry
+    from tuner.preflight_facts import _ping
+    from tuner.ssh.transport import Result
+
+    sent: list[str] = []
+
+    class Conn:
+        def run(self, command: str, **_: object) -> Result:
+            sent.append(command)
+            return Result("gpu01", command, 0, "", "", 0.0)
+
+    own, peer = (HostEntry(name=n, address=a, data_address=d, netdev="ens1f0np0",
+                           rdma_device="mlx5_0", pci="0000:3b:00.0", nic_gbps=400)
+                 for n, a, d in (("gpu01", "10.0.0.11", "192.168.1.11"),
+                                 ("gpu02", "10.0.0.12", "192.168.1.12")))
+    assert _ping(Conn(), own, peer, 4200) == "ok"  # type: ignore[arg-type]
+    assert sent == ["ping -M do -c 1 -W 1 -s 4172 -I ens1f0np0 192.168.1.12"]
+
+
 @pytest.mark.parametrize("ping,status", [({"h1": "ok"}, "pass"),
                                          ({"h1": "Message too long, mtu=1500"}, "fail")])
 def test_df_ping(ping, status):
@@ -283,11 +305,13 @@ def test_roce_mtu_must_follow_the_netdev_mtu():
     assert [(r.check, r.target) for r in failures(res)] == [("roce_mtu", "h1")]
 
 
-def test_cnp_must_leave_by_a_strict_priority_queue():
+def test_a_cnp_queue_that_is_not_strict_priority_is_a_warning_only():
     sw = switch(cnp_queue={"Ethernet0": "STRICT (DSCP 48 -> TC 6 -> queue 6)",
-                           "Ethernet4": "DWRR (DSCP 48 -> TC 0 -> queue 0)"})
-    bad = failures(run_checks(facts(switches=[sw]), PreflightSpec()))
-    assert [(r.check, r.target) for r in bad] == [("cnp_queue", "leaf0/Ethernet4")]
+                           "Ethernet4": "DWRR (DSCP 48 -> TC 6 -> queue 6)"})  # stock SONiC
+    res = run_checks(facts(switches=[sw]), PreflightSpec())
+    assert not failures(res)
+    got = {r.target: r.status for r in by_check(res, "cnp_queue")}
+    assert got == {"leaf0/Ethernet0": "pass", "leaf0/Ethernet4": "warn"}
 
 
 def test_cc_algorithm_from_the_real_mstconfig_query():

@@ -20,6 +20,7 @@ from tuner.errors import ApplyError
 from tuner.inventory import Inventory, parse_inventory
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
 from tuner.ssh.transport import CommandError, Connection, HostKeyError
+from tuner.workload import ProbePart, Workload
 
 pytestmark = pytest.mark.ssh
 
@@ -216,7 +217,8 @@ def _endpoint(emu: EmulatedCluster, name: str, **over: Any) -> Any:
 
 
 @pytest.mark.skipif(shutil.which("sudo") is None, reason="sudo not installed")
-def test_sudo_hosts_run_every_command_under_sudo_n(emu: EmulatedCluster) -> None:
+def test_sudo_hosts_use_sudo_for_devices_and_not_for_measurements(emu: EmulatedCluster,
+                                                                  ) -> None:
     data = yaml.safe_load(Path(emu.inventory_path).read_text())
     for h in data["hosts"]:
         h["sudo"] = True  # the emulated user is root: `sudo -n` needs no password
@@ -230,6 +232,10 @@ def test_sudo_hosts_run_every_command_under_sudo_n(emu: EmulatedCluster) -> None
         assert c.read_back() == new
         c.apply(base)
         assert c.read_back() == base
+        # ... but the measurement runs as the login user with that session's PATH: under
+        # sudo's secure_path the stand-in perftest, like an HPC-X build, is not even found
+        m = c.measure(Workload(parts=[ProbePart(size_bytes=64, pairs=1)], time_limit_s=60))
+        assert m.latency is not None and m.latency.count > 0
 
 
 def test_an_unknown_wred_profile_is_refused_before_any_write(emu: EmulatedCluster) -> None:

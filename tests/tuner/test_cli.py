@@ -63,7 +63,7 @@ def test_run_show_export_in_process(tiny: Tiny, tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["export", "cli1", "--results", res, "--format", "sonic",
                                   "--all-knobs", "--unconfirmed"])
     assert r.exit_code == 0, r.output
-    assert "sudo ecnconfig -p AZURE_LOSSLESS -gmin " in r.output
+    assert "HSET 'WRED_PROFILE|ECNTUNE_CANARY' ecn ecn_all" in r.output
     r = CliRunner().invoke(main, ["export", "cli1", "--results", res, "--trial", "99"])
     assert r.exit_code == 2
 
@@ -117,10 +117,19 @@ def test_export_render_golden() -> None:
         "echo 50 > /sys/class/net/$IF/ecn/roce_rp/rpg_ai_rate",
         "echo 4 > /sys/class/net/$IF/ecn/roce_np/min_time_between_cnps",
         "",
-        "# SONiC WRED/ECN on the lossless queue (ecnconfig)",
-        "# on leaf0: WRED profile AZURE_LOSSLESS (every port bound to it)",
-        "sudo ecnconfig -p AZURE_LOSSLESS -gmin 40000",  # lowering: min first, one per call
-        "sudo ecnconfig -p AZURE_LOSSLESS -gmax 120000 -gdrop 20",
+        "# SONiC WRED/ECN of the host-facing ports (sonic-db-cli)",
+        "# on leaf0: WRED profile ECNTUNE_CANARY (the stock AZURE_LOSSLESS fields, every colour "
+        "alike, with the new thresholds) on the lossless queue 3 of the host-facing ports only; "
+        "every other port, uplinks included, keeps AZURE_LOSSLESS",
+        ': "${HOST_PORTS:?set HOST_PORTS to the host-facing ports of this switch, e.g. '
+        "'Ethernet0 Ethernet4' (uplinks excluded)}\"",
+        "sudo sonic-db-cli CONFIG_DB HSET 'WRED_PROFILE|ECNTUNE_CANARY' ecn ecn_all "
+        "wred_green_enable true green_min_threshold 40000 green_max_threshold 120000 "
+        "green_drop_probability 20 wred_yellow_enable true yellow_min_threshold 40000 "
+        "yellow_max_threshold 120000 yellow_drop_probability 20 wred_red_enable true "
+        "red_min_threshold 40000 red_max_threshold 120000 red_drop_probability 20",
+        'for p in $HOST_PORTS; do sudo sonic-db-cli CONFIG_DB HSET "QUEUE|$p|3" wred_profile '
+        "ECNTUNE_CANARY; done",
         "",
         "# Cumulus Linux NVUE ECN on the RoCE traffic class",
         "# on leaf0: congestion-control default-global, traffic-class 3",

@@ -3,48 +3,36 @@ each target's own platform and layout."""
 
 from __future__ import annotations
 
-import random
-import re
 from typing import Any
 
 from tests.ssh.conftest import BASE_INVENTORY
 from tuner.cli.export import SwitchTarget, inventory_of, render
-from tuner.emulated.tools.ecnconfig import WRED_CONFIG_FIELDS
 from tuner.inventory import parse_inventory
 
 BASE = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5, "rpg_ai_rate": 5,
         "min_time_between_cnps": 0}
 
 
-def _ecnconfig_states(lines: list[str], kmin: int, kmax: int) -> list[tuple[int, int]]:
-    """Replay ``ecnconfig -p P -g...`` calls the way scripts/ecnconfig writes them: the merged
-    values are validated, then each field is its own CONFIG_DB write, in WRED_CONFIG_FIELDS
-    order (gmax before gmin). Returns (min, max) after every single write."""
-    state = {"green_min_threshold": kmin, "green_max_threshold": kmax}
-    seen = []
-    for line in lines:
-        flags = dict(re.findall(r"-(g\w+) (\d+)", line))
-        merged = {**state, **{WRED_CONFIG_FIELDS[k]: int(v) for k, v in flags.items()}}
-        assert merged["green_min_threshold"] < merged["green_max_threshold"], line
-        for key in WRED_CONFIG_FIELDS:  # the write order
-            if key in flags:
-                state[WRED_CONFIG_FIELDS[key]] = int(flags[key])
-                seen.append((state["green_min_threshold"], state["green_max_threshold"]))
-    return seen
-
-
-def test_sonic_export_never_leaves_min_above_max() -> None:
-    rng = random.Random(7)
-    for _ in range(300):
-        a, b = sorted(rng.sample(range(10_000, 5_000_000), 2))
-        c, d = sorted(rng.sample(range(10_000, 5_000_000), 2))
-        base = {**BASE, "kmin_bytes": a, "kmax_bytes": b}
-        best = {**base, "kmin_bytes": c, "kmax_bytes": d, "pmax_percent": rng.randint(1, 100)}
-        text = render(best, base, [SwitchTarget("leaf0", "sonic")], [], ("sonic",))
-        calls = [ln for ln in text.splitlines() if ln.startswith("sudo ecnconfig")]
-        states = _ecnconfig_states(calls, a, b)
-        assert all(lo < hi for lo, hi in states), (base, best, calls)
-        assert states[-1] == (c, d)
+def test_sonic_export_tunes_the_host_facing_ports_only() -> None:
+    """The role the study tuned: host-facing ports get their own profile in one HSET (min <
+    max at every moment); the production profile, which the uplinks use too, is never
+    written, and the way back rebinds it and drops the copy."""
+    sw = SwitchTarget("leaf0", "sonic", "AZURE_LOSSLESS", 3, ("Ethernet0", "Ethernet4"))
+    best = {**BASE, "kmin_bytes": 40_000, "kmax_bytes": 120_000, "pmax_percent": 20}
+    text = render(best, BASE, [sw], [], ("sonic",))
+    assert "HOST_PORTS='Ethernet0 Ethernet4'" in text
+    assert ("sudo sonic-db-cli CONFIG_DB HSET 'WRED_PROFILE|ECNTUNE_CANARY' ecn ecn_all "
+            "wred_green_enable true green_min_threshold 40000 green_max_threshold 120000 "
+            "green_drop_probability 20 wred_yellow_enable true") in text
+    assert ('for p in $HOST_PORTS; do sudo sonic-db-cli CONFIG_DB HSET "QUEUE|$p|3" '
+            "wred_profile ECNTUNE_CANARY; done") in text
+    assert "ecnconfig" not in text and "WRED_PROFILE|AZURE_LOSSLESS" not in text
+    back = render(BASE, best, [sw], [], ("sonic",), back_out=True)
+    assert ('HSET "QUEUE|$p|3" wred_profile AZURE_LOSSLESS; done\n'
+            "sudo sonic-db-cli CONFIG_DB DEL 'WRED_PROFILE|ECNTUNE_CANARY'") in back
+    # without an inventory the ports are not known: the script stops until they are given
+    bare = render(best, BASE, [SwitchTarget("leaf0")], [], ("sonic",))
+    assert ': "${HOST_PORTS:?set HOST_PORTS to the host-facing ports' in bare
 
 
 def test_each_target_gets_its_own_platform_names_and_layout() -> None:
@@ -57,8 +45,8 @@ def test_each_target_gets_its_own_platform_names_and_layout() -> None:
     best = {**BASE, "kmin_bytes": 40_000, "kmax_bytes": 120_000, "rpg_ai_rate": 50}
     text = render(best, BASE, switches, [h.nic for h in inv.hosts], hosts=list(inv.hosts))
     sonic, nvue = text.split("# on leaf0")[1].split("# on leaf1")[0], text.split("# on leaf1")[1]
-    assert "sudo ecnconfig -p LOSSLESS_X -gmin 40000" in sonic and "nv set" not in sonic
-    assert "AZURE_LOSSLESS" not in text  # the inventory's profile, not a hard-coded one
+    assert "HSET \"QUEUE|$p|4\" wred_profile ECNTUNE_CANARY" in sonic and "nv set" not in sonic
+    assert "keeps LOSSLESS_X" in sonic and "AZURE_LOSSLESS fields" in sonic
     assert "traffic-class 3 min-threshold 40000" in nvue and "ecnconfig" not in nvue
     assert text.count("# on leaf") == 2  # one platform per switch
     # host0 is OFED sysfs, host1 upstream debugfs (BASE_INVENTORY): the drivers' paths

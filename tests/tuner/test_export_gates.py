@@ -74,7 +74,7 @@ def test_the_confirmed_winner_needs_no_flag(results: Path) -> None:
         r = _export(results, "a", "--format", "sonic", *args)
         assert r.exit_code == 0, r.output
         assert r.stdout.startswith(f"# study a, trial {w} (ok,")
-        assert "UNCONFIRMED" not in r.output and "sudo ecnconfig" in r.stdout
+        assert "UNCONFIRMED" not in r.output and "sonic-db-cli CONFIG_DB HSET" in r.stdout
 
 
 def test_the_baseline_is_refused_even_with_unconfirmed(results: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,34 @@ def test_tracking_outage_is_backfilled_from_optuna(tiny: Tiny, results: Path) ->
     assert sorted(int(r.data.tags["ecntune.trial"]) for r in runs) == [0, 1, 2]
     st = optuna_io.load_study("s1", exp.storage_url)
     assert json.loads(Path(st.trials[0].user_attrs["measurement_path"]).read_text())
+
+
+class KilledWhileLogging(Tracker):
+    """Trial 1's nested run is created (an hour ago) and never finished: the process that was
+    logging it was SIGKILLed between create_run and set_terminated."""
+
+    killed = False
+
+    def log_trial(self, rec: Any) -> str | None:
+        if rec.number == 1 and not self.killed:
+            self.killed = True
+            self.client().create_run(
+                self._experiment_id(), run_name="trial-0001",
+                start_time=int(time.time() * 1000) - 3_600_000,
+                tags={"mlflow.parentRunId": str(self.parent_run_id), "ecntune.trial": "1",
+                      "ecntune.role": "trial"})
+            return None
+        return super().log_trial(rec)
+
+
+def test_a_run_left_running_by_a_killed_process_is_closed_and_the_trial_logged(
+        tiny: Tiny, results: Path) -> None:
+    exp, text = tiny(trials=2)
+    tracker = KilledWhileLogging(exp.tracking_uri, exp.tracking_experiment,
+                                 results / "mlartifacts")
+    _runner(exp, text, build_cluster(exp), tracker=tracker).run()
+    runs = {(int(r.data.tags["ecntune.trial"]), r.info.status) for r in tracker.nested_runs()}
+    assert runs == {(0, "FINISHED"), (1, "KILLED"), (1, "FINISHED"), (2, "FINISHED")}
 
 
 def test_multi_objective_front_holds_only_feasible_trials(tiny: Tiny) -> None:

@@ -8,11 +8,11 @@ target: a switch gets its own platform's commands for its ``wred_profile`` (SONi
 the platforms and the defaults are used (``AZURE_LOSSLESS``, traffic class 3, OFED sysfs).
 
 Formats, one name each (the inventory's names): ``mlx5`` (DCQCN files of the host's layout,
-runtime only, as root), ``sonic`` (``sudo ecnconfig -p <profile> -gmin|-gmax <bytes>``, one
-threshold per call in the safe order, ``-gdrop`` on the last), ``nvue`` (``nv set qos
-congestion-control default-global traffic-class <tc> ...`` then ``nv config apply``). These
-write the production profile, so they reach every port that uses it: the study measured the
-same values on the canary ports only (``canary_profile``).
+runtime only, as root), ``sonic`` (the host-facing ports' lossless queue bound to their own
+WRED profile, written whole by one ``sonic-db-cli HSET``; the production profile and the
+uplinks are left alone: the study tuned the host-facing role only), ``nvue`` (``nv set qos
+congestion-control default-global traffic-class <tc> ...`` then ``nv config apply``, every
+port of the switch).
 """
 
 from __future__ import annotations
@@ -37,12 +37,18 @@ FORMATS = ("mlx5", "sonic", "nvue")
 
 @dataclass(frozen=True)
 class SwitchTarget:
-    """A switch as export sees it: ``platform`` None when no inventory says (sim study)."""
+    """A switch as export sees it: ``platform`` None when no inventory says (sim study).
+
+    ``ports`` are its host-facing ports (the inventory's canary and other ports): the role the
+    study tuned. ``role_profile`` is the profile they get; every other port (uplinks
+    included) keeps ``profile``."""
 
     name: str
     platform: str | None = None
     profile: str = "AZURE_LOSSLESS"
     queue: int = 3
+    ports: tuple[str, ...] = ()
+    role_profile: str = "ECNTUNE_CANARY"
 
 
 def _hosts(nics: list[str]) -> dict[str, list[str]]:
@@ -100,22 +106,45 @@ def _ecn(values: dict[str, int]) -> EcnSettings:
                        pmax_percent=int(values["pmax_percent"]))
 
 
+def _ports_line(sw: SwitchTarget) -> str:
+    """``HOST_PORTS`` from the inventory, or a line that stops the script until it is set."""
+    from tuner.ssh.shell import check
+
+    if sw.ports:
+        return "HOST_PORTS=" + shlex.quote(" ".join(check("switch_port", p) for p in sw.ports))
+    return (': "${HOST_PORTS:?set HOST_PORTS to the host-facing ports of this switch, e.g. '
+            "'Ethernet0 Ethernet4' (uplinks excluded)}\"")
+
+
 def sonic_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget,
-                   all_knobs: bool = False) -> list[str]:
-    """The SONiC driver's ``ecnconfig`` calls from the baseline to the winner (``all_knobs``:
-    the fields equal to the baseline are rewritten last, which keeps every step valid)."""
-    from tuner.drivers.sonic import FLAGS, ecnconfig_calls
+                   back_out: bool = False) -> list[str]:
+    """The host-facing ports' lossless queue gets its own WRED profile (``role_profile``: the
+    stock field set of ``profile`` with the winner's thresholds, written in one ``HSET``, so
+    min < max holds throughout); every other port, uplinks included, keeps ``profile``.
+    ``back_out`` (the change request's way back) rebinds ``profile`` and drops the copy."""
+    from tuner.drivers.sonic import DB, stock_profile
+    from tuner.ssh.shell import q
 
     target = _ecn(values)
-    start = _ecn(baseline) if baseline else target
-    calls = ecnconfig_calls(sw.profile, start, target)
-    same = [k for k in ("kmin_bytes", "kmax_bytes", "pmax_percent")
-            if getattr(start, k) == getattr(target, k)]
-    if all_knobs and same:
-        calls.append(f"ecnconfig -p {shlex.quote(sw.profile)} " + " ".join(
-            f"{FLAGS[k]} {getattr(target, k)}" for k in same))
-    return [f"# on {sw.name}: WRED profile {sw.profile} (every port bound to it)",
-            *(f"sudo {c}" for c in calls)] if calls else [f"# on {sw.name}: ECN unchanged"]
+    if not back_out and baseline and target == _ecn(baseline):
+        return [f"# on {sw.name}: ECN unchanged"]
+    queue, role = int(sw.queue), q("wred_profile", sw.role_profile)
+    key = q("db_key", f"WRED_PROFILE|{sw.role_profile}")
+
+    def bind(name: str) -> str:
+        return (f'for p in $HOST_PORTS; do sudo {DB} HSET "QUEUE|$p|{queue}" wred_profile '
+                f"{name}; done")
+
+    if back_out:
+        return [f"# on {sw.name}: the host-facing ports' lossless queue {queue} back to WRED "
+                f"profile {sw.profile}; {sw.role_profile} removed", _ports_line(sw),
+                bind(q("wred_profile", sw.profile)), f"sudo {DB} DEL {key}"]
+    fields = " ".join(f"{q('db_field', k)} {q('db_value', v)}"
+                      for k, v in stock_profile(target).items())
+    return [f"# on {sw.name}: WRED profile {sw.role_profile} (the stock AZURE_LOSSLESS fields, "
+            f"every colour alike, with the new thresholds) on the lossless queue {queue} of the "
+            f"host-facing ports only; every other port, uplinks included, keeps {sw.profile}",
+            _ports_line(sw), f"sudo {DB} HSET {key} {fields}", bind(role)]
 
 
 def nvue_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget
@@ -131,16 +160,17 @@ def nvue_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTa
 
 def render(values: dict[str, int], baseline: dict[str, int], switches: list[Any],
            nics: list[str], formats: tuple[str, ...] = FORMATS, only_changed: bool = True,
-           hosts: list[HostEntry] | None = None) -> str:
+           hosts: list[HostEntry] | None = None, back_out: bool = False) -> str:
     """The export text (pure). ``switches``: names or ``SwitchTarget``s; a switch whose
-    platform is known gets only that platform's commands."""
+    platform is known gets only that platform's commands. ``back_out``: ``values`` are the
+    baseline the switches return to (the change request's way back)."""
     knobs = [k for k in values if not only_changed or values[k] != baseline.get(k)]
     targets = [s if isinstance(s, SwitchTarget) else SwitchTarget(s) for s in switches]
     out: list[str] = []
     if "mlx5" in formats:
         out += mlx5_commands(values, nics, knobs, hosts)
     ecn_changed = any(k in SWITCH_KNOBS for k in knobs)
-    for fmt, title in (("sonic", "SONiC WRED/ECN on the lossless queue (ecnconfig)"),
+    for fmt, title in (("sonic", "SONiC WRED/ECN of the host-facing ports (sonic-db-cli)"),
                        ("nvue", "Cumulus Linux NVUE ECN on the RoCE traffic class")):
         mine = [t for t in targets if t.platform in (None, fmt)]
         if fmt not in formats or not mine:
@@ -150,7 +180,7 @@ def render(values: dict[str, int], baseline: dict[str, int], switches: list[Any]
             out.append("# ECN thresholds unchanged")
             continue
         for sw in mine:
-            out += (sonic_commands(values, baseline, sw, not only_changed) if fmt == "sonic"
+            out += (sonic_commands(values, baseline, sw, back_out) if fmt == "sonic"
                     else nvue_commands(values, baseline, sw))
     return "\n".join(out).strip("\n") + "\n"
 
@@ -321,7 +351,8 @@ def command(study: str | None, trial_no: int | None, fmt: str, all_knobs: bool,
     switches: list[Any] = list(canary.get("switches", []))
     hosts = None
     if inv is not None:
-        switches = [SwitchTarget(s.name, s.platform, s.wred_profile, s.lossless_queue)
+        switches = [SwitchTarget(s.name, s.platform, s.wred_profile, s.lossless_queue,
+                                 (*s.canary_ports, *s.other_ports), s.canary_profile)
                     for s in inv.switches]
         hosts = list(inv.hosts)
     if warning:  # in the commands file too: whoever runs it later must see it

@@ -15,7 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from objectives.measurement import Counters, Measurement
+from objectives.measurement import Counters, Measurement, timed
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
 from tuner.drivers import nic_driver, switch_driver
 from tuner.drivers.base import WriteError
@@ -257,15 +257,12 @@ class SshCluster(Cluster):
                          "their previous settings")
 
     def counters(self) -> Counters:
-        res = self._fan(lambda d: d.counters(), list(self.drivers()))
+        res = self._fan(lambda d: timed(d.counters), list(self.drivers()))
         failed = _failures(res)
         if failed:
             raise MeasurementError(f"counters unreadable on {sorted(failed)}: "
                                    f"{_describe_failures(failed)}")
-        ports: dict[str, dict[str, int]] = {}
-        for o in res.values():
-            ports.update(o.value or {})
-        return Counters(ports=ports, taken_at_s=time.monotonic())
+        return Counters.gather(o.value for o in res.values() if o.value is not None)
 
     def measure(self, workload: Workload, monitor: Monitor | None = None, *,
                 replicate: int = 0) -> Measurement:

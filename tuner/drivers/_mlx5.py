@@ -108,4 +108,6 @@ class Mlx5Driver(Driver[DcqcnSettings]):
         return {self.target: {k: int(v) for k, v in row.items()}}
 
     def counters(self) -> dict[str, dict[str, int]]:
-        return self.counters_from(self.runner.run(self.counters_command()).stdout)
+        # `ethtool -S` and sysfs hw_counters (mode 0444) need no root: never under sudo, so the
+        # login user's PATH finds the tools
+        return self.counters_from(self.runner.run(self.counters_command(), sudo=False).stdout)

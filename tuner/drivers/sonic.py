@@ -15,7 +15,9 @@ wred_profile <name>`` to bind, ``DEL 'WRED_PROFILE|<canary>'`` to drop the clone
 ``ecnconfig -p <canary> -gmax|-gmin|-gdrop <n>`` to write (one threshold per call, ordered by
 ``_ecn.ecn_write_order``); ``mmuconfig -l`` for the PFC XOFF of the lossless buffer profile;
 ``counterpoll show`` for counter poll intervals; ``show pfc counters``, ``show queue counters``,
-``show queue wredcounters`` and ``show pfcwd stats`` for counters. ``EcnSettings`` maps onto the
+``show queue wredcounters`` and ``show pfcwd stats`` for counters (``show queue wredcounters``
+exists from SONiC 202505 only: where it does not, ECN counters are absent, not zero; the facts
+probe STATE_DB ``QUEUE_COUNTER_CAPABILITIES`` and the command). ``EcnSettings`` maps onto the
 green fields: ``kmin_bytes`` = green_min_threshold, ``kmax_bytes`` = green_max_threshold,
 ``pmax_percent`` = green_drop_probability; ``enabled`` = the profile's ``ecn`` mode marks green.
 """
@@ -49,6 +51,26 @@ DB = "sonic-db-cli CONFIG_DB"
 # counterpoll groups (`counterpoll show` types) behind the counters the monitors read: PFC
 # frames are port stats, drops queue stats, ECN marks the WRED/ECN queue group (off by default)
 POLL_GROUPS = {"pfc": "PORT_STAT", "queue": "QUEUE_STAT", "wred": "WRED_ECN_QUEUE_STAT"}
+# ECN-mark capability orchagent publishes (SONiC doc/qos/ECN_and_WRED_statistics_HLD.md,
+# "Changes in STATE_DB"; absent before 202505), and the command that shows the counters
+ECN_CAPABILITY = "QUEUE_COUNTER_CAPABILITIES|WRED_ECN_QUEUE_ECN_MARKED_PKT_COUNTER"
+PROBE_WRED = f"{SHOW['wred']} --help >/dev/null 2>&1 && echo present || echo absent"
+# click 7.0 (sonic-utilities pins it) on an unknown subcommand: 'Error: No such command "x".'
+NO_SUCH_COMMAND = "No such command"
+# peak occupancy per unicast queue since the last clear (watermarkstat -t q_shared_uni)
+CNP_WATERMARK = "show queue watermark unicast"
+
+
+def stock_profile(settings: EcnSettings) -> dict[str, str]:
+    """A WRED profile's fields as sonic-buildimage's qos_config.j2 makes AZURE_LOSSLESS
+    (``ecn_all``, every colour alike) with ``settings``' thresholds."""
+    prof = {"ecn": "ecn_all"}
+    for colour in ("green", "yellow", "red"):
+        prof |= {f"wred_{colour}_enable": "true",
+                 f"{colour}_min_threshold": str(settings.kmin_bytes),
+                 f"{colour}_max_threshold": str(settings.kmax_bytes),
+                 f"{colour}_drop_probability": str(settings.pmax_percent)}
+    return prof
 
 
 def ecnconfig_calls(profile: str, current: EcnSettings, settings: EcnSettings) -> list[str]:
@@ -140,6 +162,48 @@ def parse_mmu_xoff(text: str) -> dict[str, int]:
     return out
 
 
+def ecn_counter_state(capability: str, command: str, poll: dict[str, tuple[float, bool]]
+                      ) -> tuple[str, str]:
+    """(``on``|``off``|``absent``, why) for the WRED/ECN queue counters: absent without the
+    ``show queue wredcounters`` command (SONiC before 202505) or the STATE_DB capability; off
+    when ``counterpoll show`` lists no enabled WRED_ECN_QUEUE_STAT row (a missing
+    FLEX_COUNTER_TABLE row means off)."""
+    if command.strip() != "present":
+        return "absent", ("no `show queue wredcounters` on this switch (SONiC before 202505): "
+                          "ECN marks are not counted per queue")
+    if capability.strip().lower() != "true":
+        return "absent", (f"STATE_DB {ECN_CAPABILITY} isSupported is "
+                          f"{capability.strip() or 'missing'}: the platform does not count "
+                          "ECN marks per queue")
+    group = POLL_GROUPS["wred"]
+    if group in poll and poll[group][1]:
+        return "on", f"{group} polled every {poll[group][0]:g} s"
+    return "off", f"{group} not polled" + ("" if group in poll else " (no FLEX_COUNTER row)")
+
+
+def qos_path(db: dict[str, Any], port: str, dscp: int) -> dict[str, Any]:
+    """Where DSCP ``dscp`` arriving on ``port`` goes, from CONFIG_DB: PORT_QOS_MAP (the
+    port's row, else ``global``) dscp_to_tc_map -> DSCP_TO_TC_MAP -> tc_to_queue_map ->
+    TC_TO_QUEUE_MAP -> the queue, its SCHEDULER, and the port's ``pfc_enable``. Missing links
+    stay ``None`` (a port without a tc_to_queue_map sends TC n to queue n: the SAI default)."""
+    maps = db.get("PORT_QOS_MAP") or {}
+    row = maps.get(port) or {}
+    dscp_map = _ref(row.get("dscp_to_tc_map") or (maps.get("global") or {}).get(
+        "dscp_to_tc_map")) or None
+    tc_raw = ((db.get("DSCP_TO_TC_MAP") or {}).get(dscp_map or "") or {}).get(str(dscp))
+    tc = int(str(tc_raw)) if str(tc_raw).isdigit() else None
+    tc_map = _ref(row.get("tc_to_queue_map")) or None
+    q_raw = ((db.get("TC_TO_QUEUE_MAP") or {}).get(tc_map or "") or {}).get(str(tc)) \
+        if tc_map else tc
+    queue = int(str(q_raw)) if str(q_raw).isdigit() else None
+    sched = _ref(((db.get("QUEUE") or {}).get(f"{port}|{queue}") or {}).get("scheduler"))
+    kind = ((db.get("SCHEDULER") or {}).get(sched) or {}).get("type") if sched else None
+    pfc = [int(p) for p in str(row.get("pfc_enable") or "").split(",") if p.strip().isdigit()]
+    return {"port": port, "dscp": dscp, "dscp_map": dscp_map, "tc": tc, "tc_map": tc_map,
+            "queue": queue, "scheduler": sched or None, "scheduler_type": kind,
+            "pfc_enable": pfc}
+
+
 class SonicDriver(Driver[EcnSettings]):
     platform = "sonic"
 
@@ -149,6 +213,7 @@ class SonicDriver(Driver[EcnSettings]):
         self.profiles: dict[str, dict[str, Any]] | None = None  # from the last read
         self.queue_table: dict[str, Any] | None = None
         self.on_canary = False  # the canary ports used the clone at the last read
+        self.ecn_absent = False  # `show queue wredcounters` is no command here (before 202505)
 
     @property
     def canary(self) -> str:
@@ -174,12 +239,7 @@ class SonicDriver(Driver[EcnSettings]):
         red traffic like the original does."""
         prof = (self.profiles or {}).get(self.original)
         if prof is None:  # never read (only the command catalog does this): a stock profile
-            prof = {"ecn": "ecn_all"}  # as qos_config.j2 makes it, every colour alike
-            for colour in ("green", "yellow", "red"):
-                prof |= {f"wred_{colour}_enable": "true",
-                         f"{colour}_min_threshold": current.kmin_bytes,
-                         f"{colour}_max_threshold": current.kmax_bytes,
-                         f"{colour}_drop_probability": current.pmax_percent}
+            return stock_profile(current)
         return {str(k): str(v) for k, v in prof.items()}
 
     def write_steps(self, current: EcnSettings, settings: EcnSettings) -> list[str]:
@@ -279,37 +339,44 @@ class SonicDriver(Driver[EcnSettings]):
 
     # -- facts (read-only) -------------------------------------------------------------
     def facts_command(self) -> str:
-        """Buffer profiles (PFC XOFF), counter poll intervals, all of CONFIG_DB."""
+        """Buffer profiles (PFC XOFF), counter poll intervals, the ECN counter capability and
+        command, all of CONFIG_DB."""
         return (f"mmuconfig -l; echo {shlex.quote(_mark('poll'))}; counterpoll show; "
+                f"echo {shlex.quote(_mark('ecncap'))}; sonic-db-cli STATE_DB HGET "
+                f"{shlex.quote(ECN_CAPABILITY)} isSupported; "
+                f"echo {shlex.quote(_mark('ecncmd'))}; {PROBE_WRED}; "
                 f"echo {shlex.quote(QUEUE_MARK)}; sonic-cfggen -d --print-data")
 
     def facts_from(self, text: str) -> dict[str, Any]:
         mmu, _, rest = text.partition(f"{_mark('poll')}\n")
-        poll, _, config = rest.partition(f"{QUEUE_MARK}\n")
+        poll_text, _, rest = rest.partition(f"{_mark('ecncap')}\n")
+        cap, _, rest = rest.partition(f"{_mark('ecncmd')}\n")
+        cmd, _, config = rest.partition(f"{QUEUE_MARK}\n")
         db = parse_queue_table(config)
+        poll = parse_counterpoll(poll_text)
+        ecn = ecn_counter_state(cap, cmd, poll)
+        self.ecn_absent = ecn[0] == "absent"
         xoff = parse_mmu_xoff(mmu)
         lossless = {k: v for k, v in xoff.items() if "lossless" in k} or xoff
         lowest = min(lossless, key=lambda k: lossless[k]) if lossless else None
         return {"xoff_bytes": lossless[lowest] if lowest else None,
                 "xoff_source": f"mmuconfig -l: {lowest}" if lowest else None,
-                "counterpoll": parse_counterpoll(poll),
+                "counterpoll": poll, "ecn_counters": ecn,
                 "queue_table": dict(db.get("QUEUE") or {}), "config_db": db}
 
     def cnp_schedulers(self, db: dict[str, Any], cnp_dscp: int) -> dict[str, str]:
-        """Per canary port, the scheduler type of the queue CNPs (DSCP ``cnp_dscp``) leave by:
-        PORT_QOS_MAP dscp_to_tc_map -> DSCP_TO_TC_MAP -> tc_to_queue_map -> QUEUE scheduler ->
-        SCHEDULER type (``STRICT``, ``DWRR``, ``WRR``; ``?`` where a link is missing)."""
+        """Per canary port, the scheduler type of the queue CNPs (DSCP ``cnp_dscp``) leave by
+        (``STRICT``, ``DWRR``, ``WRR``; ``?`` where a link is missing), with the path."""
         out: dict[str, str] = {}
         for port in self.switch.canary_ports:
-            qmap = (db.get("PORT_QOS_MAP") or {}).get(port) or {}
-            dscp_map = (db.get("DSCP_TO_TC_MAP") or {}).get(_ref(qmap.get("dscp_to_tc_map"))) or {}
-            tc = dscp_map.get(str(cnp_dscp))
-            tcq = (db.get("TC_TO_QUEUE_MAP") or {}).get(_ref(qmap.get("tc_to_queue_map"))) or {}
-            queue = tcq.get(str(tc), tc)
-            sched = ((db.get("QUEUE") or {}).get(f"{port}|{queue}") or {}).get("scheduler")
-            kind = ((db.get("SCHEDULER") or {}).get(_ref(sched)) or {}).get("type")
-            out[port] = f"{kind or '?'} (DSCP {cnp_dscp} -> TC {tc} -> queue {queue})"
+            p = qos_path(db, port, cnp_dscp)
+            out[port] = (f"{p['scheduler_type'] or '?'} (DSCP {cnp_dscp} -> TC {p['tc']} -> "
+                         f"queue {p['queue']})")
         return out
+
+    def qos_paths(self, db: dict[str, Any], dscp: int) -> dict[str, dict[str, Any]]:
+        """``qos_path`` of DSCP ``dscp`` on every canary port."""
+        return {port: qos_path(db, port, dscp) for port in self.switch.canary_ports}
 
     def facts(self) -> dict[str, Any]:
         return self.facts_from(self.runner.run(self.facts_command(), check=False).stdout)
@@ -332,7 +399,7 @@ class SonicDriver(Driver[EcnSettings]):
         out: dict[str, dict[str, int]] = {p: {} for p in ports}
         tables = (parse_pfcstat(parts["pfc"]).to_counters(),
                   parse_queue_counters(parts["queue"]).to_counters(),
-                  parse_wredcounters(parts["wred"]).to_counters(),
+                  {} if self.ecn_absent else parse_wredcounters(parts["wred"]).to_counters(),
                   parse_pfcwd_stats(parts["pfcwd"]).to_counters() if parts["pfcwd"].strip()
                   else {})
         for table in tables:
@@ -348,9 +415,24 @@ class SonicDriver(Driver[EcnSettings]):
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=len(SECTIONS)) as pool:
-            outs = dict(zip(SECTIONS, pool.map(lambda sec: self.runner.run(SHOW[sec]).stdout,
-                                               SECTIONS), strict=True))
+            outs = dict(zip(SECTIONS, pool.map(self._show, SECTIONS), strict=True))
         return self.counters_from("".join(f"{_mark(sec)}\n{outs[sec]}" for sec in SECTIONS))
+
+    def _show(self, section: str) -> str:
+        """One ``show`` table; ``""`` for the WRED/ECN table where the release has no such
+        command (click's 'No such command', exit 2): those counters are absent, not zero."""
+        if section == "wred" and self.ecn_absent:
+            return ""
+        res = self.runner.run(SHOW[section], check=section != "wred")
+        if res.status == 0:
+            return res.stdout
+        if NO_SUCH_COMMAND in res.stderr + res.stdout:
+            self.ecn_absent = True
+            return ""
+        from tuner.ssh.transport import CommandError
+
+        raise CommandError(self.target, SHOW[section], res.status, res.stderr,
+                           f"exit status {res.status}")
 
 
 def _ref(value: Any) -> str:

@@ -30,21 +30,29 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--base-address", default="127.0.10.")
     up.add_argument("--port", type=int, default=22)
     up.add_argument("--wait", action="store_true", help="stay in the foreground until Ctrl-C")
+    up.add_argument("--sonic-release", default="202505",
+                    help="release the SONiC switches play (202411: no WRED/ECN queue counters)")
+    up.add_argument("--stock-qos", action="store_true",
+                    help="leave SONiC's stock QoS maps (DSCP 26 -> lossy TC 1: pre-flight "
+                         "refuses); default: the operator's fix DSCP 26 -> TC 3 is applied")
     down = sub.add_parser("down", help="stop the emulated cluster under ROOT")
     down.add_argument("root", type=Path)
     args = parser.parse_args(argv)
 
     from tuner.emulated.cluster import EmulatedCluster, EmulatedClusterError
+    from tuner.errors import ConfigError
 
     if args.cmd == "up":
         switches: list[tuple[str, str]] | None = None
         if args.switch:
             switches = [_switch_spec(s) for s in args.switch]
-        emu = EmulatedCluster(args.root, hosts=args.hosts, switches=switches,
-                              base_address=args.base_address, port=args.port)
         try:
+            emu = EmulatedCluster(args.root, hosts=args.hosts, switches=switches,
+                                  base_address=args.base_address, port=args.port,
+                                  sonic_release=args.sonic_release,
+                                  operator_fix=not args.stock_qos)
             emu.start()
-        except EmulatedClusterError as e:
+        except (EmulatedClusterError, ConfigError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         (emu.root / "cluster.json").write_text(json.dumps({

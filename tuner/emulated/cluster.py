@@ -115,6 +115,8 @@ class EmulatedCluster:
         nic_gbps: int = 100,
         seed: int = 1,
         background: list[dict[str, Any]] | None = None,
+        sonic_release: str = swmod.WRED_ECN_SINCE,
+        operator_fix: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
         if any(c.isspace() for c in str(self.root)):
@@ -128,6 +130,13 @@ class EmulatedCluster:
         for name, platform in switch_specs:
             if platform not in ("sonic", "nvue"):
                 raise ConfigError(f"switch {name}: platform {platform!r} is not sonic|nvue")
+        if sonic_release not in swmod.SONIC_RELEASES:
+            raise ConfigError(f"sonic_release: {sonic_release!r} is not one of "
+                              f"{', '.join(swmod.SONIC_RELEASES)}")
+        self.sonic_release = sonic_release
+        # SONiC switches boot with stock qos_config.j2 maps (RoCE's DSCP 26 -> lossy TC 1);
+        # True: every start/reset also applies the operator's QoS fix (``operator_qos_fix``)
+        self.operator_fix = operator_fix
         layouts = nic_layouts or ["sysfs", "debugfs"]
         for lay in layouts:
             if lay not in ("sysfs", "debugfs"):
@@ -170,6 +179,8 @@ class EmulatedCluster:
         self._write_keys()
         self._write_tools()
         self._write_states()
+        if self.operator_fix:
+            self.operator_qos_fix()
         self._write_known_hosts()
         (self.root / "topology.json").write_text(json.dumps(self.topology, indent=1))
         self._write_inventory()
@@ -187,9 +198,12 @@ class EmulatedCluster:
         self._kill_env_processes()
         self._started = False
 
-    def reset(self) -> None:
-        """Factory settings, zero counters, no faults; the sshd listeners keep running."""
+    def reset(self, *, operator_fix: bool | None = None) -> None:
+        """Factory settings, zero counters, no faults; the sshd listeners keep running.
+        ``operator_fix`` (default: the cluster's) then applies the operator's QoS fix."""
         self._write_states()
+        if self.operator_fix if operator_fix is None else operator_fix:
+            self.operator_qos_fix()
         self._write_refused_all()
         self.set_background(self._initial_background)
         for name in self.host_names:
@@ -259,6 +273,46 @@ class EmulatedCluster:
             s = st.load_state(tdir)
             change(s)
             st.write_json(tdir / "state.json", s)
+
+    def operator_qos_fix(self) -> list[str]:
+        """The operator's QoS fix on every SONiC switch, running config and saved file alike
+        (``sonic-db-cli CONFIG_DB HSET 'DSCP_TO_TC_MAP|AZURE' 26 3`` then ``config save
+        -y``): stock ``qos_config.j2`` sends RoCE's DSCP 26 to lossy TC 1, and pre-flight
+        refuses that. Returns the switches changed."""
+        done = []
+        for name in self.switch_names:
+            if self.targets[name].platform == "sonic":
+                def fix(s: dict[str, Any]) -> None:
+                    swmod.operator_qos_fix(s["config_db"])
+                    swmod.operator_qos_fix(s["saved_config_db"])
+
+                self.edit_state(name, fix)
+                done.append(name)
+        return done
+
+    def play_release(self, switch: str, release: str) -> None:
+        """Make SONiC switch ``switch`` behave like ``release`` until the next reset: before
+        202505 there is no ``show queue wredcounters``/``counterpoll wredqueue``, no
+        FLEX_COUNTER_TABLE|WRED_ECN_QUEUE row and no STATE_DB QUEUE_COUNTER_CAPABILITIES."""
+        if release not in swmod.SONIC_RELEASES:
+            raise ConfigError(f"{switch}: sonic_release {release!r} is not one of "
+                              f"{', '.join(swmod.SONIC_RELEASES)}")
+        if self.targets[switch].platform != "sonic":
+            raise ConfigError(f"{switch}: sonic_release on a {self.targets[switch].platform} "
+                              "switch")
+
+        def change(s: dict[str, Any]) -> None:
+            s["sonic_release"] = release
+            s["state_db"] = swmod.init_sonic_state_db(release)
+            for db in (s["config_db"], s["saved_config_db"]):
+                flex = db.setdefault("FLEX_COUNTER_TABLE", {})
+                if not swmod.has_wred_ecn(release):
+                    flex.pop("WRED_ECN_QUEUE", None)
+                else:
+                    flex.setdefault("WRED_ECN_QUEUE", {"FLEX_COUNTER_STATUS": "disable",
+                                                       "POLL_INTERVAL": "10000"})
+
+        self.edit_state(switch, change)
 
     def clear_faults(self, target: str) -> None:
         tdir = self._tdir(target)
@@ -461,7 +515,9 @@ class EmulatedCluster:
             if t.platform == "sonic":
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
-                    host_ports[:len(mine)] + up_ports, 3, xoff)
+                    host_ports[:len(mine)] + up_ports, 3, xoff, self.sonic_release)
+                state["sonic_release"] = self.sonic_release
+                state["state_db"] = swmod.init_sonic_state_db(self.sonic_release)
                 # /etc/sonic/config_db.json as booted (``config save`` replaces it)
                 state["saved_config_db"] = json.loads(json.dumps(state["config_db"]))
             else:

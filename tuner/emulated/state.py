@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ FAULT_KEYS = {
     "nccl_wrong": "int: nccl-tests '#wrong' column reports this many errors",
     "pfc_storm": "float: pause frames per second received on the lossless priority (50 us each)",
     "lossless_drops": "float: drops per second on the lossless priority",
+    "cnp_drops": "float: drops per second on a switch's CNP queue (6: a starved DWRR queue)",
     "crc_errors": "float: rx_crc_errors_phy per second",
     "link_down": "bool: the port is down (ethtool/ip/switch show it; mpirun fails)",
     "ecnconfig_fail_after": "int: ecnconfig's CONFIG_DB writes fail after this many",
@@ -112,7 +113,7 @@ def load_faults(tdir: Path) -> dict[str, Any]:
 
 # Faults that are rates in time, as on a real port: a counter read sees the events that happened
 # since the fault was injected, however often or slowly it is read.
-RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors")
+RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops")
 FAULT_CLOCK = "fault_clock.json"
 
 
@@ -121,8 +122,15 @@ def start_fault_clock(tdir: Path) -> None:
     write_json(tdir / FAULT_CLOCK, {"since": time.time(), "counted": {}})
 
 
-def take_fault_events(tdir: Path, faults: dict[str, Any]) -> dict[str, int]:
-    """Events of each rate fault since the last call (whole events; the fraction carries)."""
+def tick_fault_events(tdir: Path, faults: dict[str, Any],
+                      to_deltas: Callable[[dict[str, int]], dict[str, dict[str, int]]]) -> None:
+    """Count the events of each rate fault since the last tick (whole events; the fraction
+    carries) into ``counters.json`` as ``to_deltas(events)``.
+
+    Taking the events and adding them is one step under the lock: a ``show pfc counters``
+    running beside a ``show queue counters`` that took the events but had not yet added them
+    would miss them in this reading and double them in the next (a burst and a lull).
+    """
     with locked(tdir):
         clock = read_json(tdir / FAULT_CLOCK) or {"since": time.time(), "counted": {}}
         elapsed = max(0.0, time.time() - float(clock["since"]))
@@ -134,7 +142,8 @@ def take_fault_events(tdir: Path, faults: dict[str, Any]) -> dict[str, int]:
                 events[key] = due - counted.get(key, 0)
                 counted[key] = due
         write_json(tdir / FAULT_CLOCK, {"since": clock["since"], "counted": counted})
-    return events
+        if events:
+            _add_counters(tdir, to_deltas(events))
 
 
 def apply_command_faults(command: str, faults: dict[str, Any]) -> None:
@@ -167,10 +176,14 @@ def read_commands(tdir: Path) -> list[dict[str, Any]]:
 def add_counters(tdir: Path, deltas: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Add ``{port: {counter: delta}}`` to ``counters.json``; returns the new totals."""
     with locked(tdir):
-        totals: dict[str, dict[str, int]] = read_json(tdir / "counters.json", {}) or {}
-        for port, cnts in deltas.items():
-            row = totals.setdefault(port, {})
-            for name, value in cnts.items():
-                row[name] = int(row.get(name, 0)) + int(value)
-        write_json(tdir / "counters.json", totals)
+        return _add_counters(tdir, deltas)
+
+
+def _add_counters(tdir: Path, deltas: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = read_json(tdir / "counters.json", {}) or {}
+    for port, cnts in deltas.items():
+        row = totals.setdefault(port, {})
+        for name, value in cnts.items():
+            row[name] = int(row.get(name, 0)) + int(value)
+    write_json(tdir / "counters.json", totals)
     return totals

@@ -46,8 +46,69 @@ def nvue_ports(n_hosts: int, n_uplinks: int) -> tuple[list[str], list[str]]:
     return host, up
 
 
+# sonic-buildimage files/build_templates/qos_config.j2 @0791705b1c8d (the default branch of
+# every ``generate_*`` macro): DSCP 3 -> TC 3, 4 -> 4, 5 -> 2, 8 -> 0, 46 -> 5, 48 -> 6, every
+# other DSCP (RoCE's 26 included) -> TC 1, which is lossy; TC n -> queue n.
+STOCK_DSCP_TO_TC = {"3": "3", "4": "4", "5": "2", "8": "0", "46": "5", "48": "6"}
+# SCHEDULER: scheduler.0 DWRR 14 on queues 0, 1, 2, 5, 6 (the CNP queue is not strict),
+# scheduler.1 DWRR 15 on the lossless queues 3 and 4 (which also carry AZURE_LOSSLESS).
+STOCK_SCHEDULER = {"scheduler.0": {"type": "DWRR", "weight": "14"},
+                   "scheduler.1": {"type": "DWRR", "weight": "15"}}
+
+
+CNP_QUEUE = 6  # DSCP 48 -> TC 6 -> queue 6 in the stock maps
+
+
+def stock_qos_maps(ports: list[str], queue: int = 3) -> dict[str, Any]:
+    """The QoS tables ``qos_config.j2`` writes for the active ports (lossless TCs 3 and 4)."""
+    lossless = {str(queue), "4"}
+    queues = {f"{p}|{q}": ({"scheduler": "scheduler.1", "wred_profile": "AZURE_LOSSLESS"}
+                           if str(q) in lossless else {"scheduler": "scheduler.0"})
+              for p in ports for q in (0, 1, 2, 3, 4, 5, 6)}
+    pfc = ",".join(sorted(lossless))
+    return {
+        "QUEUE": queues,
+        "PORT_QOS_MAP": {"global": {"dscp_to_tc_map": "AZURE"},
+                         **{p: {"dscp_to_tc_map": "AZURE", "tc_to_queue_map": "AZURE",
+                                "tc_to_pg_map": "AZURE", "pfc_to_queue_map": "AZURE",
+                                "pfc_to_pg_map": "AZURE", "pfc_enable": pfc,
+                                "pfcwd_sw_enable": pfc} for p in ports}},
+        "DSCP_TO_TC_MAP": {"AZURE": {str(d): STOCK_DSCP_TO_TC.get(str(d), "1")
+                                     for d in range(64)}},
+        "TC_TO_QUEUE_MAP": {"AZURE": {str(t): str(t) for t in range(8)}},
+        "SCHEDULER": json.loads(json.dumps(STOCK_SCHEDULER)),
+    }
+
+
+def operator_qos_fix(db: dict[str, Any], roce_dscp: int = 26, tc: int = 3) -> None:
+    """What an operator does to a stock switch before RoCE runs on it: put the RoCE DSCP into
+    the lossless TC, ``sonic-db-cli CONFIG_DB HSET 'DSCP_TO_TC_MAP|AZURE' 26 3`` (then
+    ``config save -y``). The CNP queue stays on stock DWRR (pre-flight warns about it)."""
+    db["DSCP_TO_TC_MAP"]["AZURE"][str(roce_dscp)] = str(tc)
+
+
+# Releases the emulated SONiC switch can play. WRED/ECN queue statistics (`show queue
+# wredcounters`, `counterpoll wredqueue`, FLEX_COUNTER_TABLE|WRED_ECN_QUEUE and STATE_DB
+# QUEUE_COUNTER_CAPABILITIES; SONiC doc/qos/ECN_and_WRED_statistics_HLD.md) exist from 202505.
+SONIC_RELEASES = ("202311", "202405", "202411", "202505", "202511")
+WRED_ECN_SINCE = "202505"
+ECN_CAPABILITIES = ("ECN_MARKED_PKT", "ECN_MARKED_BYTE", "WRED_DROPPED_PKT", "WRED_DROPPED_BYTE")
+
+
+def has_wred_ecn(release: str) -> bool:
+    return release >= WRED_ECN_SINCE
+
+
+def init_sonic_state_db(release: str) -> dict[str, Any]:
+    """STATE_DB as orchagent fills it at start: the queue counter capabilities (202505+)."""
+    if not has_wred_ecn(release):
+        return {}
+    return {"QUEUE_COUNTER_CAPABILITIES": {f"WRED_ECN_QUEUE_{c}_COUNTER": {"isSupported": "true"}
+                                           for c in ECN_CAPABILITIES}}
+
+
 def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
-               xoff: int = 1_000_000) -> dict[str, Any]:
+               xoff: int = 1_000_000, release: str = WRED_ECN_SINCE) -> dict[str, Any]:
     values = {
         "red_max_threshold": kmax, "wred_green_enable": "true", "ecn": "ecn_all",
         "green_min_threshold": kmin, "red_min_threshold": kmin, "wred_yellow_enable": "true",
@@ -57,18 +118,7 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
     }
     return {
         "WRED_PROFILE": {"AZURE_LOSSLESS": {f: str(values[f]) for f in WRED_FIELD_ORDER}},
-        "QUEUE": {**{f"{p}|{queue}": {"scheduler": "[SCHEDULER|scheduler.1]",
-                                      "wred_profile": "AZURE_LOSSLESS"} for p in ports},
-                  **{f"{p}|6": {"scheduler": "[SCHEDULER|scheduler.0]"} for p in ports}},
-        "PORT_QOS_MAP": {p: {"pfc_enable": str(queue), "scheduler": "port_scheduler",
-                             "dscp_to_tc_map": "AZURE", "tc_to_queue_map": "AZURE"}
-                         for p in ports},
-        # RoCE DSCP 26 -> TC 3 (lossless), CNP DSCP 48 -> TC 6 on a strict-priority queue
-        "DSCP_TO_TC_MAP": {"AZURE": {**{str(d): "0" for d in range(64)}, "26": str(queue),
-                                     "48": "6"}},
-        "TC_TO_QUEUE_MAP": {"AZURE": {str(t): str(t) for t in range(8)}},
-        "SCHEDULER": {"scheduler.0": {"type": "STRICT"},
-                      "scheduler.1": {"type": "DWRR", "weight": "50"}},
+        **stock_qos_maps(ports, queue),
         "PFC_WD": {p: {"action": "drop", "detection_time": "200", "restoration_time": "200"}
                    for p in ports},
         "DEVICE_NEIGHBOR": {p: {"name": f"peer-{p}", "port": "eth0"} for p in ports},
@@ -89,7 +139,8 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
             "QUEUE": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "1000"},
             "PORT": {"FLEX_COUNTER_STATUS": "enable", "POLL_INTERVAL": "1000"},
             "PFCWD": {"FLEX_COUNTER_STATUS": "enable"},
-            "WRED_ECN_QUEUE": {"FLEX_COUNTER_STATUS": "disable", "POLL_INTERVAL": "10000"}},
+            **({"WRED_ECN_QUEUE": {"FLEX_COUNTER_STATUS": "disable", "POLL_INTERVAL": "10000"}}
+               if has_wred_ecn(release) else {})},
     }
 
 
@@ -161,6 +212,7 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
     q = int(state["lossless_queue"])
     storm = events.get("pfc_storm", 0)
     drops = events.get("lossless_drops", 0)
+    cnp = events.get("cnp_drops", 0)
     out: dict[str, dict[str, int]] = {}
     for port in state["host_ports"]:
         d: dict[str, int] = {}
@@ -170,6 +222,8 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
         if drops:
             d.update({f"q{q}_drop_pkts": drops, f"q{q}_drop_bytes": drops * 1024,
                       f"q{q}_wred_drop_pkts": drops, f"q{q}_wred_drop_bytes": drops * 1024})
+        if cnp:  # CNPs are small frames: counted as 64 bytes each
+            d.update({f"q{CNP_QUEUE}_drop_pkts": cnp, f"q{CNP_QUEUE}_drop_bytes": cnp * 64})
         if d:
             out[port] = d
     return out

@@ -115,7 +115,7 @@ def blocks(cr: ChangeRequest) -> list[Block]:
             ["PFC pause (us per s per port)", _num(ev.pause_us_per_s[0]),
              _num(ev.pause_us_per_s[1])]]))
     apply = render(cr.values, cr.baseline, cr.switches, cr.nics)
-    back = render(cr.baseline, cr.values, cr.switches, cr.nics)
+    back = render(cr.baseline, cr.values, cr.switches, cr.nics, back_out=True)
     saves = ["# SONiC: config save -y", "# Cumulus: nv config save"] \
         if any(k in SWITCH_KNOBS for k in cr.changed) else []
     out += [Heading("Commands"),

@@ -8,10 +8,9 @@ outcome per target (one bad target never hides the others).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-from objectives.measurement import Counters
+from objectives.measurement import Counters, timed
 from tuner.cluster.base import ClusterDescription
 from tuner.cluster.ssh import SshCluster
 from tuner.errors import ConfigError, MeasurementError
@@ -106,15 +105,12 @@ class Fleet:
 
     def counters(self) -> Counters:
         """Cumulative counters of every port of the group; any unreadable target raises."""
-        res = self.fan(lambda d: d.counters())
+        res = self.fan(lambda d: timed(d.counters))
         failed = {k: o.error for k, o in res.items() if o.error is not None}
         if failed:
             raise MeasurementError("counters unreadable on " + "; ".join(
                 f"{k}: {e}" for k, e in sorted(failed.items())))
-        ports: dict[str, dict[str, int]] = {}
-        for o in res.values():
-            ports.update(o.value or {})
-        return Counters(ports=ports, taken_at_s=time.monotonic())
+        return Counters.gather(o.value for o in res.values() if o.value is not None)
 
     def cluster(self, keys: list[str] | None = None) -> SshCluster:
         """The SSH backend over some of the fleet's targets (all by default), sharing its

@@ -79,6 +79,9 @@ class Persistence(ABC):
     def parse(self, text: str) -> Any:
         """Settings held by the persistent source; raises ``ApplyError`` when unreadable."""
 
+    def guard(self, runner: Runner) -> None:  # noqa: B027 -- most saves persist only ours
+        """Refuse before saving when the save would persist more than ecntune's change."""
+
 
 class BootUnit(Persistence):
     """A systemd oneshot unit that re-writes the DCQCN files at boot."""
@@ -213,6 +216,31 @@ class SonicSave(_SwitchSave):
     def read_command(self) -> str:
         return f"sonic-cfggen -j {SONIC_CONFIG} --print-data"
 
+    def ours(self) -> set[tuple[str, str]]:
+        """The CONFIG_DB entries a study writes: the canary WRED profile and the canary ports'
+        lossless-queue bindings."""
+        queue = int(self.driver.switch.lossless_queue)
+        return {("WRED_PROFILE", self.driver.canary),
+                *(("QUEUE", f"{p}|{queue}") for p in self.driver.switch.canary_ports)}
+
+    def guard(self, runner: Runner) -> None:
+        """``config save`` writes all of the running CONFIG_DB, other people's unsaved
+        changes included: refuse unless running and saved differ only in ``ours``."""
+        res = runner.run(f"sonic-cfggen -d --print-data && echo {shlex.quote(MARK)} && "
+                         f"{self.read_command()}")
+        running, _, saved = res.stdout.partition(f"{MARK}\n")
+        try:
+            foreign = unsaved_changes(json.loads(running), json.loads(saved), self.ours())
+        except ValueError as exc:
+            raise ApplyError(f"{self.target}: cannot compare the running and the saved "
+                             f"configuration: {exc}") from None
+        if foreign:
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            raise ApplyError(
+                f"{self.target}: the running configuration holds unsaved changes that are not "
+                f"ecntune's: {'; '.join(foreign[:5])}{more}. `config save` would persist them "
+                f"too: save or revert them first, then promote again")
+
     def parse(self, text: str) -> EcnSettings:
         from tuner.drivers.sonic import _settings
 
@@ -252,6 +280,34 @@ class NvueSave(_SwitchSave):
         return settings_of(self.target, row)
 
 
+def unsaved_changes(running: dict[str, Any], saved: dict[str, Any],
+                    ours: set[tuple[str, str]]) -> list[str]:
+    """Every ``TABLE|key`` that differs between two CONFIG_DB dumps, except ``ours``.
+
+    Example: ``["PORT|Ethernet8: mtu 9100 -> 1500", "VLAN|Vlan20: added"]``.
+    """
+    out = []
+    for table in sorted(set(running) | set(saved)):
+        now, then = running.get(table) or {}, saved.get(table) or {}
+        if not isinstance(now, dict) or not isinstance(then, dict):
+            raise ValueError(f"table {table} is not a mapping")
+        for key in sorted(set(now) | set(then)):
+            if (table, key) in ours or now.get(key) == then.get(key):
+                continue
+            if key not in then:
+                out.append(f"{table}|{key}: added")
+            elif key not in now:
+                out.append(f"{table}|{key}: removed")
+            else:
+                a, b = then[key], now[key]
+                fields = sorted(set(a) | set(b)) if isinstance(a, dict) and isinstance(
+                    b, dict) else []
+                what = ", ".join(f"{f} {a.get(f, '(unset)')} -> {b.get(f, '(unset)')}"
+                                 for f in fields if a.get(f) != b.get(f)) or "changed"
+                out.append(f"{table}|{key}: {what}")
+    return out
+
+
 def persistence_for(driver: Driver[Any], host_method: HostMethod = "boot-unit") -> Persistence:
     from tuner.drivers._mlx5 import Mlx5Driver
     from tuner.drivers.nvue import NvueDriver
@@ -279,6 +335,7 @@ def persist(p: Persistence, settings: Any) -> Any:
     something else; returns what the source holds.
     """
     runner: Runner = p.driver.runner
+    p.guard(runner)
     for cmd in p.save_commands(settings):
         res = runner.run(cmd, check=False)
         if res.status != 0:

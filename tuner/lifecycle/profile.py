@@ -67,20 +67,24 @@ def features(delta: Counters, seconds: float, priority: int = 3, queue: int = 3,
              ports: list[str] | None = None) -> dict[str, float]:
     """Per-second rates of one interval's counter deltas (only counters some port exposes).
 
-    Example: ``{"np_cnp_sent": 1.2e5, "tx_prio3_bytes": 9.8e10}``.
+    Each port's delta is divided by its own interval where the reading timed ports one by one
+    (``Counters.port_taken_at_s``: over SSH the targets are read in parallel, and a target read
+    late in one reading and early in the next would otherwise show a burst or a lull), else by
+    ``seconds``. Example: ``{"np_cnp_sent": 1.2e5, "tx_prio3_bytes": 9.8e10}``.
     """
-    if seconds <= 0:
-        raise ValueError(f"interval of {seconds} s: counters were not taken apart in time")
     rows = {p: r for p, r in delta.ports.items() if ports is None or p in ports}
+    spans = {p: delta.port_taken_at_s.get(p, seconds) for p in rows}
+    short = {p: s for p, s in spans.items() if s <= 0}
+    if short:
+        raise ValueError(f"interval of {min(short.values())} s on {sorted(short)}: counters "
+                         "were not taken apart in time")
+    others = [f"tx_prio{x}_bytes" for x in range(8) if x != priority]
     out: dict[str, float] = {}
     for name in feature_counters(priority, queue):
-        if name == "tx_other_prio_bytes":
-            others = [f"tx_prio{x}_bytes" for x in range(8) if x != priority]
-            vals = [r[c] for r in rows.values() for c in others if c in r]
-        else:
-            vals = [r[name] for r in rows.values() if name in r]
+        names = others if name == "tx_other_prio_bytes" else [name]
+        vals = [r[c] / spans[p] for p, r in rows.items() for c in names if c in r]
         if vals:
-            out[name] = sum(vals) / seconds
+            out[name] = sum(vals)
     return out
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tuner.drivers import NIC_LAYOUTS, NvueDriver, SonicDriver, detect_command, switch_driver
 from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
+from tuner.drivers.sonic import CNP_WATERMARK
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
 from tuner.ssh.plan import background_flows, nccl_command, probe_flows
@@ -22,6 +23,9 @@ from tuner.workload import BackgroundPart, CollectivePart, ProbePart
 
 LOW = EcnSettings(kmin_bytes=100_000, kmax_bytes=400_000, pmax_percent=10)
 TUNED = DcqcnSettings(rpg_time_reset=150, rpg_ai_rate=10, min_time_between_cnps=4)
+# Measurement processes and NIC counter reads never run under sudo (tuner/ssh/measure.py
+# ``_Run.start``, tuner/drivers/_mlx5.py ``counters``): sudo is for device settings and switches.
+UNPRIVILEGED = False
 
 
 @dataclass(frozen=True)
@@ -82,13 +86,14 @@ def catalog(inv: Inventory) -> list[Planned]:
                         "(example: 3 knobs), read-back", drv.write_command(DcqcnSettings(),
                                                                             TUNED), h.sudo),
                 Planned(h.name, tag + "counters (ethtool -S + hw_counters)",
-                        drv.counters_command(), h.sudo),
+                        drv.counters_command(), UNPRIVILEGED),
             ]
     for s in inv.switches:
         sw = switch_driver(None, s)  # type: ignore[arg-type]
         out += [
             Planned(s.name, "pre-flight and describe(), read-only: QoS configuration (blast "
-                    "radius, CNP queue), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
+                    "radius, CNP queue; SONiC: the RoCE DSCP's queue, ECN counter "
+                    "capability), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
             Planned(s.name, "read ECN (snapshot, read-back)", sw.read_command(), s.sudo),
             Planned(s.name, "write ECN, lowering thresholds (example values)",
                     sw.write_command(EcnSettings(), LOW), s.sudo),
@@ -98,6 +103,8 @@ def catalog(inv: Inventory) -> list[Planned]:
         if isinstance(sw, SonicDriver):
             out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
                             s.sudo) for cmd in sw.counters_commands()]
+            out.append(Planned(s.name, "after the baseline: the CNP queue's watermark "
+                               "(cnp_starvation)", CNP_WATERMARK, s.sudo))
             out.append(Planned(s.name, "only with `ecntune preflight --enable-counters`: poll "
                                "the WRED/ECN queue counters", sw.enable_counters_command(),
                                s.sudo))
@@ -105,8 +112,6 @@ def catalog(inv: Inventory) -> list[Planned]:
             out.append(Planned(s.name, "counters", sw.counters_command(), s.sudo))
             out += _nvue_confirm(sw, s.name, s.sudo)
     la = inv.launcher
-    launcher = next(h for h in inv.hosts if h.name == la.host)
-    hosts = {h.name: h for h in inv.hosts}
     parts = [CollectivePart(op="all_reduce", size_bytes=4_194_304, iterations=5),
              CollectivePart(op="alltoall", size_bytes=1_048_576, iterations=5)]
     probe = ProbePart(size_bytes=64, pairs=2, interval_us=50)
@@ -114,27 +119,25 @@ def catalog(inv: Inventory) -> list[Planned]:
                                  600):
         out.append(Planned(flow.server, "background flow server (example: incast at 30 % of "
                            "line rate; runs through the measurement, stopped at its end)",
-                           flow.server_cmd, hosts[flow.server].sudo))
-        out.append(Planned(flow.client, "background flow client", flow.client_cmd,
-                           hosts[flow.client].sudo))
+                           flow.server_cmd, UNPRIVILEGED))
+        out.append(Planned(flow.client, "background flow client", flow.client_cmd, UNPRIVILEGED))
     for i, part in enumerate(parts):
         out.append(Planned(la.host, f"nccl-tests part {i}, timed pass (example workload: "
                            "all_reduce 4 MiB and alltoall 1 MiB, started at once); started "
                            "with `echo $$; exec ...` so it can be stopped",
-                           nccl_command(inv, part), launcher.sudo))
+                           nccl_command(inv, part), UNPRIVILEGED))
     for i, part in enumerate(parts):
         out.append(Planned(la.host, f"nccl-tests part {i}, measured pass: `-n` sized from the "
                            f"timed pass (example: 2000), `-N {la.nccl_cycles}` result rows",
-                           nccl_command(inv, part, 2000, la.nccl_cycles), launcher.sudo))
+                           nccl_command(inv, part, 2000, la.nccl_cycles), UNPRIVILEGED))
     for flow in probe_flows(inv, probe):
         out.append(Planned(flow.server, "latency probe server (example: 2 pairs, one sample "
                            "every 50 µs), started once every part printed a row",
-                           flow.server_cmd, hosts[flow.server].sudo))
-        out.append(Planned(flow.client, "latency probe client", flow.client_cmd,
-                           hosts[flow.client].sudo))
+                           flow.server_cmd, UNPRIVILEGED))
+        out.append(Planned(flow.client, "latency probe client", flow.client_cmd, UNPRIVILEGED))
     out.append(Planned("(any measurement host)", "stop a measurement process on a safety "
                        "abort or at the end (PID printed by `echo $$`)",
-                       "kill -TERM <pid> 2>/dev/null || true", launcher.sudo))
+                       "kill -TERM <pid> 2>/dev/null || true", UNPRIVILEGED))
     return out
 
 

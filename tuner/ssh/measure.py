@@ -102,7 +102,11 @@ class _Run:
         self.next_poll = self.t0 + self.interval
 
     def start(self, host: str, command: str) -> RemoteProcess:
-        proc = self.cluster.pool[host].start(command, timeout_s=self.limit)
+        # Never under sudo, whatever the host's ``sudo``: nccl-tests/mpirun and perftest run as
+        # the login user, with PATH and LD_LIBRARY_PATH as that user's SSH session has them
+        # (sudo's secure_path would hide HPC-X and CUDA builds, and root mpirun needs
+        # root-to-root SSH between hosts); RDMA devices need no root.
+        proc = self.cluster.pool[host].start(command, timeout_s=self.limit, sudo=False)
         self.procs.append(proc)
         return proc
 

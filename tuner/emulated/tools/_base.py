@@ -19,19 +19,15 @@ class Target:
 
     def tick_counter_faults(self) -> None:
         """Rate faults (PFC storm, drops, CRC) add the events that happened since last read."""
-        events = state.take_fault_events(self.dir, self.faults)
-        if not events:
-            return
+        state.tick_fault_events(self.dir, self.faults, self._fault_deltas)
+
+    def _fault_deltas(self, events: dict[str, int]) -> dict[str, dict[str, int]]:
         if self.state["kind"] == "host":
             deltas = hosts.fault_counter_deltas(self.state, events)
-            if deltas:
-                state.add_counters(self.dir, {self.state["netdev"]: deltas})
-        else:
-            from tuner.emulated import switches
+            return {self.state["netdev"]: deltas} if deltas else {}
+        from tuner.emulated import switches
 
-            deltas_sw = switches.fault_counter_deltas(self.state, events)
-            if deltas_sw:
-                state.add_counters(self.dir, deltas_sw)
+        return switches.fault_counter_deltas(self.state, events)
 
     def counters(self) -> dict[str, dict[str, int]]:
         return dict(state.read_json(self.dir / "counters.json", {}) or {})

@@ -37,3 +37,11 @@ def simple_table(headers: list[str], rows: list[list[str]], stralign: str = "lef
 def comma(n: int) -> str:
     """sonic-utilities ``format_number_with_comma``."""
     return f"{n:,}"
+
+
+def click_no_such_command(command_path: str, name: str) -> str:
+    """click 7.0's usage error for an unknown subcommand (sonic-utilities pins click==7.0:
+    ``ctx.fail('No such command "%s".')``, shown as usage, help hint, error; exit 2)."""
+    return (f"Usage: {command_path} [OPTIONS] COMMAND [ARGS]...\n"
+            f'Try "{command_path} -h" for help.\n\n'
+            f'Error: No such command "{name}".\n')

@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tuner.emulated.tools._fmt import simple_table
+from tuner.emulated.switches import WRED_ECN_SINCE, has_wred_ecn
+from tuner.emulated.tools._fmt import click_no_such_command, simple_table
 from tuner.emulated.tools._sonic_db import sonic_target, update
 
 # CLI group -> (FLEX_COUNTER_TABLE key, `show` type, default interval text)
@@ -32,6 +33,10 @@ def show(db: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     t = sonic_target("counterpoll")
+    if argv[:1] in (["wredqueue"], ["wredport"]) and not has_wred_ecn(
+            t.state.get("sonic_release", WRED_ECN_SINCE)):  # the groups came with 202505
+        sys.stderr.write(click_no_such_command("counterpoll", argv[0]))
+        return 2
     if argv == ["show"]:
         print(show(t.state["config_db"]))
         return 0

@@ -1,14 +1,16 @@
 """Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``queue counters [-j]``,
-``queue wredcounters``, ``pfcwd stats`` (formats: shared/reference/sonic/*.txt, produced by
-pfcstat, queuestat, wredstat and pfcwd in sonic-utilities @691b1bbc4)."""
+``queue wredcounters`` (202505 and later), ``queue watermark unicast``, ``pfcwd stats`` (formats:
+shared/reference/sonic/*.txt, produced by pfcstat, queuestat, wredstat and pfcwd in
+sonic-utilities @691b1bbc4)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+from tuner.emulated.switches import WRED_ECN_SINCE, has_wred_ecn
 from tuner.emulated.tools._base import Target, target
-from tuner.emulated.tools._fmt import comma, simple_table
+from tuner.emulated.tools._fmt import click_no_such_command, comma, simple_table
 
 UC = 8  # Mellanox SONiC: UC0-7 and MC8-15 per port
 
@@ -63,6 +65,16 @@ def wred_counters(t: Target, port: str | None = None) -> str:
                    for rows in _queue_rows(t, fields, port).values())
 
 
+def queue_watermark(t: Target) -> str:
+    """``show queue watermark unicast`` (watermarkstat -t q_shared_uni): peak bytes per unicast
+    queue since the last clear, from ``q<N>_watermark_bytes``."""
+    c = t.counters()
+    rows = [[p, *(str(c.get(p, {}).get(f"q{q}_watermark_bytes", 0)) for q in range(UC))]
+            for p in _ports(t)]
+    return ("Egress shared pool occupancy per unicast queue:\n"
+            + simple_table(["Port", *(f"UC{q}" for q in range(UC))], rows) + "\n")
+
+
 def pfcwd_stats(t: Target) -> str:
     c = t.counters()
     q = t.state["lossless_queue"]
@@ -92,8 +104,13 @@ def main(argv: list[str]) -> int:
         from tuner.emulated.tools import ecnconfig
 
         return ecnconfig.main(["-l", *flags])
+    if words[:2] == ["queue", "wredcounters"] and not has_wred_ecn(
+            t.state.get("sonic_release", WRED_ECN_SINCE)):  # before 202505: no such command
+        sys.stderr.write(click_no_such_command("show queue", "wredcounters"))
+        return 2
     t.tick_counter_faults()
-    port = words[2] if len(words) == 3 and words[:1] == ["queue"] else None
+    port = words[2] if len(words) == 3 and words[:2] in (["queue", "counters"],
+                                                         ["queue", "wredcounters"]) else None
     if port is not None and port not in _ports(t):
         print(f"Port doesn't exist! {port}")
         return 1
@@ -103,6 +120,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(queue_counters(t, bool({"-j", "--json"} & set(flags)), port))
     elif words[:2] == ["queue", "wredcounters"] and len(words) <= 3:
         sys.stdout.write(wred_counters(t, port))
+    elif words == ["queue", "watermark", "unicast"]:
+        sys.stdout.write(queue_watermark(t))
     elif words == ["pfcwd", "stats"]:
         sys.stdout.write(pfcwd_stats(t))
     else:

@@ -1,5 +1,7 @@
 """Stand-in ``sonic-db-cli CONFIG_DB HSET|HGET|HGETALL|DEL|EXISTS <key> ...`` (redis commands on
-CONFIG_DB, as sonic-db-cli passes them to redis; replies printed the way it prints them)."""
+CONFIG_DB, as sonic-db-cli passes them to redis; replies printed the way it prints them) and
+``sonic-db-cli STATE_DB HGET|HGETALL|EXISTS <key> ...`` (read-only: what orchagent published,
+``state["state_db"]``)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ USAGE = "usage: sonic-db-cli [-h] [-s] [-n NAMESPACE] db_or_op [cmd ...]"
 
 def main(argv: list[str]) -> int:
     t = sonic_target("sonic-db-cli")
-    if len(argv) < 3 or argv[0] != "CONFIG_DB":
+    if len(argv) < 3 or argv[0] not in ("CONFIG_DB", "STATE_DB"):
         print(USAGE if len(argv) < 3 else f"Invalid database name input : '{argv[0]}'",
               file=sys.stderr)
+        return 1
+    if argv[0] == "STATE_DB" and argv[1].upper() in ("HSET", "DEL"):
+        print("this stand-in does not write STATE_DB (orchagent owns it)", file=sys.stderr)
         return 1
     op, key, args = argv[1].upper(), argv[2], argv[3:]
     try:
@@ -48,7 +53,9 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"ERR unknown command '{argv[1]}'")
 
     try:
-        print(update(t, run) if op in ("HSET", "DEL") else run(t.state["config_db"]))
+        print(update(t, run) if op in ("HSET", "DEL")
+              else run(t.state[argv[0].lower()] if argv[0] == "CONFIG_DB"
+                       else t.state.get("state_db") or {}))
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -1,0 +1,112 @@
+"""First run against a warm run: `ecntune run experiments/quick.yaml` with an empty numba cache
+(cold: the kernel is compiled) and with the cache it left (warm), interleaved (#24 item 4).
+
+The machine is shared and noisy: each repeat runs one cold and one warm run back to back (order
+alternating), and the table reports the median of the per-repeat cold/warm ratios, in wall and
+in CPU time of the child process. Writes its section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- jit:start -->", "<!-- jit:end -->"
+TARGET = 1.3
+
+
+def one_run(cache: str, results: str, trials: int | None) -> tuple[float, float]:
+    """Wall and CPU seconds of one `ecntune run experiments/quick.yaml` with ``cache``."""
+    cmd = [str(Path(sys.executable).parent / "ecntune"), "run", "experiments/quick.yaml",
+           "--quiet", "--no-mlflow", "--results", results]
+    if trials:
+        cmd += ["--trials", str(trials)]
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+    t1, c1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return t1 - t0, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+
+
+def pair(i: int, trials: int | None) -> tuple[tuple[float, float], tuple[float, float]]:
+    """One cold and one warm run (warm first on odd repeats); each cold run gets a new cache."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = str(Path(tmp) / "numba")
+        if i % 2:
+            one_run(cache, str(Path(tmp) / "prime"), trials)  # fills the cache, not counted
+            warm = one_run(cache, str(Path(tmp) / "warm"), trials)
+            with tempfile.TemporaryDirectory() as tmp2:
+                cold = one_run(tmp2, str(Path(tmp2) / "cold"), trials)
+        else:
+            cold = one_run(cache, str(Path(tmp) / "cold"), trials)
+            warm = one_run(cache, str(Path(tmp) / "warm"), trials)
+    return cold, warm
+
+
+def render(rows: list[tuple[tuple[float, float], tuple[float, float]]],
+           trials: int | None) -> str:
+    wall = statistics.median(c[0] / w[0] for c, w in rows)
+    cpu = statistics.median(c[1] / w[1] for c, w in rows)
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = os.getloadavg()[0]
+    what = f"--trials {trials}" if trials else "as shipped"
+    lines = [START, "## First run (cold numba cache) against a warm run", "",
+             f"Produced by `bench/jit_bench.py` on {now} (load average at end {load:.1f}): "
+             f"`ecntune run experiments/quick.yaml` ({what}), {len(rows)} interleaved "
+             f"cold/warm pairs; target cold/warm <= {TARGET}.", "",
+             "| pair | cold wall s | warm wall s | cold/warm wall | cold CPU s | warm CPU s | "
+             "cold/warm CPU |", "|---|---|---|---|---|---|---|"]
+    for i, (c, w) in enumerate(rows):
+        lines.append(f"| {i} | {c[0]:.1f} | {w[0]:.1f} | {c[0] / w[0]:.2f} | {c[1]:.1f} | "
+                     f"{w[1]:.1f} | {c[1] / w[1]:.2f} |")
+    lines += ["", f"Median cold/warm: wall {wall:.2f}, CPU {cpu:.2f} "
+              f"({'within' if max(wall, cpu) <= TARGET else 'over'} the {TARGET} target).",
+              "", "Where the cold run's extra time goes (cProfile of the first measurement, "
+              "before #24 item 4): numba IR inlining (`inline=\"always\"` copies and re-types "
+              "each helper at every call site) ~30 %, type inference and SSA ~30 %, lowering "
+              "and LLVM optimisation ~40 %. The helpers are now separate compiled functions "
+              "(LLVM still inlines them; results bit-identical, S2/S3 CPU unchanged in an "
+              "interleaved A/B), which removed the IR copies. Remaining gap: the compile of "
+              "`run` and its ~40 helpers itself (~20 s of CPU), once per machine; not yet "
+              "tried: compiling in a second process while the baseline is set up, and "
+              "skipping kernels a scenario does not use.",
+              END]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str) -> None:
+    old = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    if START in old and END in old:
+        head, rest = old.split(START, 1)
+        new = head + text.rstrip("\n") + rest.split(END, 1)[1]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    DOC.write_text(new)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="cold/warm pairs (median shown)")
+    ap.add_argument("--trials", type=int, default=None, help="override budget.trials")
+    ap.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
+    args = ap.parse_args()
+    rows = [pair(i, args.trials) for i in range(max(1, args.repeats))]
+    text = render(rows, args.trials)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
