@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from rocesim import Background, Collective, Fabric, Topology, Workload, simulate
@@ -17,6 +18,7 @@ from tuner.diagnose.fabric import (
     dscp_findings,
     ecmp_findings,
     pause_findings,
+    random_hash_tail,
     sim_findings,
 )
 from tuner.experiment import Experiment, parse_experiment
@@ -34,22 +36,46 @@ def _sim(exp: Experiment) -> SimCluster:
     return SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current), name=exp.name)
 
 
-def test_hot_uplink_is_one_carrying_half_again_the_median() -> None:
-    flows = [FlowPath("host0/mlx5_0", "host4/mlx5_0", 50000, "leaf0/Ethernet16", 3e6),
-             FlowPath("host1/mlx5_0", "host5/mlx5_0", 50001, "leaf0/Ethernet20", 1e6)]
-    # 3 uplinks: median 100; 150 is exactly +50 % (hot), 149 is not
-    hot = ecmp_findings({"leaf0/Ethernet16": 150, "leaf0/Ethernet20": 100,
-                         "leaf0/Ethernet24": 90}, flows, "test")
+def _equal_flows(counts: dict[str, int]) -> list[FlowPath]:
+    """``n`` flows of 1 byte on each link, from host{link's index}, each from its own port."""
+    links = [link for link, n in counts.items() for _ in range(n)]
+    return [FlowPath(f"host{list(counts).index(link)}/mlx5_0", f"host{4 + i % 4}/mlx5_0",
+                     50000 + i, link, 1.0) for i, link in enumerate(links)]
+
+
+def test_hot_uplink_carries_half_again_the_median_and_is_improbable() -> None:
+    # 3 uplinks, 3400 one-byte flows: 1500 on one link is 13 standard deviations off random
+    # hashing; median 1000, so 1500 is exactly +50 % (hot) and 1490 is not (too small to
+    # dominate, however improbable)
+    flows = _equal_flows({"leaf0/Ethernet16": 1500, "leaf0/Ethernet20": 1000,
+                          "leaf0/Ethernet24": 900})
+    hot = ecmp_findings({"leaf0/Ethernet16": 1500, "leaf0/Ethernet20": 1000,
+                         "leaf0/Ethernet24": 900}, flows, "test")
     assert [f.where for f in hot] == ["leaf0"] and hot[0].dominant
     assert "leaf0/Ethernet16 (+50%)" in hot[0].evidence
     assert "host0/mlx5_0:50000 -> host4/mlx5_0:4791 udp" in hot[0].evidence
-    assert "host1/mlx5_0" not in hot[0].evidence  # a flow on a cold link is not named
     assert "NCCL_IB_QPS_PER_CONNECTION" in hot[0].action
-    assert ecmp_findings({"leaf0/Ethernet16": 149, "leaf0/Ethernet20": 100,
-                          "leaf0/Ethernet24": 90}, flows, "test") == []
-    # no traffic, or one uplink (no choice to make): nothing to judge
+    assert "host1/mlx5_0" not in hot[0].evidence  # a flow on a cold link is not named
+    assert "share UDP source port" not in hot[0].evidence  # each flow has its own
+    assert ecmp_findings({"leaf0/Ethernet16": 1490, "leaf0/Ethernet20": 1000,
+                          "leaf0/Ethernet24": 900}, flows, "test") == []
+    # no traffic, or one uplink (no choice to make), or no flows to judge by: no finding
     assert ecmp_findings({"leaf0/Ethernet16": 0, "leaf0/Ethernet20": 0}, [], "t") == []
     assert ecmp_findings({"leaf0/Ethernet16": 5}, [], "t") == []
+    assert ecmp_findings({"leaf0/Ethernet16": 150, "leaf0/Ethernet20": 0}, [], "t") == []
+
+
+def test_random_hash_tail_bounds_the_exact_binomial_tail() -> None:
+    # equal flows: one link's load is Binomial(n, 1/k); the bound is >= the union of exact
+    # tails and exact when every flow is on one link (k^(1-n))
+    from scipy.stats import binom
+
+    for n, k, m in [(16, 2, 13), (16, 4, 9), (64, 4, 28), (340, 3, 150)]:
+        exact = k * binom.sf(m - 1, n, 1 / k)
+        assert exact <= random_hash_tail([1.0] * n, k, m) <= 10 * exact, (n, k, m)
+    assert random_hash_tail([2.0] * 16, 2, 32) == pytest.approx(2.0 ** -15)
+    assert random_hash_tail([5.0, 1.0, 1.0], 2, 5.0) == 1.0  # the elephant lands somewhere
+    assert random_hash_tail([1.0] * 8, 4, 2.0) == 1.0  # at or below the mean: no evidence
 
 
 def test_foreign_dscp_and_pause_without_roce_are_named() -> None:

@@ -5,10 +5,13 @@ AlltoAll stress over the canary's NICs (the experiment's largest AlltoAll, one i
 per connection, with the experiment's background tenants) and hands the counters and per-flow
 paths to the pure functions below; on SSH a check that lacks what it needs is ``NotChecked``.
 
-* ``ecmp_findings``: per leaf, the tx bytes of its uplinks under the stress; a link carrying
-  ``HOT_RATIO`` (1.5, i.e. >= 50 %) times the median of its group or more is hot. The finding
-  names the hot links and the flows (5-tuples) hashed onto them, and is ``dominant``: tuning
-  ECN would only paper over it.
+* ``ecmp_findings``: per leaf, the tx bytes of its uplinks under the stress. A leaf is flagged
+  when its imbalance is both material and not the lumpiness of random hashing: a link carries
+  ``HOT_RATIO`` (1.5, i.e. >= 50 %) times the median of its group or more, AND random uniform
+  hashing of the same flows (their bytes) would load one link that much with probability below
+  ``FALSE_REFUSAL`` / (leaves tested) (``random_hash_tail``). The finding names the hot links
+  and the flows (5-tuples) hashed onto them, the flows sharing one UDP source port, and is
+  ``dominant``: tuning ECN would only paper over it.
 * ``dscp_findings``: bytes of a DSCP other than the RoCE one in the RoCE queue (the backup job
   the switch's DSCP map puts into the lossless queue).
 * ``pause_findings``: PFC pause received on the RoCE priority by a port that sent no RoCE
@@ -17,10 +20,13 @@ paths to the pure functions below; on SSH a check that lacks what it needs is ``
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from tuner.diagnose.finding import Finding, NotChecked
 
@@ -29,6 +35,15 @@ if TYPE_CHECKING:
     from tuner.experiment import Experiment
 
 HOT_RATIO = 1.5  # issue #23: one link carrying >= 50 % more than the median of its group
+# A fixed ratio alone refuses healthy fabrics: with 16 flows per-QP-hashed onto 4 uplinks, one
+# link carries >= +50 % over the median in 61 % of the draws. So a leaf is also tested
+# against the null "each flow hashed independently and uniformly onto the group's links" (what
+# per-QP source ports under a SRC_IP/DST_IP/L4_SRC_PORT hash give), and flagged only when its
+# hot link is improbable under it. FALSE_REFUSAL is the budget for refusing a healthy fabric:
+# at most one preflight in a thousand, split Bonferroni-wise over the leaves tested (so
+# 5e-4 per leaf with two leaves). The tail is an upper bound (``random_hash_tail``), so the
+# real false-refusal rate is below the budget. Derived from the null, not fitted to examples.
+FALSE_REFUSAL = 1e-3
 ROCE_TC = 3
 ROCE_DSCP = 26  # rocesim.workload.ROCE_DSCP: NVIDIA's lossless RoCE default (prio 3)
 ROCEV2_DPORT = 4791  # IANA: the RoCEv2 UDP destination port
@@ -64,30 +79,79 @@ def _leaf(port: str) -> str:
     return port.split("/", 1)[0]
 
 
+def random_hash_tail(weights: list[float], links: int, load: float) -> float:
+    """An upper bound on P(some one of ``links`` links carries >= ``load`` bytes) when flows of
+    ``weights`` bytes are each hashed independently and uniformly onto the links.
+
+    Union bound over the links (``links`` x the tail of one link) of the Chernoff bound with
+    the exact moment generating function of one link's load, a sum of the weights each present
+    with probability 1/k: ``inf_t exp(-t load) prod_i (1 - 1/k + exp(t w_i) / k)``. It uses
+    the flow sizes, not only their count (one elephant flow makes any link probable), and is
+    exact for ``load`` equal to the total (all flows on one link: k^(1 - n))."""
+    k = int(links)
+    w = np.asarray([x for x in weights if x > 0], dtype=float)
+    if k < 2 or w.size == 0:
+        return 1.0
+    scale = float(w.max())
+    w, s = w / scale, load / scale  # units of the largest flow: no overflow in exp(t w)
+    total = float(w.sum())
+    if s <= total / k:
+        return 1.0
+    if s >= total * (1 - 1e-12):
+        return min(1.0, math.exp(math.log(k) - w.size * math.log(k)))
+    log_stay, log_k, log_k1 = math.log((k - 1) / k), math.log(k), math.log(k - 1)
+
+    def slope(t: float) -> float:  # d/dt of the log bound; increasing (convex bound)
+        return float(np.sum(w / (1 + np.exp(log_k1 - t * w)))) - s
+
+    lo, hi = 0.0, 1.0
+    while slope(hi) < 0:  # slope(inf) = total - s > 0: ends
+        lo, hi = hi, hi * 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if slope(mid) < 0 else (lo, mid)
+    log_one = float(np.sum(np.logaddexp(log_stay, hi * w - log_k))) - hi * s
+    return min(1.0, math.exp(log_k + log_one))
+
+
 def ecmp_findings(uplink_tx_bytes: dict[str, int], flows: list[FlowPath], read_from: str,
-                  ratio: float = HOT_RATIO) -> list[Finding]:
-    """Hot uplinks per leaf (ports ``leaf/EthernetN``; a leaf with one uplink has no choice)."""
+                  ratio: float = HOT_RATIO, budget: float = FALSE_REFUSAL) -> list[Finding]:
+    """Hot uplinks per leaf (ports ``leaf/EthernetN``; a leaf with one uplink has no choice):
+    at least ``ratio`` x the group's median in tx bytes, and improbable under random hashing of
+    the leaf's ``flows`` (see ``FALSE_REFUSAL``); without flows nothing is improbable."""
     groups: dict[str, dict[str, int]] = defaultdict(dict)
     for port, tx in uplink_tx_bytes.items():
         groups[_leaf(port)][port] = int(tx)
+    tested = {leaf: links for leaf, links in groups.items()
+              if len(links) >= 2 and any(links.values())}
+    alpha = budget / max(1, len(tested))
     out = []
-    for leaf, links in sorted(groups.items()):
-        if len(links) < 2 or not any(links.values()):
-            continue
+    for leaf, links in sorted(tested.items()):
         med = statistics.median(links.values())
         hot = [p for p, tx in links.items() if tx > 0 and tx >= ratio * med]
         if not hot:
             continue
-        on_hot = sorted((f for f in flows if f.uplink in hot), key=lambda f: -f.bytes)
+        mine = [f for f in flows if f.uplink in links]
+        load: dict[str, float] = defaultdict(float)
+        for f in mine:
+            load[f.uplink] += f.bytes
+        tail = random_hash_tail([f.bytes for f in mine], len(links), max(load.values(), default=0))
+        if tail >= alpha:
+            continue
+        on_hot = sorted((f for f in mine if f.uplink in hot), key=lambda f: -f.bytes)
         named = "; ".join(f.five_tuple for f in on_hot[:MAX_FLOWS_NAMED])
         more = len(on_hot) - MAX_FLOWS_NAMED
         excess = ", ".join(f"{p} {_over(links[p], med)}" for p in hot)
         counts = ", ".join(f"{p} {tx}" for p, tx in sorted(links.items()))
+        sport, shared = Counter(f.sport for f in on_hot).most_common(1)[0]
+        same = f"; {shared} of them share UDP source port {sport}" if shared > 1 else ""
         out.append(Finding(
             layer="fabric", check="ecmp_balance", where=leaf,
             evidence=(f"uplink tx bytes under AlltoAll ({read_from}): {counts}; median "
                       f"{med:.0f}; hot: {excess}; {len(on_hot)} flows hashed onto the hot "
-                      f"link(s): {named}" + (f" (+{more} more)" if more > 0 else "")),
+                      f"link(s): {named}" + (f" (+{more} more)" if more > 0 else "") + same
+                      + f"; P(random hashing of these {len(mine)} flows loads one of the "
+                      f"{len(links)} links this much) <= {tail:.1g}, below {alpha:.1g}"),
             cause=ECMP_CAUSE, action=ECMP_ACTION, dominant=True))
     return out
 
