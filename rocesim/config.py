@@ -210,3 +210,36 @@ class DcqcnConfig:
 
 
 DCQCN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(DcqcnConfig))
+
+
+HASH_FIELDS: tuple[str, ...] = ("src_ip", "dst_ip", "udp_sport")
+# RoCEv2 UDP source ports: the dynamic range 0xC000-0xFFFF (the destination port is 4791);
+# ``udp_sport: fixed`` sends every QP from the range's first port, 0xC000.
+ROCEV2_DPORT = 4791
+FIXED_UDP_SPORT = 0xC000
+
+
+@dataclass(frozen=True)
+class EcmpConfig:
+    """What the leaves hash to pick an uplink, and how much entropy the NICs give them.
+
+    ``hash_fields``: the header fields in the leaves' ECMP hash (the default hashes all three,
+    as a switch configured with SONiC ``ECMP_HASH`` SRC_IP, DST_IP, L4_SRC_PORT does).
+    ``udp_sport``: ``per_qp`` gives every QP its own seeded source port (what ConnectX derives
+    from the QP numbers); ``fixed`` sends every QP from ``FIXED_UDP_SPORT`` (no entropy).
+    A hash of ``[udp_sport]`` only with ``udp_sport: fixed`` is a planted, deterministic ECMP
+    collision: every cross-leaf flow of a leaf takes the same uplink.
+    """
+
+    hash_fields: tuple[str, ...] = HASH_FIELDS
+    udp_sport: Literal["per_qp", "fixed"] = "per_qp"
+
+    def __post_init__(self) -> None:
+        fields_ = tuple(self.hash_fields)
+        bad = [f for f in fields_ if f not in HASH_FIELDS]
+        if bad or not fields_ or len(set(fields_)) != len(fields_):
+            raise ValueError(f"EcmpConfig.hash_fields: need distinct fields out of "
+                             f"{list(HASH_FIELDS)}, got {list(fields_)}")
+        object.__setattr__(self, "hash_fields", fields_)
+        if self.udp_sport not in ("per_qp", "fixed"):
+            raise ValueError(f"EcmpConfig.udp_sport: 'per_qp' or 'fixed', got {self.udp_sport!r}")

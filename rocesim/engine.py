@@ -56,8 +56,10 @@ import numpy as np
 
 from rocesim import _kernel as K
 from rocesim import _state as S
+from rocesim.config import FIXED_UDP_SPORT
 from rocesim.fabric import OTHER_LOSSLESS_TC, OTHER_LOSSY_TC, ROCE_TC, Fabric
 from rocesim.workload import (
+    ROCE_DSCP,
     Collective,
     Workload,
     busbw_factor,
@@ -358,12 +360,13 @@ class Simulation:
                 a, b = np.nonzero(~np.eye(n, dtype=bool))
                 qps = col.qps_per_connection
                 cols.add(src=np.repeat(ranks[a], qps), dst=np.repeat(ranks[b], qps), pred=-1,
-                         chunk=math.inf, size=per, cls=0, group=gi, cap=line, kind=0)
+                         chunk=math.inf, size=per, cls=0, group=gi, cap=line, kind=0,
+                         dscp=ROCE_DSCP)
             elif col.algo == "tree":
                 src, dst, pred, chunk, size = self._tree_flows(
                     col, ranks.tolist(), wire, cols.n, pred2, quantum)
                 cols.add(src=src, dst=dst, pred=pred, chunk=chunk, size=size, cls=0,
-                         group=gi, cap=line, kind=0)
+                         group=gi, cap=line, kind=0, dscp=ROCE_DSCP)
             else:
                 factor = 2.0 * (n - 1) / n if col.op == "all_reduce" else (n - 1) / n
                 k = col.channels * col.qps_per_connection
@@ -372,7 +375,8 @@ class Simulation:
                 i = np.arange(n)
                 for _c in range(k):  # a ring per channel and QP: i -> i + 1, after i - 1
                     cols.add(src=ranks, dst=ranks[(i + 1) % n], pred=cols.n + (i - 1) % n,
-                             chunk=ch, size=per, cls=0, group=gi, cap=line, kind=0)
+                             chunk=ch, size=per, cls=0, group=gi, cap=line, kind=0,
+                             dscp=ROCE_DSCP)
             self.g_f0.append(f0)
             self.g_f1.append(cols.n)
         for bg in wl.background:
@@ -390,7 +394,7 @@ class Simulation:
             pa = np.array(pairs, dtype=np.int64).reshape(-1, 2)
             cols.add(src=pa[:, 0], dst=pa[:, 1], pred=-1, chunk=math.inf, size=math.inf,
                      cls=0 if bg.priority == "roce" else 1, group=-1, cap=bg.load * line,
-                     kind=1)
+                     kind=1, dscp=bg.marked_dscp)
         # every data flow's receiver acknowledges on the reverse path, in the same class:
         # ACKs share the switch queues (and PFC) with data; at the NIC they are tiny offers
         # that the max-min arbiter serves in full, ahead of the data QPs
@@ -400,7 +404,7 @@ class Simulation:
             ack_of = np.concatenate([np.arange(n_data, 2 * n_data), ack_of])
             cols.add(src=cols.join("dst"), dst=cols.join("src"), pred=S.ACK_FLOW,
                      chunk=math.inf, size=math.inf, cls=cols.join("cls"),
-                     group=cols.join("group"), cap=line, kind=2)
+                     group=cols.join("group"), cap=line, kind=2, dscp=cols.join("dscp"))
         self.f_ack = ack_of
         n_f = cols.n
         self.f_src = cols.join("src")
@@ -418,8 +422,12 @@ class Simulation:
         self.f_size = cols.join("size")
         self.f_chunk = cols.join("chunk")
         self.f_kind = cols.join("kind")  # 0 collective, 1 background, 2 ACKs of another flow
-        # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded
+        self.f_dscp = cols.join("dscp")  # what the sender marks; the queue follows ``cls``
+        # each QP gets its own UDP source port (RoCEv2 range 0xC000-0xFFFF), seeded; drawn
+        # even when fixed, so that the rest of the seeded stream stays the same
         self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
+        if fab.ecmp.udp_sport == "fixed":
+            self.f_sport[:] = FIXED_UDP_SPORT
         if n_f:
             self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport,
                                                   ack=self.f_kind == 2)
@@ -670,7 +678,9 @@ class Simulation:
 
     def flow_stats(self) -> dict[str, np.ndarray]:
         """Per-flow arrays: src/dst NIC index, kind (0 collective, 1 background, 2 ACKs),
-        cumulative delivered payload bytes, current DCQCN rate (Gb/s), alpha and rate cuts."""
+        cumulative delivered payload bytes, current DCQCN rate (Gb/s), alpha and rate cuts,
+        the links of its path, its UDP source port, the DSCP it is marked with and the traffic
+        class (switch queue) it travels in."""
         eff = self.fabric.topo.efficiency
         return {
             "src": self.f_src.copy(), "dst": self.f_dst.copy(), "kind": self.f_kind.copy(),
@@ -680,6 +690,8 @@ class Simulation:
             "limited": self.fi[:, S.ACTIVE].copy(),
             "rate_decreases": self.fi[:, S.NCUTS].copy(),
             "path": self.f_path.copy(),
+            "udp_sport": self.f_sport.copy(), "dscp": self.f_dscp.copy(),
+            "tc": np.asarray(self.cls_tc, dtype=np.int64)[self.f_cls],
         }
 
     def result(self) -> SimResult:

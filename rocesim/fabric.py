@@ -7,6 +7,8 @@ uplinks in spine order; spine ports in leaf order); NIC ports by NIC name (``hos
 
 ECMP: a leaf picks the spine for a flow from a seeded hash of (switch, src, dst, UDP source
 port), so collisions happen as on real fabrics; spines and same-leaf traffic have one path.
+``EcmpConfig`` narrows the hashed fields and the NICs' source-port entropy: a hash of the source
+port alone with one fixed port is a planted collision (every cross-leaf flow on one uplink).
 Not modelled: adaptive routing, flowlet switching, link failures, LAG inside a link.
 """
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rocesim.config import DcqcnConfig, EcnConfig, Topology
+from rocesim.config import DcqcnConfig, EcmpConfig, EcnConfig, Topology
 
 ROCE_TC = 3
 CNP_TC = 6
@@ -47,9 +49,10 @@ class Link:
 class Fabric:
     """A built topology plus the ECN/DCQCN settings of every device (mutable, per device)."""
 
-    def __init__(self, topo: Topology, seed: int = 0) -> None:
+    def __init__(self, topo: Topology, seed: int = 0, ecmp: EcmpConfig | None = None) -> None:
         self.topo = topo
         self.seed = int(seed)
+        self.ecmp = ecmp or EcmpConfig()
         n_leaf = topo.n_leaves
         if topo.kind == "single_switch":
             self.leaf_names = ["sw0"]
@@ -190,11 +193,16 @@ class Fabric:
         cross = ~same
         if np.any(cross):
             n_sp = len(self.spine_names)
+            used = self.ecmp.hash_fields  # a field left out of the hash adds nothing
+            zero = np.zeros(int(cross.sum()), dtype=np.uint64)
             key = (np.uint64(self.seed) * np.uint64(0x100000001B3)
                    ^ mix64(ls[cross].astype(np.uint64) * np.uint64(1_000_003)
-                           + src[cross].astype(np.uint64) * np.uint64(65_537)
-                           + dst[cross].astype(np.uint64) * np.uint64(257)
-                           + sport[cross].astype(np.uint64) * np.uint64(0x9E37)))
+                           + (src[cross].astype(np.uint64) * np.uint64(65_537)
+                              if "src_ip" in used else zero)
+                           + (dst[cross].astype(np.uint64) * np.uint64(257)
+                              if "dst_ip" in used else zero)
+                           + (np.asarray(sport)[cross].astype(np.uint64) * np.uint64(0x9E37)
+                              if "udp_sport" in used else zero)))
             spine = (mix64(key) % np.uint64(n_sp)).astype(np.int64)
             path[cross, 1] = self.leaf_up[ls[cross], spine]
             path[cross, 2] = self.spine_down[spine, ld[cross]]

@@ -4,6 +4,7 @@ Shape (every key optional except ``workload``)::
 
     topology: {kind: leaf_spine, leaves: 2, spines: 2, hosts_per_leaf: 4, nic_gbps: 100}
     fabric_seed: 0          # ECMP hash salt
+    ecmp: {hash_fields: [src_ip, dst_ip, udp_sport], udp_sport: per_qp}   # EcmpConfig
     seed: 0                 # QP source ports, probe pairs, marking draws
     dt_us: null             # engine default
     max_time_us: null
@@ -13,7 +14,7 @@ Shape (every key optional except ``workload``)::
       default: {rpg_time_reset: 300}
     workload:
       collectives: [{op: all_reduce, size_bytes: 8388608, ranks: all}]
-      background: [{pattern: incast, load: 0.3, fan_in: 4}]
+      background: [{pattern: incast, load: 0.3, fan_in: 4}]   # dscp: 10 = a foreign DSCP
       probes: {pairs: 4, interval_us: 50}
 
 ``ranks``/``nics`` take a list of NIC names, ``all``, or a leaf name (its NICs).
@@ -26,7 +27,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rocesim.config import DcqcnConfig, EcnConfig, Topology
+from rocesim.config import DcqcnConfig, EcmpConfig, EcnConfig, Topology
 from rocesim.fabric import Fabric
 from rocesim.workload import Background, Collective, Probes, Workload
 
@@ -89,7 +90,8 @@ def _nics(fabric: Fabric, raw: Any, where: str) -> list[str]:
 def build_scenario(data: dict[str, Any], source: str = "<scenario>",
                    ) -> tuple[Fabric, Workload, dict[str, Any]]:
     topo = _make(Topology, data.get("topology"), f"{source}: topology")
-    fabric = Fabric(topo, seed=int(data.get("fabric_seed", 0)))
+    ecmp = _make(EcmpConfig, data.get("ecmp"), f"{source}: ecmp")
+    fabric = Fabric(topo, seed=int(data.get("fabric_seed", 0)), ecmp=ecmp)
     for target, raw in (data.get("ecn") or {}).items():
         cfg = _make(EcnConfig, raw, f"{source}: ecn.{target}")
         for sw in fabric.switch_names if target == "default" else [target]:

@@ -28,6 +28,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 OPS = ("all_reduce", "alltoall", "all_gather", "reduce_scatter")
+# The DSCP RoCE traffic is marked with: 26, which NVIDIA's lossless RoCE configuration maps to
+# priority 3 (``mlnx_qos --trust dscp``). The switch's DSCP map (SONiC CONFIG_DB
+# ``DSCP_TO_TC_MAP``) decides which other DSCPs share that queue.
+ROCE_DSCP = 26
+BEST_EFFORT_DSCP = 0
 ALGOS = ("ring", "tree")
 def tree_chunk_bytes(channel_bytes: float, depth: int) -> int:
     """NCCL's pipeline chunk for Tree/Simple: a step of the 4 MiB buffer (NCCL_BUFFSIZE over
@@ -132,8 +137,20 @@ class Background:
     nics: list[str] = field(default_factory=list)
     priority: Literal["roce", "other"] = "roce"
     lossless: bool = True
+    # The DSCP the tenant marks (None: the RoCE DSCP in the RoCE priority, best effort in the
+    # other). ``priority`` is the queue the switch's DSCP map puts it in: ``priority: roce``
+    # with another DSCP is a foreign tenant in the RoCE queue (the backup-job case).
+    dscp: int | None = None
+
+    @property
+    def marked_dscp(self) -> int:
+        if self.dscp is not None:
+            return self.dscp
+        return ROCE_DSCP if self.priority == "roce" else BEST_EFFORT_DSCP
 
     def __post_init__(self) -> None:
+        if self.dscp is not None and not 0 <= self.dscp <= 63:
+            raise ValueError(f"Background.dscp is a 6-bit DSCP in [0, 63], got {self.dscp}")
         if self.pattern not in ("incast", "permutation"):
             raise ValueError(f"Background.pattern: unknown pattern {self.pattern!r}")
         if not 0.0 < self.load <= 1.0:

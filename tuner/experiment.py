@@ -57,6 +57,20 @@ class TopologySpec(BaseModel):
     buffer_bytes: int = Field(default=32 * 2**20, ge=2**16, le=2**31)
 
 
+HashField = Literal["src_ip", "dst_ip", "udp_sport"]
+HASH_FIELDS: tuple[HashField, ...] = ("src_ip", "dst_ip", "udp_sport")
+
+
+class EcmpSpec(BaseModel):
+    """rocesim ``EcmpConfig``: the leaves' hash fields and the NICs' UDP source-port entropy
+    (``hash_fields: [udp_sport]`` with ``udp_sport: fixed`` plants an ECMP collision)."""
+
+    model_config = _STRICT
+    hash_fields: list[HashField] = Field(
+        default_factory=lambda: list(HASH_FIELDS), min_length=1)
+    udp_sport: Literal["per_qp", "fixed"] = "per_qp"
+
+
 class FabricSpec(BaseModel):
     """Where the study runs: ``sim`` (rocesim) is built in; ``ssh`` lands with its own file."""
 
@@ -69,6 +83,7 @@ class FabricSpec(BaseModel):
     # (at least 1 µs: finer never ends).
     max_time_us: float = Field(default=50_000.0, gt=0, allow_inf_nan=False)
     step_us: float = Field(default=500.0, ge=1, le=1_000_000)
+    ecmp: EcmpSpec = Field(default_factory=EcmpSpec)  # sim backend only
     # ssh backend (tuner.inventory): the inventory inline, or a YAML file ($VARS expanded).
     inventory: dict[str, Any] | None = None
     inventory_file: str | None = None

@@ -217,8 +217,9 @@ class StudyRunner:
                  on_event: Event | None = None,
                  warm: list[tuple[str, dict[str, int]]] | None = None,
                  lineage: dict[str, str] | None = None,
-                 summarize: Callable[[Any], tuple[dict[str, float], dict[str, Any]]] | None = None
-                 ) -> None:
+                 summarize: Callable[[Any], tuple[dict[str, float], dict[str, Any]]]
+                 | None = None, findings: list[dict[str, Any]] | None = None,
+                 findings_accepted: bool = False) -> None:
         self.exp = exp
         # A re-tune (tuner/lifecycle/retune.py): points measured right after trial 0 (each
         # "warm:<label>", always confirmed against the baseline at the end when it completes
@@ -227,6 +228,9 @@ class StudyRunner:
         self.lineage = dict(lineage or {})
         # (parent-run metrics, summary.json block) of the finished study (retune's summary)
         self.summarize = summarize
+        # what the preflight diagnosis found (tuner.diagnose.record), stored with a new study
+        self.findings = findings
+        self.findings_accepted = findings_accepted
         self.exp_yaml = exp_yaml
         self.cluster = cluster
         self.study_name = study_name
@@ -298,6 +302,9 @@ class StudyRunner:
                             trials_budget=self.exp.budget.trials)
         if self.lineage:
             study_store.record(self.study, lineage=self.lineage)
+        if self.findings is not None:
+            study_store.record(self.study, findings=self.findings,
+                               findings_accepted=self.findings_accepted)
 
     def _ensure_baseline(self) -> None:
         """Enqueue trial 0 (and the warm starts) on a new study; load its replicates on resume."""

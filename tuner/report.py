@@ -133,6 +133,7 @@ class StudyView:
     drift: list[dict[str, Any]] = field(default_factory=list)
     repeats: int = 1
     noise: dict[str, float] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)  # tuner.diagnose.record.lines
     study: Any = None  # the Optuna study (for Optuna's own plots); None when built by hand
 
     def counts(self) -> dict[str, int]:
@@ -155,6 +156,7 @@ def load(study_name: str | None, storage: str) -> StudyView:
     """Read a study (default: the newest in ``storage``) from its Optuna storage."""
     from tuner import optuna_io, study_store
     from tuner import study as studies
+    from tuner.diagnose import record
     from tuner.errors import ConfigError
 
     names = optuna_io.study_names(storage)
@@ -190,7 +192,8 @@ def load(study_name: str | None, storage: str) -> StudyView:
                            if tg.measurement_path},
         verdict_details={n: tg.detail for n, tg in tags.items() if tg.detail},
         confirmation=studies.confirmation(study), winner=studies.winner(study),
-        drift=info.drift, repeats=info.repeats, noise=info.noise, study=study)
+        drift=info.drift, repeats=info.repeats, noise=info.noise,
+        findings=record.lines(info.findings, info.findings_accepted), study=study)
 
 
 # Plots -------------------------------------------------------------------------------------
@@ -396,7 +399,7 @@ def markdown(view: StudyView, images: dict[str, str]) -> str:
     """The summary as Markdown; ``images`` maps plot name -> relative path."""
     counts = view.counts()
     out = [f"# ecntune study `{view.name}`", "", _meta_line(view), "",
-           f"**{headline_sentence(view)}**", "",
+           f"**{headline_sentence(view)}**", "", *_findings_md(view),
            "Trials: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), "",
            "## Baseline vs best", "",
            _md_table(["metric", "baseline", "best", "change"],
@@ -418,6 +421,11 @@ def markdown(view: StudyView, images: dict[str, str]) -> str:
                 ", ".join(f"trial {t.number}" for t in view.pareto), ""]
     out += ["---", _footer(view), ""]
     return "\n".join(out)
+
+
+def _findings_md(view: StudyView) -> list[str]:
+    """The findings the study ran under (the first line is the heading sentence)."""
+    return [view.findings[0], "", *view.findings[1:], ""] if view.findings else []
 
 
 def _meta_line(view: StudyView) -> str:
@@ -551,6 +559,7 @@ def render_html(view: StudyView, images: dict[str, bytes]) -> str:
         f"<div class=meta>{_h(_meta_line(view))}</div>",
         f"<section class=hero><p>{_h(headline_sentence(view))}</p>{_cards(view)}"
         f"<div class=badges style='margin-top:12px'>{badges}</div></section>",
+        "".join(f"<p class=meta>{_h(x)}</p>" for x in view.findings),
         fig("convergence"),
         "<div class=grid><div><h2>Baseline vs best</h2>",
         _html_table(["metric", "baseline", "best", "change"], headline_rows(view), cls_col=4),

@@ -132,6 +132,8 @@ class Info:
     confirmation_seeds: list[int] = field(default_factory=list)
     canary: dict[str, Any] = field(default_factory=dict)
     kept_trial: int | None = None
+    findings: list[dict[str, Any]] | None = None  # run's fabric diagnosis (None: not run)
+    findings_accepted: bool = False  # run went ahead with --accept-findings
 
 
 _STUDY_KEYS = {f.name for f in fields(Info)}

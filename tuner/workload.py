@@ -51,6 +51,9 @@ class BackgroundPart(BaseModel):
     fan_in: int = Field(default=4, ge=1, le=256)  # senders per receiver for incast
     priority: Literal["roce", "other"] = "roce"
     lossless: bool = True  # only meaningful for priority "other"
+    # rocesim: the DSCP the tenant marks (default: the RoCE DSCP in the RoCE priority); another
+    # DSCP with priority roce is a foreign tenant the switch maps into the RoCE queue.
+    dscp: int | None = Field(default=None, ge=0, le=63)
 
 
 class ProbePart(BaseModel):

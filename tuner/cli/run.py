@@ -26,10 +26,12 @@ def overridden(exp: Any, *, trials: int | None, results: str | None, no_mlflow: 
 def execute(exp_text: str, source: str, *, study: str | None, resume: bool, trials: int | None,
             keep_best: bool, results: str | None, no_mlflow: bool, quiet: bool,
             runner_options: dict[str, Any] | None = None,
-            prepare: Callable[[Any], Any] | None = None) -> Any:
+            prepare: Callable[[Any], Any] | None = None, accept_findings: bool = False) -> Any:
     """Shared by ``run``, ``resume`` and ``retune``: build everything, run, print the result
     (returned too). ``runner_options`` go to ``StudyRunner`` (retune: warm, lineage);
-    ``prepare`` adjusts the parsed experiment (retune: log to the old study's MLflow store)."""
+    ``prepare`` adjusts the parsed experiment (retune: log to the old study's MLflow store).
+    A new study first diagnoses the fabric; a dominant finding stops it (exit 3) unless
+    ``accept_findings``."""
     from rich.console import Console
 
     from safety.lock import hold
@@ -51,7 +53,7 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
     with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary
         # only the redacted text is stored (Optuna user attrs, MLflow artifact)
         return _run_locked(exp, redact(exp_text), source, name, console, keep_best, resume,
-                           quiet, runner_options or {})
+                           quiet, runner_options or {}, accept_findings)
 
 
 def _without_credentials(exp: Any, source: str) -> Any:
@@ -72,9 +74,33 @@ def _without_credentials(exp: Any, source: str) -> Any:
         update={"uri": urls["tracking.uri"]})})
 
 
+def diagnose_before_tuning(exp: Any, cluster: Any, console: Any,
+                           accept: bool) -> list[dict[str, Any]]:
+    """The cheap checks of ``diagnose`` (the fabric layer): print what they find; refuse to
+    tune around a dominant non-congestion cause (``SafetyAbort``, exit 3) unless ``accept``.
+    Returns the findings to store with the study."""
+    from tuner.diagnose import record
+    from tuner.diagnose.fabric import check
+    from tuner.errors import SafetyAbort
+
+    findings, not_checked = check(cluster, exp)
+    for f in findings:
+        console.print(f"finding: {record.line(f)}", highlight=False, markup=False)
+    for n in not_checked:
+        console.print(f"not checked: {n.layer}/{n.check} on {n.where}: {n.reason}",
+                      highlight=False, markup=False)
+    dominant = [f for f in findings if f.dominant]
+    if dominant and not accept:
+        raise SafetyAbort("refusing to tune", (
+            f"{len(dominant)} finding(s) tuning would only paper over: "
+            + "; ".join(f"{f.check} on {f.where}" for f in dominant)
+            + " -- fix the cause (actions above) or rerun with --accept-findings"))
+    return [f.model_dump() for f in findings]
+
+
 def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
                 keep_best: bool, resume: bool, quiet: bool,
-                runner_options: dict[str, Any]) -> Any:
+                runner_options: dict[str, Any], accept_findings: bool = False) -> Any:
     from tuner.cli._render import LiveProgress, print_result
     from tuner.cli.preflight import gate
     from tuner.cluster import build_cluster
@@ -88,6 +114,9 @@ def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
         raise with_source(exc, source) from None
     try:  # pre-flight: a failed check stops the study before any change
         gate(exp, cluster, console, source=source)
+        if not resume:  # a resumed study keeps the findings it started under
+            runner_options = {**runner_options, "findings": diagnose_before_tuning(
+                exp, cluster, console, accept_findings), "findings_accepted": accept_findings}
     except BaseException:
         cluster.close()
         raise
@@ -110,11 +139,16 @@ def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
 @click.option("--results", help="Override results_dir (Optuna/MLflow stores, journal).")
 @click.option("--no-mlflow", is_flag=True, help="Do not log to MLflow.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--accept-findings", is_flag=True,
+              help="Tune even when the fabric checks find a cause tuning cannot fix (an ECMP "
+                   "collision); the findings are stored with the study.")
 @handle_errors
 def command(experiment: Path, study: str | None, trials: int | None, keep_best: bool,
-            results: str | None, no_mlflow: bool, quiet: bool) -> None:
+            results: str | None, no_mlflow: bool, quiet: bool, accept_findings: bool) -> None:
     """Tune ECN/DCQCN on the canary described by EXPERIMENT (a YAML experiment file).
 
+    Before anything changes, the fabric checks of `ecntune diagnose` run; a dominant finding
+    (an ECMP collision) stops the run with exit 3 unless --accept-findings.
     Trial 0 measures the canary as it is (the baseline); every later trial is proposed by
     Optuna, checked against the static safety limits, applied, verified, measured and judged,
     and the canary is restored after it. Ctrl-C or SIGTERM restores the baseline and exits 130;
@@ -124,4 +158,5 @@ def command(experiment: Path, study: str | None, trials: int | None, keep_best: 
 
     text = read_text_file(experiment, "experiment file")
     execute(text, str(experiment), study=study, resume=False, trials=trials,
-            keep_best=keep_best, results=results, no_mlflow=no_mlflow, quiet=quiet)
+            keep_best=keep_best, results=results, no_mlflow=no_mlflow, quiet=quiet,
+            accept_findings=accept_findings)

@@ -23,6 +23,7 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
     from tuner import study as studies
     from tuner.cli._render import confirmation_lines, settings_table, trials_table
     from tuner.cli.resume import locate
+    from tuner.diagnose import record
     from tuner.errors import ConfigError
     from tuner.plots import kind
     from tuner.report import verdict_meaning
@@ -41,6 +42,10 @@ def command(study: str | None, storage: str | None, results: str | None, top: in
                     key=lambda o: -(o.score or 0.0))
     console.print(f"study {name} ({study_store.info(st).mode}), {len(trials)} "
                   f"trials, storage {url}")
+    info = study_store.info(st)
+    # what the preflight diagnosis found (#23)
+    for line in record.lines(info.findings, info.findings_accepted):
+        console.print(line, highlight=False, markup=False)
     if base is not None:
         console.print(f"baseline (trial {base.number}): paired score 0 by construction, "
                       f"{study_store.info(st).repeats} paired replicates per trial")

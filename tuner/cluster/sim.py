@@ -76,10 +76,12 @@ class SimCluster(Cluster):
     def __init__(self, spec: FabricSpec, canary_switches: list[str],
                  baseline: dict[str, int] | None = None, name: str = "rocesim") -> None:
         from rocesim import Fabric, Topology
+        from rocesim.config import EcmpConfig
 
         self.spec = spec
         self.name = name
-        self._fabric = Fabric(Topology(**spec.topology.model_dump()), seed=spec.seed)
+        ecmp = EcmpConfig(hash_fields=tuple(spec.ecmp.hash_fields), udp_sport=spec.ecmp.udp_sport)
+        self._fabric = Fabric(Topology(**spec.topology.model_dump()), seed=spec.seed, ecmp=ecmp)
         switches = list(self._fabric.switch_names)
         unknown = [s for s in canary_switches if s not in switches]
         if unknown:
@@ -180,7 +182,7 @@ class SimCluster(Cluster):
                             qps_per_connection=c.qps_per_connection, algo=c.algo)
                  for c in workload.collectives]
         bg = [Background(pattern=b.pattern, load=b.load, fan_in=min(b.fan_in, len(nics) - 1),
-                         nics=nics, priority=b.priority, lossless=b.lossless)
+                         nics=nics, priority=b.priority, lossless=b.lossless, dscp=b.dscp)
               for b in workload.background]
         probes = None
         if workload.probes:
@@ -196,6 +198,20 @@ class SimCluster(Cluster):
             if self._canary_port(port):
                 merge_row(out.setdefault(port, {}), row)
         return out
+
+    def stress(self, workload: Workload, *, replicate: int = 0) -> Any:
+        """Run ``workload`` on the canary for a diagnosis and return rocesim's ``SimResult``
+        (per-port counters, per-flow paths): nothing is applied, no counter total changes."""
+        from rocesim import Simulation
+
+        return Simulation(self._fabric, self._sim_workload(workload),
+                          seed=self.replicate_seed(replicate),
+                          max_time_us=self.spec.max_time_us).run()
+
+    def flow_names(self) -> tuple[list[str], list[str]]:
+        """What the indices in rocesim's per-flow arrays name: the transmitting port of every
+        link id (paths), and every NIC (sources and destinations)."""
+        return [ln.src_port for ln in self._fabric.links], list(self._fabric.nic_names)
 
     def replicate_seed(self, replicate: int) -> int:
         """The simulation seed of paired replicate ``replicate``: it fixes the probe pairs, the

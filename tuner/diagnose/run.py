@@ -8,7 +8,6 @@ host and no fabric could be read at all the run "could not check" (exit 3).
 
 from __future__ import annotations
 
-import importlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -54,14 +53,12 @@ def host_rows(reads: list[HostRead], roce_dscp: int) -> tuple[list[Finding | Not
     return rows, table
 
 
-def fabric_rows(exp: Experiment, cluster: Cluster) -> list[Finding | NotChecked] | None:
-    """The fabric layer's rows, or None while ``tuner.diagnose.fabric`` does not exist."""
-    try:
-        mod = importlib.import_module("tuner.diagnose.fabric")
-    except ModuleNotFoundError:
-        return None
-    check = getattr(mod, "check", None)
-    return list(check(exp, cluster)) if check is not None else None
+def fabric_rows(exp: Experiment, cluster: Cluster) -> list[Finding | NotChecked]:
+    """The fabric layer's rows (``tuner.diagnose.fabric``)."""
+    from tuner.diagnose.fabric import check
+
+    findings, not_checked = check(cluster, exp)
+    return [*findings, *not_checked]
 
 
 def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: bool = False
@@ -88,13 +85,8 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: boo
         rows += [NotChecked(layer=layer, check="hosts", where=backend,  # type: ignore[arg-type]
                             reason=f"the {backend} backend has no hosts to read over SSH")
                  for layer in HOST_LAYERS]
-    fabric = fabric_rows(exp, cluster)
-    if fabric is None:
-        rows.append(NotChecked(layer="fabric", check="fabric", where=backend,
-                               reason="no fabric checks in this build (tuner.diagnose.fabric)"))
-    else:
-        rows += fabric
-        checked = True
+    rows += fabric_rows(exp, cluster)
+    checked = checked or backend == "sim"  # the fabric stress ran on the simulated canary
     order = {layer: i for i, layer in enumerate(LAYERS)}
     rows.sort(key=lambda x: order[x.layer])  # stable: bottom-up, hosts in inventory order
     ran = sorted({x.check for x in rows})
