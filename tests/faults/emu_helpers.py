@@ -19,7 +19,7 @@ search:
     kmax_ratio: {{low: 1.5, high: 4}}
     rpg_time_reset: {{low: 2, high: 100, log: true}}
   warm_starts: false
-safety: {{deadman_timeout_s: {deadman}, max_pause_fraction: 1.0, poll_interval_s: 0.5}}
+safety: {{deadman_timeout_s: {deadman}, max_pause_fraction: 1.0, poll_interval_s: 0.5{more}}}
 objective: {{guardrails: {{max_busbw_loss_percent: 100}}}}
 preflight: {{error_sample_s: 0.2}}
 budget: {{trials: {trials}, repeats: 1, baseline_every: 0, confirm_repeats: 0, confirm_top_k: 1}}
@@ -29,10 +29,12 @@ results_dir: {results}
 """
 
 
-def experiment(emu, tmp_path: Path, *, trials: int = 3, deadman: float = 3) -> Path:
+def experiment(emu, tmp_path: Path, *, trials: int = 3, deadman: float = 3,
+               nvue_confirm_s: float | None = None) -> Path:
     path = tmp_path / "emu.yaml"
+    more = "" if nvue_confirm_s is None else f", nvue_confirm_s: {nvue_confirm_s}"
     path.write_text(EXP.format(inventory=emu.inventory_path, trials=trials, deadman=deadman,
-                               results=tmp_path / "results"))
+                               results=tmp_path / "results", more=more))
     return path
 
 

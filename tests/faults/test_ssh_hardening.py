@@ -62,7 +62,10 @@ def test_second_tuner_on_another_machine_is_refused_by_the_targets(emu, tmp_path
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     first_dir.mkdir()
     second_dir.mkdir()
-    exp1 = experiment(emu, first_dir, trials=3, deadman=5)
+    # The first tuner applies NVUE without commit-confirm: a pending confirm would stop the
+    # second one at pre-flight (nvue_confirm, tested in tests/ssh/test_emulated_switch.py)
+    # before it reaches the targets' locks, which are what this test is about.
+    exp1 = experiment(emu, first_dir, trials=3, deadman=5, nvue_confirm_s=0)
     exp2 = experiment(emu, second_dir, trials=3, deadman=5)
     baseline = read_canary(emu)
     journal1 = Journal(first_dir / "results" / "journal.jsonl")

@@ -398,3 +398,39 @@ def test_a_clone_holding_the_original_values_still_gives_way_on_restore(inv: Any
     cur = nv.parse(_nv_read(_nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
                                      {"ECNTUNE_CANARY": row})))
     assert nv.needs_write(cur, cur) and nv.write_steps(cur, cur)[0].startswith("nv unset")
+
+
+class _Replies:
+    """A runner answering the read command with the next of ``texts``."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+        self.calls = 0
+
+    def run(self, command: str, **_: Any) -> Any:
+        self.calls += 1
+        from types import SimpleNamespace
+
+        return SimpleNamespace(stdout=self.texts.pop(0), status=0, stderr="")
+
+
+def test_nvue_read_again_when_a_change_lands_between_config_and_status(
+        inv: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Config and port status are two commands: an apply (or NVUE's confirm timer rolling one
+    back) between them shows as a disagreement that the next read does not repeat."""
+    import tuner.drivers.nvue as nvue
+
+    monkeypatch.setattr(nvue, "REREAD_S", 0.0)
+    row = {"min-threshold": 150000, "max-threshold": 1500000, "probability": 100}
+    good = _nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"}, {"ECNTUNE_CANARY": row})
+    moved = _nv_tree({"swp1": "ECNTUNE_CANARY", "swp2": "ECNTUNE_CANARY"},
+                     {"ECNTUNE_CANARY": {**row, "min-threshold": 160000}})
+    runner = _Replies([_nv_read(moved), _nv_read(good)])
+    drv = NvueDriver(runner, inv.switches[1])  # type: ignore[arg-type]
+    assert drv.read().kmin_bytes == 150000 and runner.calls == 2
+    # a disagreement that stays is the switch's: reported after REREADS reads
+    runner = _Replies([_nv_read(moved)] * nvue.REREADS)
+    drv = NvueDriver(runner, inv.switches[1])  # type: ignore[arg-type]
+    with pytest.raises(ApplyError, match="swp1 runs min-threshold 153.00 KB"):
+        drv.read()
+    assert runner.calls == nvue.REREADS

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from typing import TYPE_CHECKING, Any
 
 from tuner.drivers.base import Driver, Runner, WriteError
@@ -222,6 +223,13 @@ def settings_of(target: str, row: dict[str, Any]) -> EcnSettings:
         raise ApplyError(f"{target}: invalid ECN values in the applied config: {exc}") from None
 
 
+class OperationalMismatch(ApplyError):
+    """A port runs other thresholds than the applied config says (``_check_operational``)."""
+
+
+REREADS, REREAD_S = 3, 1.0  # reads before a config/operational disagreement is reported
+
+
 class NvueDriver(Driver[EcnSettings]):
     platform = "nvue"
 
@@ -349,6 +357,20 @@ class NvueDriver(Driver[EcnSettings]):
                 self.counters_command()]
 
     # -- parsing (pure) ----------------------------------------------------------------
+    def read(self) -> EcnSettings:
+        """As ``Driver.read``, reading again when the ports' operational view disagrees with
+        the applied config: they are two commands, and a change landing between them (NVUE's
+        own timer rolling an unconfirmed apply back, another session's apply) is not a
+        mismatch of the switch. Only a disagreement that persists over ``REREADS`` is one."""
+        for attempt in range(REREADS):
+            try:
+                return super().read()
+            except OperationalMismatch:
+                if attempt == REREADS - 1:
+                    raise
+                time.sleep(REREAD_S)
+        raise AssertionError("unreachable")
+
     def parse(self, text: str) -> EcnSettings:
         """Exact values from the applied config of the profile the canary ports use; each
         port's operational view must agree within its display precision."""
@@ -381,7 +403,7 @@ class NvueDriver(Driver[EcnSettings]):
                                ("min-threshold", want.kmin_bytes)):
                 shown = show.values.get(f"congestion-control.{key}")
                 if shown is not None and shown.value and not runs_as(value, shown.value):
-                    raise ApplyError(
+                    raise OperationalMismatch(
                         f"{self.target}: {port} runs {key} {shown.value}, but the applied "
                         f"config says {value} B, which the ASIC runs as {asic_runs(value)} B "
                         f"(rounded up to {ASIC_STEP} B steps: {STEP_CELLS} cells of "
