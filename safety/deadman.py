@@ -11,7 +11,7 @@ a *runtime directory* ``$d``, one set per arm, named by a unique *token*::
     <token>.firing    the timer won the claim and is restoring
     <token>.fired     the restore ran; <token>.rc holds its exit status, <token>.log its output
     <token>.disarmed  the tuner won the claim: the timer exits without touching anything
-    lock.<target>/    the target's lock (``owner``: the token; ``who``: tuner host and pid)
+    lock.<target>/    the target's lock (``owner``: the token; ``who``: the tuner process)
 
 The runtime directory (``runtime_dir_expr``): ``$XDG_RUNTIME_DIR/ecntune`` when the session has
 one, else ``/run/ecntune`` for root (``sudo``) and ``/run/user/<uid>/ecntune`` for others -- never
@@ -42,8 +42,13 @@ Why each piece is there:
   claim; a second tuner -- on any machine -- is refused by the target itself (reply
   ``locked <owner token> <owner state>``). A fired timer leaves its lock behind: the tuner that
   owned it is gone, and only ``ecntune recover`` takes such a lock over (``takeover_command``,
-  refused while the owner's timer is still armed -- unless ``recover`` knows that owner is dead:
-  same host, its pid gone; then it claims that timer first, exactly like a disarm).
+  refused while the owner's timer is still armed -- unless ``recover`` proves that owner dead:
+  ``who`` is ``<host> <pid> <boot id> <pid namespace> <start time>``, and only on the same host,
+  boot and PID namespace a pid that is gone (or now another, later process) is a dead owner;
+  then it claims that timer first, exactly like a disarm).
+* a renewal that finds the timer ``disarmed`` (a ``recover`` judged this tuner dead) or the
+  lock in another token's hands (``stolen``) means the change is no longer the tuner's to
+  measure: the trial fails (``failed:protection_lost``) and is never scored.
 * the unique token: renew/disarm touch exactly this arm's timer, never another run's; a stale
   timer from a killed run keeps its own token and its own baseline.
 * ``date +%s``: epoch seconds (GNU coreutils, BusyBox and BSD ``date`` all print it); the
@@ -57,7 +62,7 @@ Why each piece is there:
 
 Replies: every command prints one status word on its first line (``armed``, ``renewed``,
 ``disarmed``, ``fired``, ``firing``, ``missing``, ``unsafe``, ``locked``, ``taken``, ``free``,
-``busy``) and exits 0, so the transport's exit-status check only trips on real failures
+``busy``, ``stolen``) and exits 0, so the transport's exit-status check only trips on real failures
 (``parse_reply`` turns the word into a ``TimerState`` and the rest of the line).
 """
 
@@ -70,13 +75,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 TimerState = Literal["armed", "renewed", "disarmed", "fired", "firing", "missing", "unsafe",
-                     "locked", "taken", "free", "busy"]
+                     "locked", "taken", "free", "busy", "stolen"]
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,96}$")
 _DIR = re.compile(r"^/[A-Za-z0-9_./-]*$")
-_WHO = re.compile(r"[A-Za-z0-9_.-]{1,64} [0-9]{1,10}")
+# <host> <pid> <boot id> <pid namespace inode> <start time in clock ticks since boot>
+_WHO = re.compile(r"[A-Za-z0-9_.-]{1,64} [0-9]{1,10} [0-9a-f-]{1,36} [0-9]{1,20} [0-9]{1,20}")
 _STATES: tuple[TimerState, ...] = ("armed", "renewed", "disarmed", "fired", "firing", "missing",
-                                   "unsafe", "locked", "taken", "free", "busy")
+                                   "unsafe", "locked", "taken", "free", "busy", "stolen")
 MARK = "ecntune-deadman"
 
 # The runtime directory, decided on the target (see the module docstring).
@@ -105,11 +111,12 @@ class DeadmanTimer:
     target: str
     token: str
     directory: str | None = None
-    who: str = ""  # "<host> <pid>" of the tuner, kept in the target lock
+    who: str = ""  # the tuner process (``_WHO``), kept in the target lock
 
     def __post_init__(self) -> None:
         if self.who and not _WHO.fullmatch(self.who):
-            raise ValueError(f"dead-man owner {self.who!r} is not '<host> <pid>'")
+            raise ValueError(f"dead-man owner {self.who!r} is not '<host> <pid> <boot> "
+                             "<pidns> <start>'")
         if not _TOKEN.fullmatch(self.token):
             raise ValueError(f"dead-man token {self.token!r} is not [A-Za-z0-9_.-]{{1,96}}")
         if self.directory is not None and (
@@ -183,13 +190,17 @@ class DeadmanTimer:
             f"echo $! >{self._f('pid')}; echo armed {self.token} $!")
 
     def renew_command(self, timeout_s: float) -> str:
-        """Push the deadline ``timeout_s`` into the future (only while still armed)."""
+        """Push the deadline ``timeout_s`` into the future (only while still armed); ``stolen
+        <owner>`` when the target's lock is no longer this arm's (the timer is renewed all the
+        same: it still guards this change until the tuner restores and disarms)."""
         seconds = max(1, int(round(timeout_s)))
         return (
             f"{self._prologue()}"
             f"if [ -e {self._f('armed')} ]; then rm -f {self._f('deadline.new')}; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline.new')} && "
-            f"mv -f {self._f('deadline.new')} {self._f('deadline')} && echo renewed; "
+            f"mv -f {self._f('deadline.new')} {self._f('deadline')} || exit 1; "
+            f"o=$(cat {self._lock}/owner 2>/dev/null); if [ \"$o\" = {self.token} ]; then "
+            f"echo renewed; else echo stolen \"${{o:-none}}\"; fi; "
             f"else {self._state_words()}; fi")
 
     def disarm_command(self) -> str:
@@ -220,8 +231,8 @@ class DeadmanTimer:
                 f"echo firing; elif [ -e {f}.fired ]; then echo fired; else echo expired; fi")
 
     def holder_command(self) -> str:
-        """Who holds the target's lock, read only: ``free``, or ``held <token> <state> <host>
-        <pid>`` (state as in ``locked``: armed, firing, fired or expired)."""
+        """Who holds the target's lock, read only: ``free``, or ``held <token> <state>
+        <who>`` (state as in ``locked``: armed, firing, fired or expired)."""
         return (f"{self._prologue(absent='free')}"
                 f"[ -d {self._lock} ] || {{ echo free; exit 0; }}; "
                 f"o=$(cat {self._lock}/owner 2>/dev/null); "
@@ -247,7 +258,7 @@ class DeadmanTimer:
 
     def takeover_command(self, claim_armed: bool = False) -> str:
         """``recover``: take over the target's lock from a tuner that is gone (its timer no
-        longer armed); ``busy <token> <state> <host> <pid>`` while that timer may still fire,
+        longer armed); ``busy <token> <state> <who>`` while that timer may still fire,
         ``free`` without a lock. ``claim_armed`` (the owner is known dead): claim its armed
         timer first, as its disarm would have."""
         claim = (f"armed) if mv \"$d\"/\"$o\".armed \"$d\"/\"$o\".disarmed 2>/dev/null; then "

@@ -12,6 +12,9 @@ import pytest
 
 from safety.deadman import DeadmanTimer, new_token, parse_reply
 
+# A lock holder: host, pid, boot id, PID namespace, start time (tuner.cluster.deadman._who).
+WHO = "gpu01 4242 7795d266-d360-4885-974d-fb5878491f97 4026531836 1302157"
+
 
 def sh(cmd: str, timeout: float = 5.0) -> str:
     """Run like the transport does (a shell on the target); returns stdout, checks rc 0."""
@@ -157,7 +160,8 @@ def _doc_example() -> str:
     for title, cmd in (
             ("arm (before the trial's write; prints `armed <token> <pid>`)",
              t.arm_command([restore], 60)),
-            ("renew (every timeout/3 while the trial runs; prints `renewed`, or `fired rc=N` "
+            ("renew (every timeout/3 while the trial runs; prints `renewed`, `stolen <owner>` "
+             "if the lock changed hands, `disarmed` if a `recover` claimed it, or `fired rc=N` "
              "if it is too late)", t.renew_command(60)),
             ("disarm + clean up (after the verified restore; prints `disarmed`, or `fired "
              "rc=N`)", f"{t.disarm_command()}; {t.cleanup_command()}"),
@@ -286,12 +290,12 @@ def test_recover_claims_the_armed_timer_of_a_known_dead_owner(knob) -> None:
     the owner's host and pid); with proof (``claim_armed``) the timer is claimed like a
     disarm -- it never fires -- and the lock is free."""
     path, restore, timers, d = knob
-    a = DeadmanTimer.new("host0/mlx5_0", directory=str(d), who="gpu01 4242")
+    a = DeadmanTimer.new("host0/mlx5_0", directory=str(d), who=WHO)
     timers.append(a)
     sh(a.arm_command(restore, 2))
     loop = int(Path(a.base + ".pid").read_text())
     b = make(d, timers)
-    assert parse_reply(sh(b.takeover_command())) == ("busy", f"{a.token} armed gpu01 4242")
+    assert parse_reply(sh(b.takeover_command())) == ("busy", f"{a.token} armed {WHO}")
     assert parse_reply(sh(b.takeover_command(claim_armed=True))) == (
         "taken", f"{a.token} armed-claimed")
     assert wait_until_gone(loop, 0.5)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tests.faults.conftest import Recorder
 from tuner.lease import LeaseKeeper, SliceLeases
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +117,8 @@ def test_a_worker_for_a_held_slice_exits_3_naming_the_holder(tmp_path: Path) -> 
     assert not (tmp_path / "res" / "slices" / "sim1" / "journal.jsonl").exists()  # untouched
 
 
-def test_a_refused_worker_leaves_the_live_holders_lease_alone(url: str, tmp_path: Path) -> None:
+def test_a_refused_worker_leaves_the_live_holders_lease_alone(
+        url: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Red team L3 "Lease": a second `ecntune worker` that cannot take a held slice (it waits
     for it with --wait-lease, then gives up) must not delete or touch the live holder's lease:
     the first worker's renewals go on and it keeps the slice."""
@@ -143,3 +145,9 @@ def test_a_refused_worker_leaves_the_live_holders_lease_alone(url: str, tmp_path
     assert first.renew(lease) is not None
     first.release(lease)
     first.close()
+    Recorder(request.node.nodeid).record(
+        f"a second `ecntune worker` for a slice a live worker holds ({url.split(':')[0]} "
+        "lease table), waiting 2 s for it with --wait-lease",
+        "the second exited 3 naming the holder and touched nothing; the first worker's lease "
+        "kept renewing (same holder, live) and it kept the slice",
+        dirty_targets=0, trials_lost=0, restore_s=None, backend="sim")
