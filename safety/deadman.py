@@ -13,15 +13,21 @@ a *runtime directory* ``$d``, one set per arm, named by a unique *token*::
     <token>.disarmed  the tuner won the claim: the timer exits without touching anything
     lock.<target>/    the target's lock (``owner``: the token; ``who``: the tuner process)
 
-The runtime directory (``runtime_dir_expr``): ``$XDG_RUNTIME_DIR/ecntune`` when the session has
-one, else ``/run/ecntune`` for root (``sudo``) and ``/run/user/<uid>/ecntune`` for others -- never
-a world-writable place such as ``/tmp``. Every command refuses to touch it (reply ``unsafe``)
-unless it is a real directory (not a symlink) owned by the connecting user with mode 0700, so
-another local user can neither plant files or symlinks in it nor read it. Files are created
-with ``set -C`` (noclobber: an existing file is never written through) under ``umask 077``, and
-the pid in ``<token>.pid`` is killed only if that process's command line carries this arm's
-marker (``ecntune-deadman <token>``), so a planted pid can never make root signal another
-process.
+The runtime directory (``RUNTIME_DIR``): ``/run/ecntune/boot-<boot id>`` for root (``sudo``),
+``~/.ecntune-deadman/boot-<boot id>`` for others -- never ``$XDG_RUNTIME_DIR``
+(``/run/user/<uid>``), which systemd-logind removes when the user's last session ends, i.e. exactly
+when the tuner died or lost its network and the timer is needed; never a world-writable place such
+as ``/tmp``. The boot id (``/proc/sys/kernel/random/boot_id``) in the name means a previous boot's
+leftovers in the home directory (``.armed`` files of timers that died with that boot, its locks)
+are never read as live. If the directory is removed anyway, the timer loop puts its ``.armed``,
+deadline and lock back (and a ``.recreated`` mark) and keeps guarding; a renewal that came in
+between answered ``missing``, which fails the trial. Every command refuses to touch the directory
+and its base (reply ``unsafe``) unless it is a real directory (not a symlink) owned by the
+connecting user with mode 0700, so another local user can neither plant files or symlinks in it
+nor read it. Files are created with ``set -C`` (noclobber: an existing file is never written
+through) under ``umask 077``, and the pid in ``<token>.pid`` is killed only if that process's
+command line carries this arm's marker (``ecntune-deadman <token>``), so a planted pid can never
+make root signal another process.
 
 Why each piece is there:
 
@@ -85,15 +91,26 @@ _STATES: tuple[TimerState, ...] = ("armed", "renewed", "disarmed", "fired", "fir
                                    "unsafe", "locked", "taken", "free", "busy", "stolen")
 MARK = "ecntune-deadman"
 
-# The runtime directory, decided on the target (see the module docstring).
-RUNTIME_DIR = ('d=${XDG_RUNTIME_DIR:-}; if [ -z "$d" ]; then if [ "$(id -u)" = 0 ]; then '
-               'd=/run; else d=/run/user/$(id -u); fi; fi; d="$d/ecntune"')
-# Refuse anything but a real 0700 directory owned by us (``ls -ldn``: mode, links, uid, ...;
-# a trailing ``.`` is an SELinux context, a ``+`` an ACL that could let others in).
-_CHECK = ('set -- $(ls -ldn "$d" 2>/dev/null); case "$1" in drwx------|drwx------.) ;; '
-          '*) echo "unsafe $d is not a 0700 directory (mode ${1:-none})"; exit 0;; esac; '
-          '[ "$3" = "$(id -u)" ] || { echo "unsafe $d is owned by uid $3, not $(id -u)"; '
-          'exit 0; }')
+# The runtime directory, decided on the target (see the module docstring): ``$b`` the base
+# (checked too when it is ours to make), ``$d`` this boot's directory in it.
+# ``ECNTUNE_DEADMAN_DIR`` places it explicitly (the emulated targets: one per target).
+RUNTIME_DIR = ('if [ -n "${ECNTUNE_DEADMAN_DIR:-}" ]; then b=; d="$ECNTUNE_DEADMAN_DIR/ecntune"; '
+               'else if [ "$(id -u)" = 0 ]; then b=/run/ecntune; '
+               'else b="${HOME:-/nonexistent}/.ecntune-deadman"; fi; '
+               'k=$(tr -cd 0-9a-f- </proc/sys/kernel/random/boot_id 2>/dev/null); '
+               'd="$b/boot-${k:-unknown}"; fi')
+
+
+def _check(var: str) -> str:
+    """Refuse anything but a real 0700 directory owned by us (``ls -ldn``: mode, links, uid,
+    ...; a trailing ``.`` is an SELinux context, a ``+`` an ACL that could let others in)."""
+    return (f'set -- $(ls -ldn "${var}" 2>/dev/null); case "$1" in drwx------|drwx------.) ;; '
+            f'*) echo "unsafe ${var} is not a 0700 directory (mode ${{1:-none}})"; exit 0;; '
+            f'esac; [ "$3" = "$(id -u)" ] || {{ echo "unsafe ${var} is owned by uid $3, not '
+            f'$(id -u)"; exit 0; }}')
+
+
+_CHECK = f'if [ -n "${{b:-}}" ]; then {_check("b")}; fi; {_check("d")}'
 
 
 def new_token(target: str) -> str:
@@ -146,13 +163,15 @@ class DeadmanTimer:
         """Find and check the runtime directory; without one (never armed here, or the
         target rebooted) a command that only looks answers ``absent`` at once."""
         where = (RUNTIME_DIR if self.directory is None
-                 else f"d={shlex.quote(self.directory.rstrip('/') or '/')}")
-        make = ('mkdir -m 700 "$d" 2>/dev/null; ' if create else
+                 else f"b=; d={shlex.quote(self.directory.rstrip('/') or '/')}")
+        make = ('[ -z "$b" ] || mkdir -m 700 "$b" 2>/dev/null; mkdir -m 700 "$d" 2>/dev/null; '
+                if create else
                 f'if [ ! -e "$d" ] && [ ! -L "$d" ]; then echo {absent}; exit 0; fi; ')
         return f"umask 077; set -C; {where}; {make}{_CHECK}; "
 
     def loop_script(self, restore: list[str]) -> str:
-        """The timer itself (``sh -c SCRIPT MARK DIR``): wait for the deadline, claim, restore.
+        """The timer itself (``sh -c SCRIPT MARK DIR DEADLINE``): wait for the deadline, claim,
+        restore.
 
         Starts with its marker, so disarm can tell this process from any other."""
         if not restore:
@@ -160,10 +179,17 @@ class DeadmanTimer:
         # the restore writes existing files (sysfs): noclobber is for our own files only
         steps = "; ".join(f"( set +C; {cmd} ) || rc=1" for cmd in restore)
         return (
-            f": {MARK} {self.token}; set -C; d=$1; "
+            f": {MARK} {self.token}; set -C; umask 077; d=$1; dl=$2; "
             f"while :; do "
-            f"[ -e {self._f('armed')} ] || exit 0; "
-            f"dl=$(cat {self._f('deadline')} 2>/dev/null) || exit 0; "
+            f"if [ ! -d \"$d\" ] && [ -n \"$dl\" ]; then "  # removed under it: put it back
+            f"mkdir -p \"$d\" && : >{self._f('armed')} && echo \"$dl\" >{self._f('deadline')} "
+            f"&& : >{self._f('recreated')}; mkdir {self._lock} 2>/dev/null && "
+            f"echo {self.token} >{self._lock}/owner; fi; "
+            # claimed (disarm) -- unless it is the directory going away (``rm -r`` empties it
+            # first): look again a second later
+            f"[ -e {self._f('armed')} ] || {{ sleep 1; [ -d \"$d\" ] && exit 0; continue; }}; "
+            f"n=$(cat {self._f('deadline')} 2>/dev/null) || "
+            f"{{ sleep 1; [ -d \"$d\" ] && exit 0; continue; }}; dl=$n; "
             f"[ \"$(date +%s)\" -gt \"$dl\" ] && break; "
             f"sleep 1; done; "
             f"mv {self._f('armed')} {self._f('firing')} 2>/dev/null || exit 0; "
@@ -186,7 +212,8 @@ class DeadmanTimer:
             f"echo locked \"${{o:-?}}\" $({self._owner_state('$o')}); exit 0; fi; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline')} && "
             f": >{self._f('armed')} || exit 1; "
-            f"nohup sh -c {shlex.quote(script)} {MARK} \"$d\" >/dev/null 2>&1 </dev/null & "
+            f"nohup sh -c {shlex.quote(script)} {MARK} \"$d\" \"$(cat {self._f('deadline')})\" "
+            f">/dev/null 2>&1 </dev/null & "
             f"echo $! >{self._f('pid')}; echo armed {self.token} $!")
 
     def renew_command(self, timeout_s: float) -> str:
