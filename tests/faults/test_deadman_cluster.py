@@ -404,3 +404,29 @@ def test_a_lock_taken_by_another_token_mid_trial_fails_the_trial(setup, tmp_path
     assert sorted(set(dc.revoked)) == NICS
     dc.apply(dc.baseline)
     assert values(fake) == [300, 300]
+
+
+def test_timeout_zero_keeps_the_locks_and_the_moved_canary_check(setup, reliability) -> None:
+    """Red team L2: ``deadman_timeout_s: 0`` turns the timers off, not the rest. A tuner
+    without timers is still refused by another tuner's armed locks at its snapshot, and
+    never applies a trial on a canary that moved since its baseline."""
+    first, fake = setup(timeout_s=1.0)
+    first.apply(trial(17))  # armed: the targets' locks are the first tuner's
+    plain = DeadmanCluster(fake, 0, directory=first.directory)
+    with pytest.raises(DeadmanRefused, match="locked .* armed"):
+        plain.snapshot()
+    first.apply(first.baseline)  # restored and disarmed: the locks are free
+    plain.snapshot()
+    for f in fake.files.values():  # a hand change after the snapshot
+        f.write_text("55\n")
+    with pytest.raises(DeadmanRefused, match="changed since this study read its baseline"):
+        plain.apply(trial(42))
+    assert values(fake) == [55, 55]
+    plain.apply(plain.baseline)  # going back to the baseline is always allowed
+    assert values(fake) == [300, 300] and plain.armed == {}
+    reliability.record(
+        "`deadman_timeout_s: 0` (no timers): a second tuner while the first has a change "
+        "armed; then a hand change to the canary after the study's snapshot",
+        "the first tuner's locks refused the second at its snapshot; the moved canary refused "
+        "the trial's apply (exit 3 path, `DeadmanRefused`), nothing written",
+        dirty_targets=0, trials_lost=0, restore_s=None, backend="sh (local stand-in)")

@@ -196,7 +196,8 @@ class DeadmanCluster(Cluster):
 
     # -- Cluster --------------------------------------------------------------------------
     def apply(self, settings: Settings) -> None:
-        if self.timeout_s <= 0:
+        if self.timeout_s <= 0:  # no timers, but never on top of someone else's change
+            self._refuse_if_moved(settings, self.inner.read_back())
             self.inner.apply(settings)
             return
         if self.armed:
@@ -210,16 +211,7 @@ class DeadmanCluster(Cluster):
                 self.verified = True
             return
         before = self.inner.read_back()
-        if (self.baseline is not None and settings != self.baseline
-                and before not in (settings, self.baseline)):
-            # Someone else moved the canary since the study's snapshot (another tuner, a hand
-            # change): a trial on top of it would be measured against the wrong baseline and
-            # its restore would overwrite their change. Stop before touching anything.
-            raise DeadmanRefused(
-                "the canary changed since this study read its baseline ("
-                + ", ".join(sorted(before.diff(self.baseline))[:5])
-                + "): another tuner or a hand change? nothing was applied; find who, then "
-                "`ecntune recover` or start a new study")
+        self._refuse_if_moved(settings, before)
         if before == settings or before != self.baseline:
             # Only a move away from the study's baseline snapshot is armed: a timer restores
             # "what the target holds now", which must be the known-good state -- never the
@@ -256,6 +248,18 @@ class DeadmanCluster(Cluster):
         finally:
             self.inner.close()
 
+    def _refuse_if_moved(self, settings: Settings, before: Settings) -> None:
+        """Someone else moved the canary since the study's snapshot (another tuner, a hand
+        change): a trial on top of it would be measured against the wrong baseline and its
+        restore would overwrite their change. Stop before touching anything."""
+        if (self.baseline is not None and settings != self.baseline
+                and before not in (settings, self.baseline)):
+            raise DeadmanRefused(
+                "the canary changed since this study read its baseline ("
+                + ", ".join(sorted(before.diff(self.baseline))[:5])
+                + "): another tuner or a hand change? nothing was applied; find who, then "
+                "`ecntune recover` or start a new study")
+
     def describe(self) -> ClusterDescription:
         return self.inner.describe()
 
@@ -264,8 +268,7 @@ class DeadmanCluster(Cluster):
 
         A target whose lock is held by another tuner's armed change refuses the study here,
         before its baseline is read: that "baseline" would be the other tuner's trial."""
-        if self.timeout_s > 0:
-            self.refuse_if_held()
+        self.refuse_if_held()  # with deadman_timeout_s: 0 too: the locks of other tuners hold
         self.baseline = self.inner.snapshot()
         return self.baseline
 
