@@ -11,17 +11,23 @@ a *runtime directory* ``$d``, one set per arm, named by a unique *token*::
     <token>.firing    the timer won the claim and is restoring
     <token>.fired     the restore ran; <token>.rc holds its exit status, <token>.log its output
     <token>.disarmed  the tuner won the claim: the timer exits without touching anything
-    lock.<target>/    the target's lock (``owner``: the token; ``who``: tuner host and pid)
+    lock.<target>/    the target's lock (``owner``: the token; ``who``: the tuner process)
 
-The runtime directory (``runtime_dir_expr``): ``$XDG_RUNTIME_DIR/ecntune`` when the session has
-one, else ``/run/ecntune`` for root (``sudo``) and ``/run/user/<uid>/ecntune`` for others -- never
-a world-writable place such as ``/tmp``. Every command refuses to touch it (reply ``unsafe``)
-unless it is a real directory (not a symlink) owned by the connecting user with mode 0700, so
-another local user can neither plant files or symlinks in it nor read it. Files are created
-with ``set -C`` (noclobber: an existing file is never written through) under ``umask 077``, and
-the pid in ``<token>.pid`` is killed only if that process's command line carries this arm's
-marker (``ecntune-deadman <token>``), so a planted pid can never make root signal another
-process.
+The runtime directory (``RUNTIME_DIR``): ``/run/ecntune/boot-<boot id>`` for root (``sudo``),
+``~/.ecntune-deadman/boot-<boot id>`` for others -- never ``$XDG_RUNTIME_DIR``
+(``/run/user/<uid>``), which systemd-logind removes when the user's last session ends, i.e. exactly
+when the tuner died or lost its network and the timer is needed; never a world-writable place such
+as ``/tmp``. The boot id (``/proc/sys/kernel/random/boot_id``) in the name means a previous boot's
+leftovers in the home directory (``.armed`` files of timers that died with that boot, its locks)
+are never read as live. If the directory is removed anyway, the timer loop puts its ``.armed``,
+deadline and lock back (and a ``.recreated`` mark) and keeps guarding; a renewal that came in
+between answered ``missing``, which fails the trial. Every command refuses to touch the directory
+and its base (reply ``unsafe``) unless it is a real directory (not a symlink) owned by the
+connecting user with mode 0700, so another local user can neither plant files or symlinks in it
+nor read it. Files are created with ``set -C`` (noclobber: an existing file is never written
+through) under ``umask 077``, and the pid in ``<token>.pid`` is killed only if that process's
+command line carries this arm's marker (``ecntune-deadman <token>``), so a planted pid can never
+make root signal another process.
 
 Why each piece is there:
 
@@ -42,8 +48,13 @@ Why each piece is there:
   claim; a second tuner -- on any machine -- is refused by the target itself (reply
   ``locked <owner token> <owner state>``). A fired timer leaves its lock behind: the tuner that
   owned it is gone, and only ``ecntune recover`` takes such a lock over (``takeover_command``,
-  refused while the owner's timer is still armed -- unless ``recover`` knows that owner is dead:
-  same host, its pid gone; then it claims that timer first, exactly like a disarm).
+  refused while the owner's timer is still armed -- unless ``recover`` proves that owner dead:
+  ``who`` is ``<host> <pid> <boot id> <pid namespace> <start time>``, and only on the same host,
+  boot and PID namespace a pid that is gone (or now another, later process) is a dead owner;
+  then it claims that timer first, exactly like a disarm).
+* a renewal that finds the timer ``disarmed`` (a ``recover`` judged this tuner dead) or the
+  lock in another token's hands (``stolen``) means the change is no longer the tuner's to
+  measure: the trial fails (``failed:protection_lost``) and is never scored.
 * the unique token: renew/disarm touch exactly this arm's timer, never another run's; a stale
   timer from a killed run keeps its own token and its own baseline.
 * ``date +%s``: epoch seconds (GNU coreutils, BusyBox and BSD ``date`` all print it); the
@@ -57,7 +68,7 @@ Why each piece is there:
 
 Replies: every command prints one status word on its first line (``armed``, ``renewed``,
 ``disarmed``, ``fired``, ``firing``, ``missing``, ``unsafe``, ``locked``, ``taken``, ``free``,
-``busy``) and exits 0, so the transport's exit-status check only trips on real failures
+``busy``, ``stolen``) and exits 0, so the transport's exit-status check only trips on real failures
 (``parse_reply`` turns the word into a ``TimerState`` and the rest of the line).
 """
 
@@ -70,24 +81,36 @@ from dataclasses import dataclass
 from typing import Literal
 
 TimerState = Literal["armed", "renewed", "disarmed", "fired", "firing", "missing", "unsafe",
-                     "locked", "taken", "free", "busy"]
+                     "locked", "taken", "free", "busy", "stolen"]
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,96}$")
 _DIR = re.compile(r"^/[A-Za-z0-9_./-]*$")
-_WHO = re.compile(r"[A-Za-z0-9_.-]{1,64} [0-9]{1,10}")
+# <host> <pid> <boot id> <pid namespace inode> <start time in clock ticks since boot>
+_WHO = re.compile(r"[A-Za-z0-9_.-]{1,64} [0-9]{1,10} [0-9a-f-]{1,36} [0-9]{1,20} [0-9]{1,20}")
 _STATES: tuple[TimerState, ...] = ("armed", "renewed", "disarmed", "fired", "firing", "missing",
-                                   "unsafe", "locked", "taken", "free", "busy")
+                                   "unsafe", "locked", "taken", "free", "busy", "stolen")
 MARK = "ecntune-deadman"
 
-# The runtime directory, decided on the target (see the module docstring).
-RUNTIME_DIR = ('d=${XDG_RUNTIME_DIR:-}; if [ -z "$d" ]; then if [ "$(id -u)" = 0 ]; then '
-               'd=/run; else d=/run/user/$(id -u); fi; fi; d="$d/ecntune"')
-# Refuse anything but a real 0700 directory owned by us (``ls -ldn``: mode, links, uid, ...;
-# a trailing ``.`` is an SELinux context, a ``+`` an ACL that could let others in).
-_CHECK = ('set -- $(ls -ldn "$d" 2>/dev/null); case "$1" in drwx------|drwx------.) ;; '
-          '*) echo "unsafe $d is not a 0700 directory (mode ${1:-none})"; exit 0;; esac; '
-          '[ "$3" = "$(id -u)" ] || { echo "unsafe $d is owned by uid $3, not $(id -u)"; '
-          'exit 0; }')
+# The runtime directory, decided on the target (see the module docstring): ``$b`` the base
+# (checked too when it is ours to make), ``$d`` this boot's directory in it.
+# ``ECNTUNE_DEADMAN_DIR`` places it explicitly (the emulated targets: one per target).
+RUNTIME_DIR = ('if [ -n "${ECNTUNE_DEADMAN_DIR:-}" ]; then b=; d="$ECNTUNE_DEADMAN_DIR/ecntune"; '
+               'else if [ "$(id -u)" = 0 ]; then b=/run/ecntune; '
+               'else b="${HOME:-/nonexistent}/.ecntune-deadman"; fi; '
+               'k=$(tr -cd 0-9a-f- </proc/sys/kernel/random/boot_id 2>/dev/null); '
+               'd="$b/boot-${k:-unknown}"; fi')
+
+
+def _check(var: str) -> str:
+    """Refuse anything but a real 0700 directory owned by us (``ls -ldn``: mode, links, uid,
+    ...; a trailing ``.`` is an SELinux context, a ``+`` an ACL that could let others in)."""
+    return (f'set -- $(ls -ldn "${var}" 2>/dev/null); case "$1" in drwx------|drwx------.) ;; '
+            f'*) echo "unsafe ${var} is not a 0700 directory (mode ${{1:-none}})"; exit 0;; '
+            f'esac; [ "$3" = "$(id -u)" ] || {{ echo "unsafe ${var} is owned by uid $3, not '
+            f'$(id -u)"; exit 0; }}')
+
+
+_CHECK = f'if [ -n "${{b:-}}" ]; then {_check("b")}; fi; {_check("d")}'
 
 
 def new_token(target: str) -> str:
@@ -105,11 +128,12 @@ class DeadmanTimer:
     target: str
     token: str
     directory: str | None = None
-    who: str = ""  # "<host> <pid>" of the tuner, kept in the target lock
+    who: str = ""  # the tuner process (``_WHO``), kept in the target lock
 
     def __post_init__(self) -> None:
         if self.who and not _WHO.fullmatch(self.who):
-            raise ValueError(f"dead-man owner {self.who!r} is not '<host> <pid>'")
+            raise ValueError(f"dead-man owner {self.who!r} is not '<host> <pid> <boot> "
+                             "<pidns> <start>'")
         if not _TOKEN.fullmatch(self.token):
             raise ValueError(f"dead-man token {self.token!r} is not [A-Za-z0-9_.-]{{1,96}}")
         if self.directory is not None and (
@@ -139,13 +163,15 @@ class DeadmanTimer:
         """Find and check the runtime directory; without one (never armed here, or the
         target rebooted) a command that only looks answers ``absent`` at once."""
         where = (RUNTIME_DIR if self.directory is None
-                 else f"d={shlex.quote(self.directory.rstrip('/') or '/')}")
-        make = ('mkdir -m 700 "$d" 2>/dev/null; ' if create else
+                 else f"b=; d={shlex.quote(self.directory.rstrip('/') or '/')}")
+        make = ('[ -z "$b" ] || mkdir -m 700 "$b" 2>/dev/null; mkdir -m 700 "$d" 2>/dev/null; '
+                if create else
                 f'if [ ! -e "$d" ] && [ ! -L "$d" ]; then echo {absent}; exit 0; fi; ')
         return f"umask 077; set -C; {where}; {make}{_CHECK}; "
 
     def loop_script(self, restore: list[str]) -> str:
-        """The timer itself (``sh -c SCRIPT MARK DIR``): wait for the deadline, claim, restore.
+        """The timer itself (``sh -c SCRIPT MARK DIR DEADLINE``): wait for the deadline, claim,
+        restore.
 
         Starts with its marker, so disarm can tell this process from any other."""
         if not restore:
@@ -153,10 +179,17 @@ class DeadmanTimer:
         # the restore writes existing files (sysfs): noclobber is for our own files only
         steps = "; ".join(f"( set +C; {cmd} ) || rc=1" for cmd in restore)
         return (
-            f": {MARK} {self.token}; set -C; d=$1; "
+            f": {MARK} {self.token}; set -C; umask 077; d=$1; dl=$2; "
             f"while :; do "
-            f"[ -e {self._f('armed')} ] || exit 0; "
-            f"dl=$(cat {self._f('deadline')} 2>/dev/null) || exit 0; "
+            f"if [ ! -d \"$d\" ] && [ -n \"$dl\" ]; then "  # removed under it: put it back
+            f"mkdir -p \"$d\" && : >{self._f('armed')} && echo \"$dl\" >{self._f('deadline')} "
+            f"&& : >{self._f('recreated')}; mkdir {self._lock} 2>/dev/null && "
+            f"echo {self.token} >{self._lock}/owner; fi; "
+            # claimed (disarm) -- unless it is the directory going away (``rm -r`` empties it
+            # first): look again a second later
+            f"[ -e {self._f('armed')} ] || {{ sleep 1; [ -d \"$d\" ] && exit 0; continue; }}; "
+            f"n=$(cat {self._f('deadline')} 2>/dev/null) || "
+            f"{{ sleep 1; [ -d \"$d\" ] && exit 0; continue; }}; dl=$n; "
             f"[ \"$(date +%s)\" -gt \"$dl\" ] && break; "
             f"sleep 1; done; "
             f"mv {self._f('armed')} {self._f('firing')} 2>/dev/null || exit 0; "
@@ -179,17 +212,22 @@ class DeadmanTimer:
             f"echo locked \"${{o:-?}}\" $({self._owner_state('$o')}); exit 0; fi; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline')} && "
             f": >{self._f('armed')} || exit 1; "
-            f"nohup sh -c {shlex.quote(script)} {MARK} \"$d\" >/dev/null 2>&1 </dev/null & "
+            f"nohup sh -c {shlex.quote(script)} {MARK} \"$d\" \"$(cat {self._f('deadline')})\" "
+            f">/dev/null 2>&1 </dev/null & "
             f"echo $! >{self._f('pid')}; echo armed {self.token} $!")
 
     def renew_command(self, timeout_s: float) -> str:
-        """Push the deadline ``timeout_s`` into the future (only while still armed)."""
+        """Push the deadline ``timeout_s`` into the future (only while still armed); ``stolen
+        <owner>`` when the target's lock is no longer this arm's (the timer is renewed all the
+        same: it still guards this change until the tuner restores and disarms)."""
         seconds = max(1, int(round(timeout_s)))
         return (
             f"{self._prologue()}"
             f"if [ -e {self._f('armed')} ]; then rm -f {self._f('deadline.new')}; "
             f"echo $(( $(date +%s) + {seconds} )) >{self._f('deadline.new')} && "
-            f"mv -f {self._f('deadline.new')} {self._f('deadline')} && echo renewed; "
+            f"mv -f {self._f('deadline.new')} {self._f('deadline')} || exit 1; "
+            f"o=$(cat {self._lock}/owner 2>/dev/null); if [ \"$o\" = {self.token} ]; then "
+            f"echo renewed; else echo stolen \"${{o:-none}}\"; fi; "
             f"else {self._state_words()}; fi")
 
     def disarm_command(self) -> str:
@@ -220,8 +258,8 @@ class DeadmanTimer:
                 f"echo firing; elif [ -e {f}.fired ]; then echo fired; else echo expired; fi")
 
     def holder_command(self) -> str:
-        """Who holds the target's lock, read only: ``free``, or ``held <token> <state> <host>
-        <pid>`` (state as in ``locked``: armed, firing, fired or expired)."""
+        """Who holds the target's lock, read only: ``free``, or ``held <token> <state>
+        <who>`` (state as in ``locked``: armed, firing, fired or expired)."""
         return (f"{self._prologue(absent='free')}"
                 f"[ -d {self._lock} ] || {{ echo free; exit 0; }}; "
                 f"o=$(cat {self._lock}/owner 2>/dev/null); "
@@ -247,7 +285,7 @@ class DeadmanTimer:
 
     def takeover_command(self, claim_armed: bool = False) -> str:
         """``recover``: take over the target's lock from a tuner that is gone (its timer no
-        longer armed); ``busy <token> <state> <host> <pid>`` while that timer may still fire,
+        longer armed); ``busy <token> <state> <who>`` while that timer may still fire,
         ``free`` without a lock. ``claim_armed`` (the owner is known dead): claim its armed
         timer first, as its disarm would have."""
         claim = (f"armed) if mv \"$d\"/\"$o\".armed \"$d\"/\"$o\".disarmed 2>/dev/null; then "

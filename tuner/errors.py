@@ -26,6 +26,12 @@ class MeasurementError(TunerError):
     """A measurement failed: timeout, NCCL WARN, nonzero #wrong, unparsable output."""
 
 
+class ProtectionLost(MeasurementError):
+    """Mid-trial, the change stopped being this tuner's alone: its dead-man timer was claimed
+    (``disarmed`` by a ``recover`` elsewhere) or the target's lock changed hands. The numbers
+    may be of anything: the trial fails (``failed:protection_lost``), never scored."""
+
+
 class SafetyAbort(TunerError):
     """A safety limit was crossed; ``reason`` is a short machine-friendly verdict."""
 

@@ -35,6 +35,39 @@ ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_")
 ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
                        "CUDA_DEVICE_MAX_CONNECTIONS", "HCOLL_ENABLE_MCAST_ALL",
                        "SHARP_COLL_ENABLE_SAT"})
+# Variables within those prefixes that load a shared object of the file author's choosing into
+# every rank (red team L1): refused unless launcher.trusted_env names them.
+PLUGIN_ENV = frozenset({"NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN",
+                        "NCCL_ENV_PLUGIN", "UCX_MODULE_DIR"})
+LAUNCHERS = frozenset({"mpirun", "srun"})  # the first word of launcher.mpirun
+
+
+def _template_env(words: list[str]) -> list[str]:
+    """Environment names a launcher template passes to the ranks: ``-x NAME[=v]`` (mpirun),
+    ``--export=NAME=v,...`` (srun), and any bare ``NAME=value`` word."""
+    names: list[str] = []
+    for prev, w in zip(["", *words], words, strict=False):
+        if prev in ("-x", "--x"):
+            names.append(w.split("=", 1)[0])
+        elif w.startswith("--export="):
+            names += [x.split("=", 1)[0] for x in w.removeprefix("--export=").split(",")
+                      if x not in ("ALL", "NONE", "NIL")]
+        elif "=" in w and not w.startswith("-"):
+            names.append(w.split("=", 1)[0])
+    return names
+
+
+def _check_env_name(field: str, name: str, trusted: list[str]) -> None:
+    if not name.startswith(ENV_PREFIXES) and name not in ENV_NAMES:
+        raise ValueError(
+            f"{field}: {name!r} is not an NCCL/UCX/Open MPI variable: only names starting with "
+            f"{', '.join(ENV_PREFIXES)} or one of {', '.join(sorted(ENV_NAMES))} are "
+            "passed to the ranks (LD_PRELOAD, PATH, BASH_ENV... would run code)")
+    if name in PLUGIN_ENV and name not in trusted:
+        raise ValueError(
+            f"{field}: {name} loads a plugin library into every rank; refused unless "
+            f"launcher.trusted_env lists it (trusted_env: [{name}]) and the path is one only "
+            "root can write")
 
 
 def _pattern(kind: str, value: str) -> str:
@@ -174,6 +207,7 @@ class Launcher(BaseModel):
     perftest_bin: str = "ib_write_lat"
     bw_bin: str = "ib_write_bw"  # perftest bandwidth tool for background parts
     nccl_env: dict[str, str] = Field(default_factory=dict)
+    trusted_env: list[str] = Field(default_factory=list)  # PLUGIN_ENV names the site vouches for
     gpus_per_host: int = Field(default=1, ge=1, le=64)
     warmup_iters: int = Field(default=2, ge=0, le=1000)
     latency_hosts: list[str] = Field(default_factory=list)  # probe pairs among these (default all)
@@ -211,6 +245,9 @@ class Launcher(BaseModel):
         if fields - {"np", "hostlist"}:
             raise ValueError(f"only {{np}} and {{hostlist}} may appear, found {sorted(fields)}")
         words = v.replace("{np}", "1").replace("{hostlist}", "h").split()
+        if not words or words[0] not in LAUNCHERS:
+            raise ValueError(f"the launcher {words[0] if words else ''!r} is not one of "
+                             f"{', '.join(sorted(LAUNCHERS))} (found on the launcher host's PATH)")
         for w in words:
             if not PATTERNS["env_value"].fullmatch(w) and not w.startswith("--"):
                 raise ValueError(f"word {w!r} of the template is not a plain option or value")
@@ -223,13 +260,28 @@ class Launcher(BaseModel):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k, val in v.items():
             _pattern("env_name", k)
-            if not k.startswith(ENV_PREFIXES) and k not in ENV_NAMES:
-                raise ValueError(
-                    f"{k!r} is not an NCCL/UCX/Open MPI variable: only names starting with "
-                    f"{', '.join(ENV_PREFIXES)} or one of {', '.join(sorted(ENV_NAMES))} are "
-                    "passed to the ranks (LD_PRELOAD, PATH, BASH_ENV... would run code)")
+            _check_env_name(k, k, list(PLUGIN_ENV))  # plugins: checked with trusted_env below
             _pattern("env_value", str(val))
         return {k: str(val) for k, val in v.items()}
+
+    @field_validator("trusted_env")
+    @classmethod
+    def _trusted(cls, v: list[str]) -> list[str]:
+        for k in v:
+            if k not in PLUGIN_ENV:
+                raise ValueError(f"{k!r} is not a plugin variable; trusted_env takes "
+                                 f"{', '.join(sorted(PLUGIN_ENV))}")
+        return v
+
+    @model_validator(mode="after")
+    def _no_untrusted_code(self) -> Launcher:
+        """No variable of the template or nccl_env loads code the site did not vouch for."""
+        for k in self.nccl_env:
+            _check_env_name(f"launcher.nccl_env.{k}", k, self.trusted_env)
+        words = self.mpirun.replace("{np}", "1").replace("{hostlist}", "h").split()
+        for k in _template_env(words):
+            _check_env_name("launcher.mpirun", k, self.trusted_env)
+        return self
 
 
 class Inventory(BaseModel):

@@ -52,7 +52,14 @@ from safety.limits import check_proposal, describe, kmax_ceiling
 from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner import __version__, optuna_io, study_store
 from tuner import study as studies
-from tuner.errors import ApplyError, MeasurementError, RollbackError, SafetyAbort, TunerError
+from tuner.errors import (
+    ApplyError,
+    MeasurementError,
+    ProtectionLost,
+    RollbackError,
+    SafetyAbort,
+    TunerError,
+)
 from tuner.plots import TRIAL_COUNTS, kind
 from tuner.settings import Settings
 from tuner.space import SearchSpace, build_space
@@ -633,6 +640,9 @@ class StudyRunner:
                 verdict, detail = self._measure_replicates(asked, ms, change.counters_before)
         except ApplyError as exc:
             verdict, detail = "failed:apply", str(exc)
+        except ProtectionLost as exc:  # the canary stopped being ours: never scored
+            ms.clear()
+            verdict, detail = "failed:protection_lost", str(exc)
         except MeasurementError as exc:
             verdict, detail = "failed:measurement", str(exc)
         except KeyboardInterrupt:

@@ -254,18 +254,21 @@ def process_owner(pid: int | None = None) -> dict[str, Any]:
     """Who runs a trial: host, boot, pid and the process's start time, so that "dead" is proved
     (the pid gone, or reused by a later process) rather than assumed."""
     pid = os.getpid() if pid is None else pid
-    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid,
-            "start": _start_ticks(pid)}
+    return {"host": socket.gethostname(), "boot": _boot_id(), "ns": pid_namespace(),
+            "pid": pid, "start": _start_ticks(pid)}
 
 
 def owner_gone(owner: Any) -> bool:
-    """True only when ``owner`` (``process_owner``) provably no longer runs: same host and boot,
-    and its pid is gone or belongs to a process started since. Another machine or another boot
-    cannot be told apart from a live owner here: False."""
+    """True only when ``owner`` (``process_owner``) provably no longer runs: same host, boot and
+    PID namespace, and its pid is gone or belongs to a process started since. Another machine,
+    boot or PID namespace (a container: its pids are not ours to look up) cannot be told apart
+    from a live owner here: False."""
     if not isinstance(owner, dict):
         return True  # a trial of a version that did not record its owner: the old rule
     if owner.get("host") != socket.gethostname() or owner.get("boot") != _boot_id():
         return False
+    if owner.get("ns", pid_namespace()) != pid_namespace():  # absent: recorded before owners
+        return False                                          # carried it (same boot, as then)
     start = _start_ticks(int(owner.get("pid", -1)))
     return start is None or start != owner.get("start")
 
@@ -273,6 +276,15 @@ def owner_gone(owner: Any) -> bool:
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``/proc/self/ns/pid``, e.g. ``pid:[4026531836]``), "" if
+    it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
 

@@ -317,3 +317,116 @@ def test_nvue_trial_apply_waits_for_confirmation_and_rolls_back_with_confirm_no(
     assert steps[0] == CONFIRM_NO and steps[-1] == "nv config apply --confirm 10 -y >&2"
     for cmd in (drv.write_command(trial, base), drv.write_command(trial, other)):
         assert subprocess.run(["sh", "-n", "-c", cmd]).returncode == 0, cmd
+
+
+def _forge_who(dm: Path, who: str) -> None:
+    """Rewrite the holder recorded in every target lock (what another process would show)."""
+    for lock in dm.glob("lock.*"):
+        (lock / "who").write_text(who + "\n")
+
+
+def _gone_pid() -> tuple[int, int | None]:
+    """A pid (and its start time) of a process of ours that has ended."""
+    import sys
+
+    from tuner.optuna_io import process_owner
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_owner(child.pid)["start"]
+    child.wait()
+    return child.pid, start
+
+
+def test_recover_never_judges_a_live_tuner_dead_and_a_claimed_timer_fails_the_trial(
+        setup, tmp_path: Path, reliability) -> None:
+    """Red team H4. A live tuner whose pid this machine cannot see (same hostname: another PID
+    namespace, or another machine called the same) is not dead: ``recover`` waits and refuses,
+    the change stays armed. Only a holder proved gone (same host, boot and PID namespace, pid
+    gone) has its armed timer claimed -- and if that ever hits a live tuner, its renewal sees
+    ``disarmed`` and the measurement fails as protection lost, never scored."""
+    from tuner.errors import ProtectionLost
+
+    dc, fake = setup(timeout_s=3.0)
+    dm = tmp_path / "dm"
+    dc.apply(trial(17))
+    pid, start = _gone_pid()
+    parts = dc.who.split()
+    parts[1] = str(pid)  # not visible here ...
+    if len(parts) > 2:
+        parts[3] = str(int(parts[3]) + 1)  # ... because it lives in another PID namespace
+    _forge_who(dm, " ".join(parts))
+    rec = DeadmanCluster(fake, 3.0, directory=str(dm), renew_every_s=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(RollbackError, match="dead-man timer is still armed"):
+        rec.take_over_locks(wait_s=1.0)
+    assert all(Path(t.base + ".armed").exists() for t in dc.armed.values())
+    assert values(fake) == [17, 17] and dc.revoked == []
+
+    parts = dc.who.split()  # now a holder proved gone: same namespace, pid gone
+    parts[1] = str(pid)
+    if len(parts) > 4:
+        parts[4] = str(start)
+    _forge_who(dm, " ".join(parts))
+    assert [ln.split(":")[0] for ln in rec.take_over_locks(wait_s=1.0)] == NICS
+    fake.measure_s = 10.0  # the live tuner measures on: its next renewal finds it claimed
+    t1 = time.monotonic()
+    with pytest.raises(ProtectionLost, match="claimed or target lock taken"):
+        dc.measure(None)
+    stopped_s = time.monotonic() - t1
+    assert stopped_s < 0.3 + 0.5 + 1.0  # one renewal period, a poll, slack
+    assert sorted(set(dc.revoked)) == NICS
+    dc.apply(dc.baseline)
+    assert values(fake) == [300, 300]
+    reliability.record(
+        "`recover` run while the tuner is alive, the lock's holder pid not visible here (same "
+        "hostname, another PID namespace); then a timer claimed under the live tuner",
+        f"`recover` refused after its wait (holder not proved dead: host, boot id, PID "
+        f"namespace and start time are in the lock), the change stayed armed; with the timer "
+        f"claimed the live tuner's measurement stopped in {stopped_s:.1f} s as "
+        "`failed:protection_lost` (never scored) and the baseline was restored",
+        dirty_targets=sum(v != 300 for v in values(fake)), trials_lost=0,
+        restore_s=time.monotonic() - t0, backend="sh (local stand-in)")
+
+
+def test_a_lock_taken_by_another_token_mid_trial_fails_the_trial(setup, tmp_path: Path) -> None:
+    """The target's lock changed hands while this tuner's timer is armed: the renewal says
+    ``stolen`` and the measurement fails as protection lost."""
+    from tuner.errors import ProtectionLost
+
+    dc, fake = setup(timeout_s=3.0)
+    dc.apply(trial(17))
+    for lock in (tmp_path / "dm").glob("lock.*"):
+        (lock / "owner").unlink()
+        (lock / "owner").write_text("someone-else-0123456789ab\n")
+    fake.measure_s = 10.0
+    with pytest.raises(ProtectionLost):
+        dc.measure(None)
+    assert sorted(set(dc.revoked)) == NICS
+    dc.apply(dc.baseline)
+    assert values(fake) == [300, 300]
+
+
+def test_timeout_zero_keeps_the_locks_and_the_moved_canary_check(setup, reliability) -> None:
+    """Red team L2: ``deadman_timeout_s: 0`` turns the timers off, not the rest. A tuner
+    without timers is still refused by another tuner's armed locks at its snapshot, and
+    never applies a trial on a canary that moved since its baseline."""
+    first, fake = setup(timeout_s=1.0)
+    first.apply(trial(17))  # armed: the targets' locks are the first tuner's
+    plain = DeadmanCluster(fake, 0, directory=first.directory)
+    with pytest.raises(DeadmanRefused, match="locked .* armed"):
+        plain.snapshot()
+    first.apply(first.baseline)  # restored and disarmed: the locks are free
+    plain.snapshot()
+    for f in fake.files.values():  # a hand change after the snapshot
+        f.write_text("55\n")
+    with pytest.raises(DeadmanRefused, match="changed since this study read its baseline"):
+        plain.apply(trial(42))
+    assert values(fake) == [55, 55]
+    plain.apply(plain.baseline)  # going back to the baseline is always allowed
+    assert values(fake) == [300, 300] and plain.armed == {}
+    reliability.record(
+        "`deadman_timeout_s: 0` (no timers): a second tuner while the first has a change "
+        "armed; then a hand change to the canary after the study's snapshot",
+        "the first tuner's locks refused the second at its snapshot; the moved canary refused "
+        "the trial's apply (exit 3 path, `DeadmanRefused`), nothing written",
+        dirty_targets=0, trials_lost=0, restore_s=None, backend="sh (local stand-in)")

@@ -1,5 +1,5 @@
 """Attacks on the dead-man timers and the target locks, against the emulated cluster (one real
-``sshd`` per target; each target's ``XDG_RUNTIME_DIR`` is its own ``<root>/<name>/run``):
+``sshd`` per target; each target's ``ECNTUNE_DEADMAN_DIR`` is its own ``<root>/<name>/run``):
 
 * another local user pre-created a target's runtime directory (the ``/tmp`` attack);
 * a second tuner on "another machine" (its own results folder, so no local lock) while the

@@ -12,6 +12,9 @@ import pytest
 
 from safety.deadman import DeadmanTimer, new_token, parse_reply
 
+# A lock holder: host, pid, boot id, PID namespace, start time (tuner.cluster.deadman._who).
+WHO = "gpu01 4242 7795d266-d360-4885-974d-fb5878491f97 4026531836 1302157"
+
 
 def sh(cmd: str, timeout: float = 5.0) -> str:
     """Run like the transport does (a shell on the target); returns stdout, checks rc 0."""
@@ -157,7 +160,8 @@ def _doc_example() -> str:
     for title, cmd in (
             ("arm (before the trial's write; prints `armed <token> <pid>`)",
              t.arm_command([restore], 60)),
-            ("renew (every timeout/3 while the trial runs; prints `renewed`, or `fired rc=N` "
+            ("renew (every timeout/3 while the trial runs; prints `renewed`, `stolen <owner>` "
+             "if the lock changed hands, `disarmed` if a `recover` claimed it, or `fired rc=N` "
              "if it is too late)", t.renew_command(60)),
             ("disarm + clean up (after the verified restore; prints `disarmed`, or `fired "
              "rc=N`)", f"{t.disarm_command()}; {t.cleanup_command()}"),
@@ -286,12 +290,12 @@ def test_recover_claims_the_armed_timer_of_a_known_dead_owner(knob) -> None:
     the owner's host and pid); with proof (``claim_armed``) the timer is claimed like a
     disarm -- it never fires -- and the lock is free."""
     path, restore, timers, d = knob
-    a = DeadmanTimer.new("host0/mlx5_0", directory=str(d), who="gpu01 4242")
+    a = DeadmanTimer.new("host0/mlx5_0", directory=str(d), who=WHO)
     timers.append(a)
     sh(a.arm_command(restore, 2))
     loop = int(Path(a.base + ".pid").read_text())
     b = make(d, timers)
-    assert parse_reply(sh(b.takeover_command())) == ("busy", f"{a.token} armed gpu01 4242")
+    assert parse_reply(sh(b.takeover_command())) == ("busy", f"{a.token} armed {WHO}")
     assert parse_reply(sh(b.takeover_command(claim_armed=True))) == (
         "taken", f"{a.token} armed-claimed")
     assert wait_until_gone(loop, 0.5)
@@ -310,3 +314,108 @@ def test_no_runtime_directory_yet_is_free_or_missing(knob) -> None:
     for cmd in (t.status_command(), t.renew_command(1), t.disarm_command()):
         assert parse_reply(sh(cmd))[0] == "missing"
     assert not d.exists()  # looking never creates it
+
+
+# -- the runtime directory outlives the SSH session (red team L2) --------------------------------
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+@pytest.fixture
+def login(tmp_path: Path):
+    """A non-root login (``nobody``) on this machine: its home, a logind-style
+    ``$XDG_RUNTIME_DIR`` and a knob it may write; ``run(cmd)`` is a command of its SSH session.
+    (pytest's own tmp folders are root-only, hence a folder of our own.)"""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="ecntune-login-"))
+    home, xdg = top / "home", top / "run-user"
+    for p in (home, xdg):
+        p.mkdir(mode=0o700)
+    knob_file = top / "rpg_time_reset"
+    knob_file.write_text("17\n")
+    for p in (top, home, xdg, knob_file):
+        os.chown(p, NOBODY, NOBODY)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_RUNTIME_DIR": str(xdg)}
+
+    def run(cmd: str) -> str:
+        res = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                              "--clear-groups", "sh", "-c", cmd], capture_output=True,
+                             text=True, timeout=5, env=env)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    yield run, home, xdg, knob_file
+    for pid in home.glob(".ecntune-deadman/*/*.pid"):  # no timer outlives the test
+        try:
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_timer_survives_logind_removing_the_runtime_dir_at_logout(
+        login, request: pytest.FixtureRequest) -> None:
+    """The tuner's last SSH session ends (it died, or its network dropped) and logind removes
+    ``/run/user/<uid>``: the timer lives in the home directory, under this boot's id, and still
+    restores the knob at its deadline."""
+    run, home, xdg, knob_file = login
+    t = DeadmanTimer.new("host0/mlx5_0")
+    assert parse_reply(run(t.arm_command([f"printf '%s\\n' 300 > '{knob_file}'"], 1)))[0] \
+        == "armed"
+    subprocess.run(["rm", "-rf", str(xdg)], check=True)  # logind, at the end of the session
+    fired = home / ".ecntune-deadman" / f"boot-{BOOT_ID}" / f"{t.token}.fired"
+    t0 = time.monotonic()
+    wait_for(fired, 10.0)
+    assert knob_file.read_text() == "300\n"
+    assert fired.exists()
+    from tests.faults.conftest import Recorder
+
+    Recorder(request.node.nodeid).record(
+        "the tuner's last SSH session ends and logind removes `$XDG_RUNTIME_DIR` "
+        "(`/run/user/<uid>`) under an armed dead-man timer (non-root login)",
+        "the timer lives in `~/.ecntune-deadman/boot-<boot id>`, untouched by logind: it fired at "
+        "its deadline and restored the knob", dirty_targets=0, trials_lost=0,
+        restore_s=time.monotonic() - t0, backend="sh (local login)")
+
+
+def test_a_previous_boots_leftovers_are_never_trusted(login) -> None:
+    """The home directory survives a reboot, the timers and locks in it do not: a lock and an
+    ``.armed`` file left by another boot are never read as live (the lock is free, that
+    timer is missing) -- only this boot's directory is."""
+    run, home, _, knob_file = login
+    old = DeadmanTimer.new("host0/mlx5_0")
+    base = home / ".ecntune-deadman"
+    stale = base / "boot-00000000-0000-0000-0000-000000000000"
+    for left in (stale, base):  # another boot's directory, and files loose in the base
+        run(f"mkdir -p -m 700 '{left}/lock.host0_mlx5_0' && echo {old.token} "
+            f">'{left}/lock.host0_mlx5_0/owner' && : >'{left}/{old.token}.armed' && "
+            f"chmod 700 '{base}'")
+    assert parse_reply(run(old.renew_command(30)))[0] == "missing"
+    new = DeadmanTimer.new("host0/mlx5_0")
+    assert parse_reply(run(new.takeover_command())) == ("free", "")
+    assert parse_reply(run(new.arm_command([f"printf 300 > '{knob_file}'"], 30)))[0] == "armed"
+    assert parse_reply(run(new.disarm_command()))[0] == "disarmed"
+    assert (stale / f"{old.token}.armed").exists()  # untouched, never consulted
+
+
+def test_timer_puts_back_a_removed_directory_and_still_fires(
+        knob, request: pytest.FixtureRequest) -> None:
+    """Something removes the runtime directory under an armed timer (a cleanup job): the loop
+    puts its claim, deadline and lock back instead of exiting silently, and fires on time."""
+    path, restore, timers, d = knob
+    t = make(d, timers)
+    sh(t.arm_command(restore, 2))
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+    assert wait_for(Path(t.base + ".recreated"), 5.0)
+    assert sh(t.holder_command()).split()[:3] == ["held", t.token, "armed"]  # lock back
+    assert wait_for(Path(t.base + ".fired"), 10.0)
+    assert path.read_text() == "300\n"
+    from tests.faults.conftest import Recorder
+
+    Recorder(request.node.nodeid).record(
+        "the dead-man runtime directory removed (`rm -rf`) under an armed timer, tuner gone",
+        "the timer loop put its claim, deadline and lock back (`.recreated` mark) instead of "
+        "exiting silently, and fired on time: knob restored", dirty_targets=0, trials_lost=0,
+        restore_s=None, backend="sh (local)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tests.faults.conftest import Recorder
 from tuner.lease import LeaseKeeper, SliceLeases
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +115,39 @@ def test_a_worker_for_a_held_slice_exits_3_naming_the_holder(tmp_path: Path) -> 
     assert f"slice sim1 of study tiny is held by {other.holder}" in r.output
     assert "Traceback" not in r.output
     assert not (tmp_path / "res" / "slices" / "sim1" / "journal.jsonl").exists()  # untouched
+
+
+def test_a_refused_worker_leaves_the_live_holders_lease_alone(
+        url: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Red team L3 "Lease": a second `ecntune worker` that cannot take a held slice (it waits
+    for it with --wait-lease, then gives up) must not delete or touch the live holder's lease:
+    the first worker's renewals go on and it keeps the slice."""
+    from click.testing import CliRunner
+
+    from tests.scaleout.test_storage import tiny_yaml
+    from tuner.cli import main
+
+    f = tmp_path / "e.yaml"
+    f.write_text(tiny_yaml(tmp_path / "res", url).replace(
+        "canary: {switches: [leaf0]}", "canary: {switches: [leaf0], slices: 2}"))
+    first = SliceLeases(url, "tiny", ttl_s=3)
+    lease = first.acquire("sim1")
+    assert lease is not None
+    with LeaseKeeper(first, lease) as keeper:  # renews every second, as a live worker does
+        r = CliRunner().invoke(main, ["worker", str(f), "--slice", "sim1", "--wait-lease", "2",
+                                      "--lease-ttl", "3"])
+        assert r.exit_code == 3, r.output
+        assert f"held by {first.holder}" in r.output
+        time.sleep(1.5)  # at least one more renewal after the refused worker ended
+        assert not keeper.lost.is_set(), keeper.error
+        assert [(x.slice, x.holder, x.live) for x in first.rows()] == [
+            ("sim1", first.holder, True)]
+    assert first.renew(lease) is not None
+    first.release(lease)
+    first.close()
+    Recorder(request.node.nodeid).record(
+        f"a second `ecntune worker` for a slice a live worker holds ({url.split(':')[0]} "
+        "lease table), waiting 2 s for it with --wait-lease",
+        "the second exited 3 naming the holder and touched nothing; the first worker's lease "
+        "kept renewing (same holder, live) and it kept the slice",
+        dirty_targets=0, trials_lost=0, restore_s=None, backend="sim")

@@ -277,6 +277,27 @@ def test_failure_restores_the_baseline(tiny: Tiny) -> None:
     assert Journal(exp.results_path / "journal.jsonl").dirty() is None
 
 
+def test_protection_lost_mid_trial_fails_the_trial_unscored(tiny: Tiny) -> None:
+    """Red team H4: the dead-man timer claimed (a ``recover`` elsewhere judged this tuner dead)
+    during the second replicate: the trial is ``failed:protection_lost``, FAIL, with no score
+    even from the replicate measured before -- and the canary is restored."""
+    from tuner.errors import ProtectionLost
+
+    exp, text = tiny(trials=1, repeats=2)
+
+    def claimed(n: int) -> None:
+        if n == 4:  # baseline: measures 1-2; the trial's replicates: 3 (fine), 4
+            raise ProtectionLost("dead-man timer claimed on h0/mlx5_0 during the trial")
+
+    spy = Spy(build_cluster(exp), claimed)  # type: ignore[arg-type]
+    base = spy.snapshot()
+    res = _runner(exp, text, spy).run()
+    (o,) = [o for o in res.trials if not o.is_baseline]
+    assert (o.verdict, o.state, o.score, o.objective) == (
+        "failed:protection_lost", "FAIL", None, None)
+    assert spy.measures == 4 and spy.read_back() == base
+
+
 class FlakyTracker(Tracker):
     """MLflow down for the first ``down`` trial logs."""
 

@@ -78,3 +78,16 @@ def test_fail_stale_leaves_a_live_owners_trial_alone(tmp_path: Path) -> None:
     assert closed == [gone.number, reused.number]
     assert alive == [live.number, other.number]
     assert st.trials[live.number].state.name == "RUNNING"
+
+
+def test_an_owner_in_another_pid_namespace_is_never_judged_gone() -> None:
+    """Red team H4: a pid this process cannot see is not a dead one when its owner lives in
+    another PID namespace (a container on this host): only the same namespace proves it."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = optuna_io.process_owner(child.pid)
+    child.wait()
+    assert optuna_io.owner_gone(owner)  # same namespace, pid gone: proved
+    assert not optuna_io.owner_gone(dict(owner, ns="pid:[1]"))

@@ -31,7 +31,6 @@ restore of a trial rolls the confirm back (``--confirm-no``), a kept winner conf
 from __future__ import annotations
 
 import logging
-import os
 import re
 import socket
 import threading
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from safety.deadman import DeadmanTimer, parse_reply
 from tuner.cluster.base import Cluster
 from tuner.drivers.nvue import CONFIRM_NO, NvueDriver
-from tuner.errors import ApplyError, MeasurementError, RollbackError, TunerError
+from tuner.errors import ApplyError, MeasurementError, ProtectionLost, RollbackError, TunerError
 
 if TYPE_CHECKING:
     from objectives.measurement import Counters, Measurement
@@ -80,11 +79,12 @@ class DeadmanCluster(Cluster):
         self.baseline: Settings | None = None  # set by snapshot()
         self.fired: list[str] = []  # targets whose timer fired while we were alive
         self.lost: list[str] = []  # targets whose timer vanished (reboot, files removed)
+        self.revoked: list[str] = []  # timer claimed or lock taken by someone else: not ours
         self.verified = True  # the canary is on a state the tuner verified
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.who = f"{_SAFE_HOST.sub('_', socket.gethostname())[:64] or 'host'} {os.getpid()}"
+        self.who = _who()
 
     # -- timers ---------------------------------------------------------------------------
     def _run(self, key: str, command: str) -> str:
@@ -168,10 +168,14 @@ class DeadmanCluster(Cluster):
                 log.warning("%s: dead-man renew failed: %s", k, o.error)
             elif o.value[0] != "renewed":
                 log.warning("%s: dead-man timer %s: %s", k, timers[k].token, " ".join(o.value))
+                with self._lock:  # not our own disarm racing this renewal
+                    ours = self.armed.get(k) is timers[k]
                 if o.value[0] in ("fired", "firing"):
                     self.fired.append(k)
                 elif o.value[0] in ("missing", "unsafe"):
                     self.lost.append(k)  # protection is gone: the trial must stop now
+                elif o.value[0] in ("disarmed", "stolen") and ours:
+                    self.revoked.append(k)  # someone else claimed the change: stop now
 
     def disarm(self) -> None:
         """Disarm every timer (those that already fired are noted in ``fired``)."""
@@ -192,7 +196,8 @@ class DeadmanCluster(Cluster):
 
     # -- Cluster --------------------------------------------------------------------------
     def apply(self, settings: Settings) -> None:
-        if self.timeout_s <= 0:
+        if self.timeout_s <= 0:  # no timers, but never on top of someone else's change
+            self._refuse_if_moved(settings, self.inner.read_back())
             self.inner.apply(settings)
             return
         if self.armed:
@@ -206,16 +211,7 @@ class DeadmanCluster(Cluster):
                 self.verified = True
             return
         before = self.inner.read_back()
-        if (self.baseline is not None and settings != self.baseline
-                and before not in (settings, self.baseline)):
-            # Someone else moved the canary since the study's snapshot (another tuner, a hand
-            # change): a trial on top of it would be measured against the wrong baseline and
-            # its restore would overwrite their change. Stop before touching anything.
-            raise DeadmanRefused(
-                "the canary changed since this study read its baseline ("
-                + ", ".join(sorted(before.diff(self.baseline))[:5])
-                + "): another tuner or a hand change? nothing was applied; find who, then "
-                "`ecntune recover` or start a new study")
+        self._refuse_if_moved(settings, before)
         if before == settings or before != self.baseline:
             # Only a move away from the study's baseline snapshot is armed: a timer restores
             # "what the target holds now", which must be the known-good state -- never the
@@ -252,6 +248,18 @@ class DeadmanCluster(Cluster):
         finally:
             self.inner.close()
 
+    def _refuse_if_moved(self, settings: Settings, before: Settings) -> None:
+        """Someone else moved the canary since the study's snapshot (another tuner, a hand
+        change): a trial on top of it would be measured against the wrong baseline and its
+        restore would overwrite their change. Stop before touching anything."""
+        if (self.baseline is not None and settings != self.baseline
+                and before not in (settings, self.baseline)):
+            raise DeadmanRefused(
+                "the canary changed since this study read its baseline ("
+                + ", ".join(sorted(before.diff(self.baseline))[:5])
+                + "): another tuner or a hand change? nothing was applied; find who, then "
+                "`ecntune recover` or start a new study")
+
     def describe(self) -> ClusterDescription:
         return self.inner.describe()
 
@@ -260,8 +268,7 @@ class DeadmanCluster(Cluster):
 
         A target whose lock is held by another tuner's armed change refuses the study here,
         before its baseline is read: that "baseline" would be the other tuner's trial."""
-        if self.timeout_s > 0:
-            self.refuse_if_held()
+        self.refuse_if_held()  # with deadman_timeout_s: 0 too: the locks of other tuners hold
         self.baseline = self.inner.snapshot()
         return self.baseline
 
@@ -295,7 +302,7 @@ class DeadmanCluster(Cluster):
         belong to the trial's settings: fail the measurement instead of scoring it. If a timer
         vanished (``lost``), the change is unprotected: stop at the next monitor poll."""
         seen, gone = len(self.fired), len(self.lost)
-        guard = _LossGuard(self, monitor, gone)
+        guard = _LossGuard(self, monitor, gone, len(self.revoked))
         result = self.inner.measure(workload, guard, replicate=replicate)
         if self.armed:
             self.renew()
@@ -372,11 +379,18 @@ class DeadmanCluster(Cluster):
 class _LossGuard:
     """The live monitor, plus: a vanished dead-man timer stops the measurement at its poll."""
 
-    def __init__(self, owner: DeadmanCluster, inner: Monitor | None, gone: int) -> None:
-        self.owner, self.inner, self.gone = owner, inner, gone
+    def __init__(self, owner: DeadmanCluster, inner: Monitor | None, gone: int,
+                 revoked: int) -> None:
+        self.owner, self.inner, self.gone, self.revoked = owner, inner, gone, revoked
         self.interval_s = inner.interval_s if inner is not None else 0.5
 
     def check(self) -> None:
+        taken = self.owner.revoked[self.revoked:]
+        if taken:
+            raise ProtectionLost(
+                f"dead-man timer claimed or target lock taken by another process on "
+                f"{sorted(set(taken))} during the trial (a `recover` judged this tuner dead?): "
+                "the canary is not this trial's; failing it, restoring now")
         lost = self.owner.lost[self.gone:]
         if lost:
             raise MeasurementError(
@@ -389,17 +403,31 @@ class _LossGuard:
             self.inner.poll(counters, elapsed_s)
 
 
+def _who() -> str:
+    """This tuner as a lock holder (``safety.deadman._WHO``): host, pid, boot id, PID namespace
+    and start time -- what ``_dead_here`` needs to prove it dead (``optuna_io.owner_gone``)."""
+    from tuner.optuna_io import process_owner
+
+    o = process_owner()
+    ns = re.sub(r"\D", "", str(o["ns"])) or "0"
+    return (f"{_SAFE_HOST.sub('_', str(o['host']))[:64] or 'host'} {o['pid']} "
+            f"{o['boot'] or '-'} {ns} {o['start'] or 0}")
+
+
 def _dead_here(busy_reply: str) -> bool:
-    """``<token> armed <host> <pid>`` of a tuner on this host whose process is gone."""
+    """``<token> armed <who>`` (``_who``) of a tuner provably gone: on this host, boot and PID
+    namespace, its pid gone or now another, later process. Anything else -- another machine
+    sharing the hostname, a container, an older lock without the proof -- may be alive."""
+    from tuner.optuna_io import owner_gone, pid_namespace
+
     parts = busy_reply.split()
-    if len(parts) != 4 or parts[1] != "armed" or not parts[3].isdigit():
+    if len(parts) != 7 or parts[1] != "armed":
         return False
-    if parts[2] != _SAFE_HOST.sub("_", socket.gethostname())[:64]:
-        return False  # another machine: only its timer can tell
-    try:
-        os.kill(int(parts[3]), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
+    host, pid, boot, ns, start = parts[2:]
+    if not (pid.isdigit() and ns.isdigit() and start.isdigit()):
         return False
-    return False
+    if host != _SAFE_HOST.sub("_", socket.gethostname())[:64] or \
+            ns != (re.sub(r"\D", "", pid_namespace()) or "0"):
+        return False  # another machine or PID namespace: only its timer can tell
+    return owner_gone({"host": socket.gethostname(), "boot": boot, "ns": pid_namespace(),
+                       "pid": int(pid), "start": int(start)})

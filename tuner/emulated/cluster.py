@@ -638,7 +638,7 @@ class EmulatedCluster:
             (st.ENV_ROOT, str(self.root)), (st.ENV_NAME, t.name),
             ("PATH", f"{self.bin_dir}:/usr/bin:/bin"),
             ("BASH_ENV", str(self.root / "bashenv.sh")),
-            ("XDG_RUNTIME_DIR", str(self.root / t.name / "run")),
+            ("ECNTUNE_DEADMAN_DIR", str(self.root / t.name / "run")),  # its own, as a tmpfs
             # sshd's login bash reads ~/.bashrc; the machine's root .bashrc costs ~200 ms
             # (pyenv init) per command. HOME here keeps sessions independent of it.
             ("HOME", str(self.run_dir))))
