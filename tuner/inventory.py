@@ -117,17 +117,57 @@ class _Target(BaseModel):
         return _pattern("user", v)
 
 
+class Rail(BaseModel):
+    """One RoCE NIC port of a host with several (a GPU host's rails): its RDMA device, the
+    netdev of that device, the rail's data address and (optionally; read from sysfs when
+    absent) its PCI address."""
+
+    model_config = _STRICT
+    rdma_device: str
+    netdev: str
+    data_address: str
+    pci: str | None = None
+    # perftest -x for this rail; unset: the RoCE v2 GID of data_address, read from sysfs
+    gid_index: int | None = Field(default=None, ge=0, le=255)
+
+    @field_validator("rdma_device")
+    @classmethod
+    def _rdma(cls, v: str) -> str:
+        return _pattern("rdma_device", v)
+
+    @field_validator("netdev")
+    @classmethod
+    def _netdev(cls, v: str) -> str:
+        return _pattern("netdev", v)
+
+    @field_validator("data_address")
+    @classmethod
+    def _addr(cls, v: str) -> str:
+        return _pattern("host", v)
+
+    @field_validator("pci")
+    @classmethod
+    def _pci(cls, v: str | None) -> str | None:
+        return None if v is None else _pattern("pci", v)
+
+
+# The per-NIC fields a rail overrides; with ``rails`` they come from the first rail.
+RAIL_FIELDS = ("rdma_device", "netdev", "data_address", "pci")
+
+
 class HostEntry(_Target):
-    """A canary host with one RoCE NIC port (mlx5)."""
+    """A canary host: one RoCE NIC port (mlx5) given inline, or several as ``rails``."""
 
     netdev: str
     rdma_device: str
     rdma_port: int = Field(default=1, ge=1, le=2)
-    pci: str
+    pci: str = ""  # "" only with rails whose first rail leaves it to sysfs
+    rails: list[Rail] = Field(default_factory=list)
     roce_priority: int = Field(default=3, ge=0, le=7)
     nic_layout: Literal["auto", "sysfs", "debugfs"] = "auto"
     sysfs_root: str = "/"
-    gid_index: int = Field(default=3, ge=0, le=255)  # perftest -x (RoCEv2 GID)
+    # perftest -x / NCCL_IB_GID_INDEX; unset: the RoCE v2 GID of the data address, from sysfs
+    gid_index: int = Field(default=3, ge=0, le=255)
     data_address: str | None = None  # address perftest clients use (default: address)
     mpi_host: str | None = None  # name mpirun uses for this host (default: address)
     # Line rate of the port (Gb/s): bounds the DCQCN rate knobs and normalises busbw. Required:
@@ -147,7 +187,61 @@ class HostEntry(_Target):
     @field_validator("pci")
     @classmethod
     def _pci(cls, v: str) -> str:
-        return _pattern("pci", v)
+        return v if v == "" else _pattern("pci", v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_rail(cls, data: Any) -> Any:
+        """With ``rails``, the host-level NIC fields are the first rail's (given or not)."""
+        if not isinstance(data, dict) or not data.get("rails"):
+            return data
+        first = data["rails"][0]
+        if not isinstance(first, dict):
+            return data
+        out = dict(data)
+        for f in RAIL_FIELDS:
+            if first.get(f) is not None:
+                out.setdefault(f, first[f])
+        return out
+
+    @model_validator(mode="after")
+    def _rails_agree(self) -> HostEntry:
+        if not self.rails:
+            if not self.pci:
+                raise ValueError("pci: required for a host without rails")
+            return self
+        first = self.rails[0]
+        for f in RAIL_FIELDS:
+            mine, theirs = getattr(self, f), getattr(first, f)
+            if theirs is not None and mine != theirs:
+                raise ValueError(f"{f}: {mine!r} disagrees with rails[0].{f} {theirs!r} "
+                                 "(with rails, leave the host-level NIC fields out)")
+        for key in ("rdma_device", "netdev", "data_address"):
+            seen = [getattr(r, key) for r in self.rails]
+            dup = sorted({v for v in seen if seen.count(v) > 1})
+            if dup:
+                raise ValueError(f"rails: {key} {', '.join(dup)} listed twice")
+        return self
+
+    def rail_entries(self) -> list[HostEntry]:
+        """One entry per NIC port: the host itself without rails, else a copy per rail with
+        that rail's device, netdev, data address and PCI address (every driver, counter read
+        and probe works on one of these)."""
+        if not self.rails:
+            return [self]
+        out = []
+        for r in self.rails:
+            update: dict[str, Any] = {"rdma_device": r.rdma_device, "netdev": r.netdev,
+                                      "data_address": r.data_address, "pci": r.pci or "",
+                                      "rails": []}
+            if r.gid_index is not None:
+                update["gid_index"] = r.gid_index
+            out.append(self.model_copy(update=update))
+        return out
+
+    def gid_fixed(self) -> bool:
+        """Whether the inventory gives the GID index (else it is read from sysfs)."""
+        return "gid_index" in self.model_fields_set
 
     @field_validator("sysfs_root")
     @classmethod

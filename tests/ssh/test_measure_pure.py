@@ -37,8 +37,9 @@ def test_nccl_command_uses_the_template_env_and_workload_sizes(inv: Any) -> None
     part = CollectivePart(op="all_reduce", size_bytes=1 << 20, iterations=7)
     cmd = nccl_command(inv, part)
     assert cmd == (
-        "env NCCL_IB_HCA=mlx5_0 NCCL_IB_TC=106 mpirun --allow-run-as-root -np 2 "
-        "-H 127.0.10.11,127.0.10.12 -x NCCL_IB_HCA -x NCCL_IB_TC "
+        "env NCCL_IB_HCA=mlx5_0 NCCL_IB_TC=106 NCCL_IB_FIFO_TC=106 NCCL_IB_GID_INDEX=3 "
+        "mpirun --allow-run-as-root -np 2 -H 127.0.10.11,127.0.10.12 -x NCCL_IB_HCA "
+        "-x NCCL_IB_TC -x NCCL_IB_FIFO_TC -x NCCL_IB_GID_INDEX "
         "/opt/nccl-tests/build/all_reduce_perf -b 1048576 -e 1048576 -f 2 -g 1 -n 7 -w 2 -c 1")
     assert nccl_command(inv, part, 900, 8).endswith("-n 900 -w 2 -c 1 -N 8")
 

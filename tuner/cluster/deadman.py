@@ -92,11 +92,12 @@ class DeadmanCluster(Cluster):
         return str(drv.runner.run(command, timeout_s=30).stdout)
 
     def _fan(self, fn: Any, keys: list[str]) -> dict[str, Any]:
-        """``fn(key)`` per key in parallel through the pool; ``{key: Outcome}``."""
+        """``fn(key)`` per key through the pool (targets in parallel, a host's rails one
+        after the other); ``{key: Outcome}``."""
+        from tuner.cluster.ssh import fan_keys
+
         drivers = self.inner.drivers()
-        by_conn = {drivers[k].runner.name: k for k in keys}
-        res = self.inner.pool.fan_out(lambda c: fn(by_conn[c.name]), list(by_conn))
-        return {by_conn[name]: o for name, o in res.items()}
+        return fan_keys(self.inner.pool, lambda k: drivers[k].runner.name, fn, keys)
 
     def _nvue(self) -> dict[str, NvueDriver]:
         """NVUE drivers whose trial applies use NVUE's commit-confirm."""

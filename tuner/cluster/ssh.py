@@ -33,7 +33,7 @@ from tuner.ssh.transport import Endpoint, Outcome, Pool
 
 if TYPE_CHECKING:
     from tuner.drivers.base import Driver
-    from tuner.inventory import Inventory
+    from tuner.inventory import HostEntry, Inventory
     from tuner.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,29 @@ def endpoints(inv: Inventory) -> dict[str, Endpoint]:
             connect_retries=o.connect_retries, retry_backoff_s=o.retry_backoff_s)
         for t in (*inv.hosts, *inv.switches)
     }
+
+
+def fan_keys(pool: Pool, conn_of: Any, fn: Any, keys: list[str]) -> dict[str, Outcome[Any]]:
+    """``fn(key)`` for every key: connections (``conn_of(key)``) in parallel, the keys of one
+    connection (a host's rails) one after the other; one outcome per key, so a host's eight
+    rails are eight outcomes, never one."""
+    by_conn: dict[str, list[str]] = {}
+    for k in keys:
+        by_conn.setdefault(conn_of(k), []).append(k)
+
+    def per_conn(name: str) -> dict[str, Outcome[Any]]:
+        out: dict[str, Outcome[Any]] = {}
+        for k in by_conn[name]:
+            t0 = time.monotonic()
+            try:
+                out[k] = Outcome(k, value=fn(k), elapsed_s=time.monotonic() - t0)
+            except Exception as exc:  # noqa: BLE001 - one bad rail must not hide the others
+                out[k] = Outcome(k, error=exc, elapsed_s=time.monotonic() - t0)
+        return out
+
+    res = pool.fan_out(lambda c: per_conn(c.name), list(by_conn))
+    return {k: (o.value or {}).get(k) or Outcome(k, error=o.error)
+            for name, o in res.items() for k in by_conn[name]}
 
 
 def _failures(outcomes: dict[str, Outcome[Any]]) -> dict[str, Exception]:
@@ -77,6 +100,7 @@ class SshCluster(Cluster):
         self._drivers: dict[str, Driver[Any]] | None = None
         self._conn_of: dict[str, str] = {}
         self._switch_facts: dict[str, Outcome[Any]] | None = None
+        self._rails_resolved = False
 
     @classmethod
     def from_fabric(cls, fabric: Any, *, name: str = "ssh") -> SshCluster:
@@ -99,19 +123,53 @@ class SshCluster(Cluster):
             raise ApplyError(f"cannot connect to {sorted(failed)}: "
                              f"{_describe_failures(failed)}")
 
+    def resolve_rails(self) -> None:
+        """Check every host's rails against its sysfs once (devices, netdevs, PCI addresses,
+        the GID index of each data address) and keep the inventory with what was read; a
+        rail that disagrees raises ``ConfigError`` before anything is written."""
+        if self._rails_resolved:
+            return
+        from tuner.ssh import rails
+
+        inv = self.inventory
+        hosts = {h.name: h for h in inv.hosts}
+        # sysfs reads need no root: never under sudo
+        read = self.pool.fan_out(
+            lambda c: rails.resolve(hosts[c.name], c.run(rails.command(hosts[c.name]),
+                                                         check=False, sudo=False).stdout),
+            list(hosts))
+        bad = {n: o.error for n, o in read.items() if isinstance(o.error, ConfigError)}
+        if bad:
+            raise ConfigError("\n".join(str(e) for _, e in sorted(bad.items())))
+        failed = _failures(read)
+        if failed:
+            raise ApplyError(f"cannot read the rails of {sorted(failed)}: "
+                             f"{_describe_failures(failed)}")
+        self.inventory = inv.model_copy(update={"hosts": [
+            rails.resolved_host(h, read[h.name].value or []) for h in inv.hosts]})
+        self._rails_resolved = True
+
+    def nic_entries(self) -> list[HostEntry]:
+        """Every NIC port of the canary: one entry per host rail (Settings key ``.nic``)."""
+        return [r for h in self.inventory.hosts for r in h.rail_entries()]
+
     def drivers(self) -> dict[str, Driver[Any]]:
-        """Driver per Settings key (``leaf0``, ``host0/mlx5_0``); detects mlx5 layouts once."""
+        """Driver per Settings key (``leaf0``, ``host0/mlx5_0``, one per rail); detects mlx5
+        layouts once."""
         if self._drivers is None:
+            self.resolve_rails()
             inv = self.inventory
             hosts = {h.name: h for h in inv.hosts}
-            made = self.pool.fan_out(lambda c: nic_driver(c, hosts[c.name]), list(hosts))
+            made = self.pool.fan_out(
+                lambda c: [nic_driver(c, r) for r in hosts[c.name].rail_entries()], list(hosts))
             failed = _failures(made)
             if failed:
                 raise ApplyError(f"cannot set up NIC drivers: {_describe_failures(failed)}")
             drivers: dict[str, Driver[Any]] = {}
             for h in inv.hosts:
-                drivers[h.nic] = made[h.name].value  # type: ignore[assignment]
-                self._conn_of[h.nic] = h.name
+                for drv in made[h.name].value or []:
+                    drivers[drv.target] = drv
+                    self._conn_of[drv.target] = h.name
             for s in inv.switches:
                 drivers[s.name] = switch_driver(self.pool.conns[s.name], s)
                 self._conn_of[s.name] = s.name
@@ -122,11 +180,9 @@ class SshCluster(Cluster):
         """Run ``fn(driver)`` per Settings key, through the pool (one outcome per key)."""
         drivers = self.drivers()
         # Switches first: their CLIs are the slow path, so they should not queue behind hosts.
-        nics = {h.nic for h in self.inventory.hosts}
-        keys = sorted(keys, key=lambda k: k in nics)
-        by_conn = {self._conn_of[k]: k for k in keys}
-        res = self.pool.fan_out(lambda c: fn(drivers[by_conn[c.name]]), list(by_conn))
-        return {by_conn[c]: o for c, o in res.items()}
+        nics = {r.nic for r in self.nic_entries()}
+        return fan_keys(self.pool, self._conn_of.__getitem__, lambda k: fn(drivers[k]),
+                        sorted(keys, key=lambda k: k in nics))
 
     # -- Cluster ------------------------------------------------------------------------
     def switch_facts(self, refresh: bool = False) -> dict[str, Outcome[Any]]:
@@ -191,7 +247,7 @@ class SshCluster(Cluster):
         return ClusterDescription(
             name=self.name, backend="ssh",
             canary_switches=[s.name for s in inv.switches],
-            canary_nics=[h.nic for h in inv.hosts],
+            canary_nics=[r.nic for h in inv.hosts for r in h.rail_entries()],
             nic_gbps=max((h.nic_gbps for h in inv.hosts), default=0.0),
             facts=facts)
 
@@ -217,7 +273,7 @@ class SshCluster(Cluster):
         unknown = sorted(set(wanted) - set(drivers))
         if unknown:
             raise ApplyError(f"not in the inventory: {unknown}; refusing to apply anything")
-        nic_keys = {h.nic for h in self.inventory.hosts}
+        nic_keys = {r.nic for r in self.nic_entries()}
         misplaced = sorted(set(settings.switches) & nic_keys) + sorted(
             set(settings.nics) - nic_keys)
         if misplaced:

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--wait", action="store_true", help="stay in the foreground until Ctrl-C")
     up.add_argument("--sonic-release", default="202505",
                     help="release the SONiC switches play (202411: no WRED/ECN queue counters)")
+    up.add_argument("--rails", type=int, default=1,
+                    help="NIC ports (and GPUs) per host, mlx5_0..: 8 plays a GPU host with "
+                         "eight rails (the inventory then lists rails)")
     up.add_argument("--stock-qos", action="store_true",
                     help="leave SONiC's stock QoS maps (DSCP 26 -> lossy TC 1: pre-flight "
                          "refuses); default: the operator's fix DSCP 26 -> TC 3 is applied")
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             emu = EmulatedCluster(args.root, hosts=args.hosts, switches=switches,
                                   base_address=args.base_address, port=args.port,
                                   sonic_release=args.sonic_release,
-                                  operator_fix=not args.stock_qos)
+                                  operator_fix=not args.stock_qos, rails=args.rails)
             emu.start()
         except (EmulatedClusterError, ConfigError) as e:
             print(f"error: {e}", file=sys.stderr)

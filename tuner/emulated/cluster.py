@@ -46,6 +46,19 @@ RDMA_DEVICE = "mlx5_0"
 PCI = "0000:3b:00.0"
 
 
+def rail_specs(host: str, index: int, address: str, rails: int) -> list[dict[str, Any]]:
+    """A host's NIC ports: rail 0 is the one-NIC host's (its data address the SSH address);
+    rail k > 0 is ``mlx5_<k>``/``ens<k+1>f0np0`` on its own PCI bus with data address
+    ``10.<k>.0.<11+i>``."""
+    out = []
+    for k in range(rails):
+        out.append({"rdma_device": f"mlx5_{k}", "netdev": f"ens{k + 1}f0np0",
+                    "pci": f"0000:{0x3b + k:02x}:00.0",
+                    "data_address": address if k == 0 else f"10.{k}.0.{11 + index}",
+                    "rocesim_nic": f"{host}/mlx5_{k}"})
+    return out
+
+
 def sshd_available() -> bool:
     """True when Debian's openssh-server is installed (tests skip otherwise)."""
     return os.access(SSHD, os.X_OK)
@@ -120,6 +133,7 @@ class EmulatedCluster:
         background: list[dict[str, Any]] | None = None,
         sonic_release: str = swmod.WRED_ECN_SINCE,
         operator_fix: bool = False,
+        rails: int = 1,
     ) -> None:
         self.root = Path(root).resolve()
         if any(c.isspace() for c in str(self.root)):
@@ -144,10 +158,16 @@ class EmulatedCluster:
         for lay in layouts:
             if lay not in ("sysfs", "debugfs"):
                 raise ConfigError(f"nic_layouts: {lay!r} is not sysfs|debugfs")
+        if not 1 <= int(rails) <= 16:
+            raise ConfigError(f"rails: {rails} is not 1..16 (NIC ports per host)")
+        # rails > 1: a GPU host, one GPU and one NIC port (mlx5_<k>) per rail; rocesim models
+        # the same rails (``nics_per_host``: host<i>/mlx5_<k>, one leaf port each)
+        self.rails = int(rails)
         self.hosts_per_leaf = -(-hosts // len(switch_specs))
         self.topology: dict[str, Any] = {
             "kind": "leaf_spine", "leaves": len(switch_specs), "spines": spines,
-            "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": 1, "nic_gbps": nic_gbps,
+            "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": self.rails,
+            "nic_gbps": nic_gbps,
             "seed": seed, "background": list(background or [])}
         self._initial_background = list(background or [])
         self.targets: dict[str, Target] = {}
@@ -266,7 +286,8 @@ class EmulatedCluster:
                 s["qos"]["pfc"] = [int(bool(x)) for x in pfc]
             if mtu is not None:
                 s["mtu"] = int(mtu)
-                (tdir / f"sys/class/net/{s['netdev']}/mtu").write_text(f"{int(mtu)}\n")
+                for view in hostmod.rail_views(s):
+                    (tdir / f"sys/class/net/{view['netdev']}/mtu").write_text(f"{int(mtu)}\n")
             st.write_json(tdir / "state.json", s)
 
     def edit_state(self, target: str, change: Any) -> None:
@@ -509,19 +530,21 @@ class EmulatedCluster:
             t = self.targets[sw]
             mine = host_names[j * self.hosts_per_leaf:(j + 1) * self.hosts_per_leaf]
             ports_fn = swmod.sonic_ports if t.platform == "sonic" else swmod.nvue_ports
-            host_ports, up_ports = ports_fn(self.hosts_per_leaf, uplinks)
+            g = self.rails  # one leaf port per rail, in rocesim's order (host-major)
+            host_ports, up_ports = ports_fn(self.hosts_per_leaf * g, uplinks)
             xoff = swmod.twin_xoff(self.topology, f"leaf{j}")
             state: dict[str, Any] = {
                 "kind": "switch", "name": sw, "address": t.address, "platform": t.platform,
                 "lossless_queue": 3,
-                "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine)],
-                "uplink_ports": up_ports, "hosts": dict(zip(mine, host_ports, strict=False)),
+                "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine) * g],
+                "uplink_ports": up_ports,
+                "hosts": dict(zip(mine, host_ports[::g], strict=False)),
                 "xoff_bytes": xoff, "rocesim_name": f"leaf{j}",
             }
             if t.platform == "sonic":
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
-                    host_ports[:len(mine)] + up_ports, 3, xoff, self.sonic_release)
+                    host_ports[:len(mine) * g] + up_ports, 3, xoff, self.sonic_release)
                 state["sonic_release"] = self.sonic_release
                 state["state_db"] = swmod.init_sonic_state_db(self.sonic_release)
                 # /etc/sonic/config_db.json as booted (``config save`` replaces it)
@@ -533,11 +556,12 @@ class EmulatedCluster:
             self._init_dir(sw, state)
             for h, port in state["hosts"].items():
                 self.targets[h].extra = {"leaf": sw, "switch_port": port}
-        for h in host_names:
+        for i, h in enumerate(host_names):
             t = self.targets[h]
             state = {
                 "kind": "host", "name": h, "address": t.address, "netdev": NETDEV,
                 "rdma_device": RDMA_DEVICE,
+                "rails": rail_specs(h, i, t.address, self.rails),
                 "pci": PCI, "nic_layout": t.nic_layout, "mtu": 9000,
                 "speed_mbps": int(self.topology["nic_gbps"]) * 1000,
                 "firmware": "22.41.1000", "roce_priority": 3,
@@ -563,14 +587,20 @@ class EmulatedCluster:
 
         key = str(self.client_key)
         hosts = []
-        for h in self.host_names:
+        for i, h in enumerate(self.host_names):
             t = self.targets[h]
-            hosts.append({
+            entry: dict[str, Any] = {
                 "name": h, "address": t.address, "port": self.port, "user": "root",
                 "key_file": key, "sudo": False, "netdev": NETDEV, "rdma_device": RDMA_DEVICE,
                 "pci": PCI, "roce_priority": 3, "nic_layout": t.nic_layout,
                 "sysfs_root": str(self.root / h),
-                "nic_gbps": float(self.topology["nic_gbps"])})
+                "nic_gbps": float(self.topology["nic_gbps"])}
+            if self.rails > 1:  # the rails form: PCI addresses and GID indices from sysfs
+                for f in ("netdev", "rdma_device", "pci"):
+                    del entry[f]
+                entry["rails"] = [{k: r[k] for k in ("rdma_device", "netdev", "data_address")}
+                                  for r in rail_specs(h, i, t.address, self.rails)]
+            hosts.append(entry)
         switches = []
         for s in self.switch_names:
             t = self.targets[s]
@@ -594,6 +624,9 @@ class EmulatedCluster:
                 "nccl_env": {"NCCL_IB_HCA": RDMA_DEVICE, "NCCL_IB_TC": "106",
                              "NCCL_IB_TIMEOUT": "22"}},
         }
+        if self.rails > 1:  # ecntune lists every rail in NCCL_IB_HCA; one GPU per rail
+            inv["launcher"]["nccl_env"] = {"NCCL_IB_TIMEOUT": "22"}  # type: ignore[index]
+            inv["launcher"]["gpus_per_host"] = self.rails  # type: ignore[index]
         self.inventory_path.write_text(
             "# generated by tuner.emulated (EmulatedCluster); agreed inventory schema\n"
             + yaml.safe_dump(inv, sort_keys=False))
@@ -602,8 +635,8 @@ class EmulatedCluster:
         """Lines for the bash hook: relpath, value to restore, errno text."""
         state = st.load_state(tdir)
         lines = []
-        if state["kind"] == "host":
-            paths = hostmod.knob_relpaths(state)
+        for view in hostmod.rail_views(state) if state["kind"] == "host" else []:
+            paths = hostmod.knob_relpaths(view)
             by_debugfs = {v: k for k, v in hostmod.DEBUGFS_NAME.items()}
             for knob, errno_name in (faults.get("refuse_write") or {}).items():
                 sysname = by_debugfs.get(knob, knob)
@@ -621,8 +654,8 @@ class EmulatedCluster:
 
     def _apply_link(self, tdir: Path, down: bool) -> None:
         state = st.load_state(tdir)
-        if state["kind"] == "host":
-            (tdir / f"sys/class/net/{state['netdev']}/operstate").write_text(
+        for view in hostmod.rail_views(state) if state["kind"] == "host" else []:
+            (tdir / f"sys/class/net/{view['netdev']}/operstate").write_text(
                 "down\n" if down else "up\n")
 
     def _apply_host_files(self, tdir: Path, faults: dict[str, Any]) -> None:

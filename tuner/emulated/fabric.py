@@ -58,13 +58,15 @@ def applied_settings(root: Path) -> dict[str, Any]:
         if s["kind"] == "switch":
             sw[s["rocesim_name"]] = swmod.applied_ecn(s)
         else:
-            values = hostmod.read_knobs(root / name, s)
             # tuner.settings defaults stored at init (no pydantic), and the NP knobs it does
             # not tune (cnp_802p_prio decides whether CNPs queue behind data in rocesim).
             factory = {**hostmod.EXTRA_DEFAULTS, **s["factory_dcqcn"]}
-            # An unparsable file would have been refused by the driver: the NIC keeps its value.
-            nics[s["rocesim_nic"]] = {k: (v if v is not None else factory[k])
-                                      for k, v in values.items() if k in factory}
+            for view in hostmod.rail_views(s):  # every rail is its own rocesim NIC
+                values = hostmod.read_knobs(root / name, view)
+                # An unparsable file would have been refused by the driver: the NIC keeps its
+                # value.
+                nics[view["rocesim_nic"]] = {k: (v if v is not None else factory[k])
+                                             for k, v in values.items() if k in factory}
     return {"switches": sw, "nics": nics}
 
 
@@ -199,7 +201,8 @@ def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iter
 def distribute_counters(root: Path, counters: dict[str, dict[str, int]], scale: float) -> None:
     """rocesim port counters -> each emulated target's counters (scaled to the iterations run)."""
     all_targets = targets(root)
-    by_nic = {s["rocesim_nic"]: (n, s) for n, s in all_targets.items() if s["kind"] == "host"}
+    by_nic = {v["rocesim_nic"]: (n, v) for n, s in all_targets.items() if s["kind"] == "host"
+              for v in hostmod.rail_views(s)}
     by_leaf = {s["rocesim_name"]: (n, s) for n, s in all_targets.items()
                if s["kind"] == "switch"}
     sw_deltas: dict[str, dict[str, dict[str, int]]] = {}

@@ -63,23 +63,27 @@ def _link_local(state: dict[str, Any]) -> str:
 
 
 def init(tdir: Path, state: dict[str, Any]) -> None:
-    """Create the files of a healthy host (called with the DCQCN tree, on start and reset)."""
-    net = tdir / net_dir(state)
-    _put(net / "carrier_changes", "2")  # the boot: down, then up
-    _put(net / "device/numa_node", str(NIC_NODE))
+    """Create the files of a healthy host (called with the DCQCN tree, on start and reset):
+    per rail its netdev files, GID table and rdma_cm ToS; the IRQs of the first rail."""
+    from tuner.emulated.hosts import rail_views
+
     for node, cpus in NODE_CPUS.items():
         _put(tdir / f"sys/devices/system/node/node{node}/cpulist", cpus)
     _put(tdir / "proc/interrupts", interrupts_text(state["pci"]).rstrip("\n"))
-    zero = "0000:0000:0000:0000:0000:0000:0000:0000"
-    port = tdir / port_dir(state)
-    mapped = ipv4_gid(state["address"]) or zero
-    entries = [_link_local(state), _link_local(state), mapped, mapped]
-    for i in range(8):
-        _put(port / f"gids/{i}", entries[i] if i < len(entries) else zero)
-    for i in range(len(entries)):
-        _put(port / f"gid_attrs/types/{i}", "IB/RoCE v1" if i % 2 == 0 else "RoCE v2")
-    _put(tdir / f"sys/kernel/config/rdma_cm/{state['rdma_device']}/ports/1/default_roce_tos",
-         "106")
+    for view in rail_views(state):
+        net = tdir / net_dir(view)
+        _put(net / "carrier_changes", "2")  # the boot: down, then up
+        _put(net / "device/numa_node", str(NIC_NODE))
+        zero = "0000:0000:0000:0000:0000:0000:0000:0000"
+        port = tdir / port_dir(view)
+        mapped = ipv4_gid(view.get("data_address") or view["address"]) or zero
+        entries = [_link_local(view), _link_local(view), mapped, mapped]
+        for i in range(8):
+            _put(port / f"gids/{i}", entries[i] if i < len(entries) else zero)
+        for i in range(len(entries)):
+            _put(port / f"gid_attrs/types/{i}", "IB/RoCE v1" if i % 2 == 0 else "RoCE v2")
+        _put(tdir / f"sys/kernel/config/rdma_cm/{view['rdma_device']}/ports/1/"
+             "default_roce_tos", "106")
     apply_faults(tdir, state, {})
 
 

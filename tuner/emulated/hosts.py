@@ -59,6 +59,23 @@ HW_COUNTERS = (
 )
 
 
+def rail_views(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The host state once per rail (NIC port): ``netdev``, ``rdma_device``, ``pci``,
+    ``data_address`` and ``rocesim_nic`` of that rail; a one-NIC host is its own only rail."""
+    return [{**state, **r} for r in state.get("rails") or [{}]]
+
+
+def rail_of(state: dict[str, Any], *, device: str | None = None, netdev: str | None = None,
+            address: str | None = None) -> dict[str, Any] | None:
+    """The rail view with that RDMA device, netdev or data address (None: no such rail)."""
+    for v in rail_views(state):
+        if (device is not None and v["rdma_device"] == device) or (
+                netdev is not None and v["netdev"] == netdev) or (
+                address is not None and address in (v.get("data_address"), v["address"])):
+            return v
+    return None
+
+
 def knob_relpaths(state: dict[str, Any]) -> dict[str, str]:
     """``{sysfs knob name: path relative to the target dir}`` for this host's layout."""
     netdev, pci = state["netdev"], state["pci"]
@@ -85,26 +102,35 @@ def hw_counter_dir(state: dict[str, Any]) -> str:
 
 
 def init_host(tdir: Path, state: dict[str, Any], defaults: dict[str, int]) -> None:
-    """Create the fake /sys tree with factory values (files hold ``"%d\\n"`` like the driver)."""
+    """Create the fake /sys tree with factory values (files hold ``"%d\\n"`` like the driver),
+    one NIC port per rail."""
     values = {**EXTRA_DEFAULTS, **defaults}
-    for knob, rel in knob_relpaths(state).items():
-        _put(tdir / rel, values[knob])
-    for rel in enable_relpaths(state).values():
-        _put(tdir / rel, 1)
-    if state["nic_layout"] == "debugfs":
-        base = tdir / f"sys/kernel/debug/mlx5/{state['pci']}/cc_params"
-        for name, value in DEBUGFS_ONLY.items():
-            _put(base / name, value)
-    net = tdir / f"sys/class/net/{state['netdev']}"
-    _put(net / "mtu", state["mtu"])
-    (net / "operstate").write_text("up\n")
-    hw = tdir / hw_counter_dir(state)
-    for name in HW_COUNTERS:
-        _put(hw / name, 0)
-    _put(hw.parent / "lifespan", 10)
-    ib = tdir / f"sys/class/infiniband/{state['rdma_device']}/tc/1"
-    ib.mkdir(parents=True, exist_ok=True)
-    (ib / "traffic_class").write_text("Global tclass=106\n")
+    for view in rail_views(state):
+        for knob, rel in knob_relpaths(view).items():
+            _put(tdir / rel, values[knob])
+        for rel in enable_relpaths(view).values():
+            _put(tdir / rel, 1)
+        if view["nic_layout"] == "debugfs":
+            base = tdir / f"sys/kernel/debug/mlx5/{view['pci']}/cc_params"
+            for name, value in DEBUGFS_ONLY.items():
+                _put(base / name, value)
+        net = tdir / f"sys/class/net/{view['netdev']}"
+        _put(net / "mtu", view["mtu"])
+        (net / "operstate").write_text("up\n")
+        hw = tdir / hw_counter_dir(view)
+        for name in HW_COUNTERS:
+            _put(hw / name, 0)
+        _put(hw.parent / "lifespan", 10)
+        ib = tdir / f"sys/class/infiniband/{view['rdma_device']}"
+        (ib / "tc/1").mkdir(parents=True, exist_ok=True)
+        (ib / "tc/1/traffic_class").write_text("Global tclass=106\n")
+        # <dev>/device is the PCI function (its name the PCI address), whose net/ folder holds
+        # the device's netdevs, as the kernel links them
+        fn = tdir / f"sys/bus/pci/devices/{view['pci']}"
+        (fn / "net" / view["netdev"]).mkdir(parents=True, exist_ok=True)
+        link = ib / "device"
+        if not link.is_symlink():
+            link.symlink_to(f"../../../bus/pci/devices/{view['pci']}")
     from tuner.emulated import hostdiag
 
     hostdiag.init(tdir, state)
@@ -118,8 +144,9 @@ def boot(tdir: Path, state: dict[str, Any]) -> list[str]:
     import subprocess
 
     values = {**EXTRA_DEFAULTS, **state["factory_dcqcn"]}
-    for knob, rel in knob_relpaths(state).items():
-        _put(tdir / rel, values[knob])
+    for view in rail_views(state):
+        for knob, rel in knob_relpaths(view).items():
+            _put(tdir / rel, values[knob])
     ran = []
     wants = tdir / "etc/systemd/system/multi-user.target.wants"
     for link in sorted(wants.glob("*.service")) if wants.is_dir() else []:

@@ -55,16 +55,17 @@ class Fleet:
         self.pool: Pool = Pool(eps, max_connects=inventory.ssh.max_parallel,
                                workers=inventory.ssh.fanout_workers)
         self._drivers: dict[str, Driver[Any]] = {}
-        self._conn_of = {**{h.nic: h.name for h in self.hosts},
+        self.nics = [r for h in self.hosts for r in h.rail_entries()]  # one per rail
+        self._conn_of = {**{r.nic: r.name for r in self.nics},
                          **{s.name: s.name for s in self.switches}}
 
-    # Settings keys: ``leaf0`` for a switch, ``host0/mlx5_0`` for a NIC.
+    # Settings keys: ``leaf0`` for a switch, ``host0/mlx5_0`` for a NIC (one per rail).
     @property
     def keys(self) -> list[str]:
-        return [s.name for s in self.switches] + [h.nic for h in self.hosts]
+        return [s.name for s in self.switches] + [r.nic for r in self.nics]
 
     def entry(self, key: str) -> HostEntry | SwitchEntry:
-        for h in self.hosts:
+        for h in self.nics:
             if h.nic == key:
                 return h
         for s in self.switches:
@@ -73,7 +74,7 @@ class Fleet:
         raise KeyError(key)
 
     def is_nic(self, key: str) -> bool:
-        return any(h.nic == key for h in self.hosts)
+        return any(r.nic == key for r in self.nics)
 
     def driver(self, key: str) -> Driver[Any]:
         """The platform driver of one target (mlx5 layout detected on first use)."""
@@ -89,10 +90,11 @@ class Fleet:
     def fan(self, fn: Callable[[Driver[Any]], Any], keys: list[str] | None = None,
             ) -> dict[str, Outcome[Any]]:
         """``fn(driver)`` per target in parallel; one outcome per Settings key."""
+        from tuner.cluster.ssh import fan_keys
+
         chosen = self.keys if keys is None else keys
-        by_conn = {self._conn_of[k]: k for k in chosen}
-        res = self.pool.fan_out(lambda c: fn(self.driver(by_conn[c.name])), list(by_conn))
-        return {by_conn[c]: o for c, o in res.items()}
+        return fan_keys(self.pool, self._conn_of.__getitem__, lambda k: fn(self.driver(k)),
+                        chosen)
 
     def read_settings(self, keys: list[str] | None = None,
                       ) -> tuple[Settings, dict[str, Exception]]:

@@ -17,7 +17,8 @@ from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
 from tuner.drivers.sonic import CNP_WATERMARK
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
-from tuner.ssh.plan import background_flows, nccl_command, probe_flows
+from tuner.ssh.plan import background_flows, gpu_sets, nccl_command, probe_flows
+from tuner.ssh.rails import command as rails_command
 from tuner.ssh.shell import wrap
 from tuner.workload import BackgroundPart, CollectivePart, ProbePart
 
@@ -69,25 +70,37 @@ def _nvue_confirm(sw: NvueDriver, name: str, sudo: bool) -> list[Planned]:
 def catalog(inv: Inventory) -> list[Planned]:
     """The commands of detect/read/write/counters per target and of one measurement."""
     out: list[Planned] = []
-    for h in inv.hosts:
-        layouts = list(NIC_LAYOUTS) if h.nic_layout == "auto" else [h.nic_layout]
-        if h.nic_layout == "auto":
-            out.append(Planned(h.name, "detect the mlx5 layout (once per connection)",
-                               detect_command(h), h.sudo))
-        out.append(Planned(h.name, "pre-flight facts, read-only (`ecntune preflight`, start "
-                           "of `ecntune run`; each tool may fail alone)", _preflight(h), h.sudo))
-        for layout in layouts:
-            drv = NIC_LAYOUTS[layout](None, h)  # type: ignore[arg-type]
-            tag = f"[{layout}] "
-            out += [
-                Planned(h.name, tag + "read DCQCN (snapshot, read-back)", drv.read_command(),
-                        h.sudo),
-                Planned(h.name, tag + "write DCQCN: state before, the knobs that differ "
-                        "(example: 3 knobs), read-back", drv.write_command(DcqcnSettings(),
-                                                                            TUNED), h.sudo),
-                Planned(h.name, tag + "counters (ethtool -S + hw_counters)",
-                        drv.counters_command(), UNPRIVILEGED),
-            ]
+    for host in inv.hosts:
+        out.append(Planned(host.name, "check the rails against sysfs, read-only (once, before "
+                           "any write): each device exists, owns its netdev; its PCI function "
+                           "and the GID index (RoCE v2) of its data address",
+                           rails_command(host), UNPRIVILEGED))
+        out.append(Planned(host.name, "pre-flight facts, read-only (`ecntune preflight`, start "
+                           "of `ecntune run`; each tool may fail alone)", _preflight(host),
+                           host.sudo))
+        for h in host.rail_entries():
+            layouts = list(NIC_LAYOUTS) if h.nic_layout == "auto" else [h.nic_layout]
+            rail = f"{h.rdma_device} " if host.rails else ""
+            if not h.pci:  # a rail without pci: the rails check reads it before any of these
+                out.append(Planned(h.name, f"{rail}PCI address not in the inventory", "# "
+                                   "detect and the debugfs layout use the PCI function the "
+                                   "rails check read", h.sudo))
+                layouts = [lay for lay in layouts if lay != "debugfs"]
+            elif h.nic_layout == "auto":
+                out.append(Planned(h.name, f"{rail}detect the mlx5 layout (once per "
+                                   "connection)", detect_command(h), h.sudo))
+            for layout in layouts:
+                drv = NIC_LAYOUTS[layout](None, h)  # type: ignore[arg-type]
+                tag = f"{rail}[{layout}] "
+                out += [
+                    Planned(h.name, tag + "read DCQCN (snapshot, read-back)",
+                            drv.read_command(), h.sudo),
+                    Planned(h.name, tag + "write DCQCN: state before, the knobs that differ "
+                            "(example: 3 knobs), read-back", drv.write_command(DcqcnSettings(),
+                                                                                TUNED), h.sudo),
+                    Planned(h.name, tag + "counters (ethtool -S + hw_counters)",
+                            drv.counters_command(), UNPRIVILEGED),
+                ]
     for s in inv.switches:
         sw = switch_driver(None, s)  # type: ignore[arg-type]
         out += [
@@ -121,18 +134,22 @@ def catalog(inv: Inventory) -> list[Planned]:
                            "line rate; runs through the measurement, stopped at its end)",
                            flow.server_cmd, UNPRIVILEGED))
         out.append(Planned(flow.client, "background flow client", flow.client_cmd, UNPRIVILEGED))
+    gpus = gpu_sets(inv, len(parts))
     for i, part in enumerate(parts):
         out.append(Planned(la.host, f"nccl-tests part {i}, timed pass (example workload: "
-                           "all_reduce 4 MiB and alltoall 1 MiB, started at once); started "
-                           "with `echo $$; exec ...` so it can be stopped",
-                           nccl_command(inv, part), UNPRIVILEGED))
+                           "all_reduce 4 MiB and alltoall 1 MiB, started at once, each on its "
+                           "own GPUs: CUDA_VISIBLE_DEVICES); started with `echo $$; exec ...` "
+                           "so it can be stopped",
+                           nccl_command(inv, part, gpus=gpus[i]), UNPRIVILEGED))
     for i, part in enumerate(parts):
         out.append(Planned(la.host, f"nccl-tests part {i}, measured pass: `-n` sized from the "
                            f"timed pass (example: 2000), `-N {la.nccl_cycles}` result rows",
-                           nccl_command(inv, part, 2000, la.nccl_cycles), UNPRIVILEGED))
+                           nccl_command(inv, part, 2000, la.nccl_cycles, gpus=gpus[i]),
+                           UNPRIVILEGED))
     for flow in probe_flows(inv, probe):
         out.append(Planned(flow.server, "latency probe server (example: 2 pairs, one sample "
-                           "every 50 µs), started once every part printed a row",
+                           "every 50 µs; pair k on rail k of both hosts, `-x` the GID index "
+                           "read from sysfs), started once every part printed a row",
                            flow.server_cmd, UNPRIVILEGED))
         out.append(Planned(flow.client, "latency probe client", flow.client_cmd, UNPRIVILEGED))
     out.append(Planned("(any measurement host)", "stop a measurement process on a safety "

@@ -34,6 +34,7 @@ from tuner.ssh.plan import (
     Flow,
     background_flows,
     cycle_s,
+    gpu_sets,
     hostlist,
     nccl_command,
     overlap,
@@ -130,6 +131,7 @@ def run_measurement(cluster: SshCluster, workload: Workload, monitor: Monitor | 
                     place: Placement | None = None) -> Measurement:
     """Background, timed pass, measured pass with the probe under load, counters; on the
     placement ``place`` (default: replicate 0's, the inventory's order)."""
+    cluster.resolve_rails()  # PCI addresses and GID indices of every rail, read from sysfs
     inv = cluster.inventory
     place = place or placement.for_replicate(inv, 0)
     problems = unsupported(inv, workload)
@@ -156,9 +158,10 @@ def run_measurement(cluster: SshCluster, workload: Workload, monitor: Monitor | 
             iters = [sized_iterations(p, r.time_us, cyc)
                      for p, (_, r) in zip(parts, timed, strict=True)]
             cycles = inv.launcher.nccl_cycles
+        gpus = gpu_sets(inv, len(parts))  # concurrent parts never share a GPU
         running = [_Part(p, run.start(inv.launcher.host,
-                                      nccl_command(inv, p, n, cycles, place)))
-                   for p, n in zip(parts, iters, strict=True)]
+                                      nccl_command(inv, p, n, cycles, place, g)))
+                   for p, n, g in zip(parts, iters, gpus, strict=True)]
         probes: list[_Probe] = []
         if probe is not None:
             _wait_first_rows(run, running)
@@ -224,8 +227,8 @@ def _run_parts(run: _Run, inv: Inventory, parts: list[CollectivePart],
                iters: list[int | None], cycles: int, place: Placement
                ) -> list[tuple[str, CollectiveResult]]:
     """Run the parts at once and wait: the timed pass."""
-    procs = [run.start(inv.launcher.host, nccl_command(inv, p, n, cycles, place))
-             for p, n in zip(parts, iters, strict=True)]
+    procs = [run.start(inv.launcher.host, nccl_command(inv, p, n, cycles, place, g))
+             for p, n, g in zip(parts, iters, gpu_sets(inv, len(parts)), strict=True)]
     while any(p.running(0.0) for p in procs):
         run.tick()
     out = []
@@ -382,7 +385,7 @@ def part_result(text: str, rc: int | None, part: CollectivePart, inv: Inventory
 def absent_counter_notes(after: Counters, inv: Inventory) -> list[str]:
     """One note per expected counter a port does not expose: absent is not zero."""
     notes = []
-    for h in inv.hosts:
+    for h in (r for host in inv.hosts for r in host.rail_entries()):
         row = after.ports.get(h.nic, {})
         missing = [c for c in expected_counters(h.roce_priority) if c not in row]
         if missing:

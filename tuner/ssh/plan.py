@@ -79,8 +79,65 @@ def part_env(part: CollectivePart) -> dict[str, str]:
     return env
 
 
+def rails_env(inv: Inventory) -> dict[str, str]:
+    """What NCCL must be told so the collectives use every rail the way the probes do:
+
+    * ``NCCL_IB_HCA``: every rail's ``<device>:<port>`` (``=``: exact names, so ``mlx5_1``
+      does not also select ``mlx5_10``; NCCL env docs, NCCL_IB_HCA);
+    * ``NCCL_IB_GID_INDEX``: the GID index of the data addresses, when every rail has the
+      same one (one variable for every device; otherwise NCCL's own RoCE v2 selection);
+    * ``NCCL_IB_TC`` and ``NCCL_IB_FIFO_TC``: the inventory's ``roce_tos``, so data and the
+      CTS/FIFO control messages (NCCL_IB_FIFO_TC, NVIDIA/nccl PR #1194; unset they follow
+      NCCL_IB_TC) travel in the tuned lossless class.
+
+    ``launcher.nccl_env`` wins over each of these (and pre-flight checks its NCCL_IB_HCA)."""
+    entries = [r for h in inv.hosts for r in h.rail_entries()]
+    devs: list[str] = []
+    for r in entries:
+        dev = f"{check('rdma_device', r.rdma_device)}:{int(r.rdma_port)}"
+        if dev not in devs:
+            devs.append(dev)
+    tos = str(int(inv.launcher.roce_tos))
+    env = {"NCCL_IB_HCA": "=" + ",".join(devs), "NCCL_IB_TC": tos, "NCCL_IB_FIFO_TC": tos}
+    gids = {int(r.gid_index) for r in entries}
+    if len(gids) == 1:
+        env["NCCL_IB_GID_INDEX"] = str(gids.pop())
+    return env
+
+
+def hca_missing(inv: Inventory) -> list[str]:
+    """Rail devices a ``launcher.nccl_env`` NCCL_IB_HCA leaves out (NCCL would not use them)."""
+    hca = inv.launcher.nccl_env.get("NCCL_IB_HCA")
+    if hca is None:
+        return []
+    exact = hca.startswith("=")
+    if hca.lstrip("=").startswith("^"):
+        return []  # an exclusion list: judged by NCCL, not here
+    names = [x.split(":")[0] for x in hca.lstrip("=").split(",") if x]
+    out = []
+    for r in (r for h in inv.hosts for r in h.rail_entries()):
+        ok = (r.rdma_device in names if exact
+              else any(r.rdma_device.startswith(n) for n in names))
+        if not ok and f"{r.name}/{r.rdma_device}" not in out:
+            out.append(f"{r.name}/{r.rdma_device}")
+    return out
+
+
+def gpu_sets(inv: Inventory, nparts: int) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` of each of ``nparts`` collective parts run at once: part i
+    gets the i-th ``gpus_per_host`` GPUs (of the inventory's own CUDA_VISIBLE_DEVICES list,
+    else 0, 1, ...), so concurrent parts never share a GPU; one part: None (left alone)."""
+    if nparts <= 1:
+        return [None] * nparts
+    g = inv.launcher.gpus_per_host
+    own = inv.launcher.nccl_env.get("CUDA_VISIBLE_DEVICES")
+    pool = [x for x in own.split(",") if x] if own else [str(i) for i in range(nparts * g)]
+    return [",".join(pool[i * g:(i + 1) * g]) or None for i in range(nparts)]
+
+
 def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = None,
-              cycles: int = 1, place: Placement | None = None) -> list[str]:
+              cycles: int = 1, place: Placement | None = None,
+              gpus: str | None = None) -> list[str]:
     """``env NCCL_...=... <launcher words> [-x NCCL_...] <dir>/<op>_perf -b S -e S ...``.
 
     The template is split into words before ``{np}``/``{hostlist}`` are filled in, so a value
@@ -90,7 +147,8 @@ def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = Non
     np_, hl = hostlist(inv, place)
     words = [w.replace("{np}", str(np_)).replace("{hostlist}", hl) for w in la.mpirun.split()]
     env = {check("env_name", k): check("env_value", v)
-           for k, v in {**la.nccl_env, **part_env(part)}.items()}
+           for k, v in {**rails_env(inv), **la.nccl_env, **part_env(part),
+                        **({"CUDA_VISIBLE_DEVICES": gpus} if gpus else {})}.items()}
     argv = (["env", *(f"{k}={v}" for k, v in env.items())] if env else []) + words
     if words and words[0].rsplit("/", 1)[-1] in ("mpirun", "mpiexec"):
         for k in env:
@@ -105,9 +163,10 @@ def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = Non
 
 
 def nccl_command(inv: Inventory, part: CollectivePart, iterations: int | None = None,
-                 cycles: int = 1, place: Placement | None = None) -> str:
+                 cycles: int = 1, place: Placement | None = None,
+                 gpus: str | None = None) -> str:
     """The shell line of ``nccl_argv`` (each part runs as its own remote process)."""
-    return join(nccl_argv(inv, part, iterations, cycles, place))
+    return join(nccl_argv(inv, part, iterations, cycles, place, gpus))
 
 
 @dataclass(frozen=True)
@@ -133,6 +192,14 @@ def _peer(h: HostEntry) -> str:
     return check("host", h.data_address or h.address)
 
 
+def on_rail(a: HostEntry, b: HostEntry, k: int) -> tuple[HostEntry, HostEntry]:
+    """Flow ``k`` between two hosts runs on rail ``k mod rails`` of both (rail-aligned: rail
+    r of one host talks to rail r of the other), so the flows spread over every rail."""
+    ra, rb = a.rail_entries(), b.rail_entries()
+    n = min(len(ra), len(rb))
+    return ra[k % n], rb[k % n]
+
+
 def probe_pairs(inv: Inventory, pairs: int, place: Placement | None = None
                 ) -> list[tuple[HostEntry, HostEntry]]:
     """``pairs`` (server, client) pairs among the latency hosts (default: every canary host) in
@@ -153,7 +220,8 @@ def probe_flows(inv: Inventory, probe: ProbePart, place: Placement | None = None
     la = inv.launcher
     gap = int(round(probe.interval_us))
     out = []
-    for k, (s, c) in enumerate(probe_pairs(inv, probe.pairs, place)):
+    for k, (sh, ch) in enumerate(probe_pairs(inv, probe.pairs, place)):
+        s, c = on_rail(sh, ch, k)
         port = PROBE_PORT + k
         extra = ["-s", str(int(probe.size_bytes)), "-n", str(int(la.perftest_iterations))]
         if gap > 0:
@@ -189,7 +257,8 @@ def background_flows(inv: Inventory, parts: list[BackgroundPart], duration_s: fl
         if tos is None:
             raise MeasurementError("background part with priority 'other' needs "
                                    "launcher.other_tos in the inventory")
-        for recv, send in background_pairs(inv, part, place):
+        for rh, sh in background_pairs(inv, part, place):
+            recv, send = on_rail(rh, sh, len(out))
             port = BW_PORT + len(out)
             rate = max(0.001, round(part.load * send.nic_gbps, 3))
             extra = ["-q", "1", "-D", str(seconds), "-s", "65536", "--report_gbits",
@@ -219,6 +288,16 @@ def unsupported(inv: Inventory, workload: Workload) -> list[str]:
             hosts = inv.launcher.latency_hosts or [h.name for h in inv.hosts]
             if len(hosts) < 2:
                 out.append(f"{where}: needs two canary hosts")
+    nparts, g = len(workload.collectives), inv.launcher.gpus_per_host
+    own = inv.launcher.nccl_env.get("CUDA_VISIBLE_DEVICES")
+    if nparts > 1 and own is not None and len([x for x in own.split(",") if x]) < nparts * g:
+        out.append(f"launcher.nccl_env.CUDA_VISIBLE_DEVICES: {nparts} collective parts run at "
+                   f"once with gpus_per_host {g} each: they need {nparts * g} GPUs per host, "
+                   f"{own!r} lists fewer (parts must not share a GPU)")
+    missing = hca_missing(inv)
+    if missing:
+        out.append(f"launcher.nccl_env.NCCL_IB_HCA: leaves out the rails {', '.join(missing)}: "
+                   "nccl-tests must use every rail (drop it: ecntune lists every rail)")
     return out
 
 

@@ -86,6 +86,7 @@ def parse(tool: str, argv: list[str]) -> dict[str, Any]:
                 o["rate"] = float(value)
             elif key:
                 o[key] = int(value)
+                o["gid_set"] = o.get("gid_set", False) or key == "gid"
         elif a in flags:
             o["rdma_cm"] = o["rdma_cm"] or a in ("-R", "--rdma_cm", "-z", "--com_rdma_cm")
             o["gbits"] = o["gbits"] or a == "--report_gbits"
@@ -133,10 +134,10 @@ def banner(title: str, settings: list[str], inline: int, o: dict[str, Any],
         f" Data ex. method : {'rdma_cm' if o['rdma_cm'] else 'Ethernet'}", LINE,
         f" local address: LID 0000 QPN {qpn:#06x} PSN {rng.randrange(1 << 24):#08x} "
         f"RKey {rng.randrange(1 << 24):#08x} VAddr {rng.randrange(1 << 40):#016x}",
-        f" GID: {_gid(local['address'])}",
+        f" GID: {_gid(local.get('data_address') or local['address'])}",
         f" remote address: LID 0000 QPN {qpn + 1:#06x} PSN {rng.randrange(1 << 24):#08x} "
         f"RKey {rng.randrange(1 << 24):#08x} VAddr {rng.randrange(1 << 40):#016x}",
-        f" GID: {_gid(remote['address'])}", LINE]
+        f" GID: {_gid(remote.get('data_address') or remote['address'])}", LINE]
     return "\n".join(lines) + "\n"
 
 
@@ -172,19 +173,52 @@ def finish(t: Target, o: dict[str, Any], server: str, peer: dict[str, Any],
 
 
 def find_peer(t: Target, peer: str, port: int) -> tuple[str, dict[str, Any]]:
+    """The host (and its rail: the state seen through that NIC port) with that address."""
+    from tuner.emulated.hosts import rail_of
+
     for name, s in fabric.targets(t.root).items():
-        if s["kind"] == "host" and peer in (name, s.get("address")):
-            return name, s
+        if s["kind"] != "host":
+            continue
+        rail = s if peer == name else rail_of(s, address=peer)
+        if rail is not None:
+            return name, rail
     raise Usage(f" Couldn't connect to {peer}:{port}\n"
                 "Unable to open file descriptor for socket connection Unable to init the "
                 "socket connection")
 
 
 def check_device(t: Target, o: dict[str, Any]) -> None:
+    """``-d`` names one of the host's RDMA devices; the tool then runs on that rail (the
+    target's state becomes that rail's view: its ``rocesim_nic``, netdev, address)."""
+    from tuner.emulated.hosts import rail_of
+
     dev = o["dev"] or t.state.get("rdma_device")
-    if dev != t.state.get("rdma_device"):
+    rail = rail_of(t.state, device=str(dev))
+    if rail is None:
         raise Usage(f" IB device {dev} not found\n Unable to find the Infiniband/RoCE device")
+    t.state = rail
     o["dev"] = dev
+    if o.get("gid_set"):
+        check_gid(t, o)
+
+
+def check_gid(t: Target, o: dict[str, Any]) -> None:
+    """``-x`` must name the RoCE v2 GID of this rail's data address in the device's GID table
+    (``ports/1/gids/<i>``, ``gid_attrs/types/<i>``): from any other entry the QP's packets are
+    RoCE v1 or carry another source address, which a routed fabric does not deliver."""
+    from tuner.diagnose.parse import ipv4_gid
+
+    port = t.dir / f"sys/class/infiniband/{o['dev']}/ports/1"
+    address = t.state.get("data_address") or t.state["address"]
+    try:
+        gid = (port / f"gids/{int(o['gid'])}").read_text().strip()
+        kind = (port / f"gid_attrs/types/{int(o['gid'])}").read_text().strip()
+    except OSError:
+        raise Usage(f" Failed to query GID index {o['gid']} of {o['dev']}\n Couldn't create "
+                    "IB resources") from None
+    if gid != ipv4_gid(address) or kind != "RoCE v2":
+        raise Usage(" Failed to modify QP to RTR\n Unable to Connect the HCA's through the "
+                    f"link (GID index {o['gid']} is {kind} {gid}, not RoCE v2 {address})")
 
 
 def connect(t: Target, o: dict[str, Any], tool: str) -> tuple[str, dict[str, Any]]:

@@ -25,7 +25,8 @@ def main(argv: list[str]) -> int:
         return 1
     opt, ifname = (args[0], args[1] if len(args) > 1 else "") if args[0].startswith("-") \
         else ("", args[0])
-    if ifname != t.state["netdev"]:
+    rail = hosts.rail_of(t.state, netdev=ifname)
+    if rail is None:
         print(f"netlink error: no device matches name ({ifname or '?'})", file=sys.stderr)
         print("netlink error: No such device", file=sys.stderr)
         return 1
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
         print("driver: mlx5_core\nversion: 24.10-1.1.4\n"
               f"firmware-version: {t.faults.get('firmware') or t.state['firmware']} "
               "(MT_0000000838)\n"
-              f"expansion-rom-version: \nbus-info: {t.state['pci']}\n"
+              f"expansion-rom-version: \nbus-info: {rail['pci']}\n"
               "supports-statistics: yes\nsupports-test: yes\nsupports-eeprom-access: no\n"
               "supports-register-dump: no\nsupports-priv-flags: yes")
         return 0

@@ -2,8 +2,9 @@
 
 ``mpirun [--allow-run-as-root] -np N -H h0,h1[:slots],... [-x VAR[=v]] [--tag-output]
 [--bind-to X] [--map-by X] [--mca k v] <all_reduce_perf|alltoall_perf> [nccl-tests args]``.
-Ranks map one per host (emulated hosts have one GPU and one NIC); hosts may be given by name
-or address. Numbers come from rocesim with the settings applied on the devices right now.
+An emulated host has one GPU per rail (one NIC port): local rank j runs on GPU j and rail j
+(``host:slots`` up to the rails); hosts may be given by name or address. Numbers come from
+rocesim with the settings applied on the devices right now.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.emulated import fabric
+from tuner.emulated import hosts as hostmod
 from tuner.emulated import state as st
-from tuner.emulated.tools import nccl_tests
+from tuner.emulated.tools import _gpus, nccl_tests
 from tuner.emulated.tools._base import target
 
 _WITH_ARG = {"-np", "-n", "-H", "--host", "-host", "-x", "--bind-to", "--map-by", "--rank-by",
@@ -100,8 +102,11 @@ def main(argv: list[str]) -> int:
                 f"slots that were requested by the application:\n\n  {program[0]}\n\n"
                 "--------------------------------------------------------------------------")
         ranks_hosts = slots[:np_]
-        if len(set(ranks_hosts)) != len(ranks_hosts):
-            raise MpiError("emulated hosts have one GPU each: list each host once (-H h0,h1)")
+        gpus = {h: len(hostmod.rail_views(fabric.targets(t.root)[h])) for h in ranks_hosts}
+        for h in set(ranks_hosts):
+            if ranks_hosts.count(h) > gpus[h]:
+                raise MpiError(f"emulated {h} has {gpus[h]} GPU(s), one per rail: at most "
+                               f"{gpus[h]} slot(s) (-H {h}:{gpus[h]})")
         args = nccl_tests.parse_args(program[1:])
     except (MpiError, nccl_tests.UsageError, ValueError) as e:
         print(str(e), file=sys.stderr)
@@ -134,13 +139,31 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
     env = {**os.environ, **o["env"]}
     hca = env.get("NCCL_IB_HCA", "").lstrip("=^")
     wanted = [x.split(":")[0] for x in hca.split(",") if x]
-    if wanted and not any(states[h]["rdma_device"] in wanted for h in ranks_hosts):
+    # local rank j runs on the j-th GPU CUDA_VISIBLE_DEVICES lists, and GPU k's traffic on
+    # rail k (rail-aligned: NCCL takes the NIC nearest the GPU) if NCCL_IB_HCA allows it, else
+    # on another allowed rail; no allowed rail: NCCL finds no device
+    views = {h: hostmod.rail_views(states[h]) for h in ranks_hosts}
+    allowed = {h: [v for v in views[h] if not wanted or v["rdma_device"] in wanted]
+               for h in ranks_hosts}
+    if not all(allowed.values()):
         h = ranks_hosts[0]
         print(f"{h}:{pid}:{pid} [0] NCCL INFO NET/IB : No device found.", file=sys.stderr)
         print(f"{h}:{pid}:{pid + 3} [0] init.cc:1458 NCCL WARN NET/IB : no device matches "
               f"NCCL_IB_HCA={hca} (emulated hosts have only {states[h]['rdma_device']}; the "
               "socket fallback is not emulated)", file=sys.stderr)
         return 1
+    gpus = _gpus.rank_gpus(ranks_hosts, {h: len(v) for h, v in views.items()},
+                           env.get("CUDA_VISIBLE_DEVICES"))
+    error = gpus if isinstance(gpus, str) else _gpus.claim(root, ranks_hosts, gpus, pid)
+    if error is not None or isinstance(gpus, str):
+        print(f"{error}\n{ranks_hosts[0]}:{pid}:{pid + 3} [0] NCCL WARN Cuda failure: "
+              f"{error}", file=sys.stderr)
+        return 1
+    nics: list[str] = []
+    for h, g in zip(ranks_hosts, gpus, strict=True):
+        near = views[h][g]
+        nic = (near if near in allowed[h] else allowed[h][g % len(allowed[h])])["rocesim_nic"]
+        nics += [nic] if nic not in nics else []
     if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
         for r, h in enumerate(ranks_hosts):
             s = states[h]
@@ -152,7 +175,7 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
     time.sleep(START_S)
     cycles = a.cycles if a.cycles > 0 else 10**9
     results, lat = fabric.run_collective(
-        root, op, [states[h]["rocesim_nic"] for h in ranks_hosts], szs, a.iters,
+        root, op, nics, szs, a.iters,
         counted_iters=a.warmup + 2 * a.iters * min(cycles, 10**6))
     wrong = sum(int(faults[h].get("nccl_wrong", 0) or 0) for h in ranks_hosts)
     out("# nccl-tests version 2.18.0 nccl-headers=22703 nccl-library=22703")
@@ -162,8 +185,8 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
         f"agg iters: 1 validation: {a.check} graph: 0")
     out("#")
     out("# Using devices")
-    for r, h in enumerate(ranks_hosts):
-        out(f"#  Rank {r:2d} Group  0 Pid {pid + r:6d} on {h:>10} device  0 [0000:1b:00] "
+    for r, (h, g) in enumerate(zip(ranks_hosts, gpus, strict=True)):
+        out(f"#  Rank {r:2d} Group  0 Pid {pid + r:6d} on {h:>10} device {g:2d} [0000:1b:00] "
             "NVIDIA H100 80GB HBM3")
     out("#")
     for line in nccl_tests.HEADER.splitlines():
