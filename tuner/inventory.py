@@ -148,7 +148,13 @@ class SwitchEntry(_Target):
     canary_profile: str = "ECNTUNE_CANARY"
     canary_ports: list[str] = Field(min_length=1)
     other_ports: list[str] = Field(default_factory=list)
-    xoff_bytes: int = Field(default=0, ge=0)
+    # ECN-before-PFC inputs when the switch's buffer configuration does not give them (NVUE;
+    # SONiC's dynamic buffer model): the lossless PG's shared pool and its dynamic_th (alpha
+    # = 2**dynamic_th), and the fewest ingress ports that congest one egress queue (2 with one
+    # link speed, 1 where a faster uplink feeds a host port). See safety.limits.PfcThreshold.
+    pfc_pool_bytes: int = Field(default=0, ge=0)
+    pfc_dynamic_th: int = Field(default=0, ge=-8, le=8)
+    incast_fan_in: int = Field(default=2, ge=1, le=1024)
 
     @field_validator("wred_profile", "canary_profile")
     @classmethod
