@@ -1,5 +1,5 @@
-"""Switch canary, PFC threshold, counters and NIC facts against the emulated cluster (real sshd, stand-in
-switch CLIs that keep CONFIG_DB / NVUE config on disk)."""
+"""Switch canary, PFC threshold, counters and NIC facts against the emulated cluster (real
+sshd, stand-in switch CLIs that keep CONFIG_DB / NVUE config on disk)."""
 
 from __future__ import annotations
 
