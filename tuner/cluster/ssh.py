@@ -132,7 +132,7 @@ class SshCluster(Cluster):
 
     # -- Cluster ------------------------------------------------------------------------
     def switch_facts(self, refresh: bool = False) -> dict[str, Outcome[Any]]:
-        """Per switch, read once: the PFC XOFF point, counter poll intervals and the
+        """Per switch, read once: the PFC threshold inputs, counter poll intervals and the
         configuration the blast radius is computed from (``driver.facts()``)."""
         if self._switch_facts is None or refresh:
             # the switches' own drivers only: a host that cannot be reached must not stop this
