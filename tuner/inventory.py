@@ -156,6 +156,16 @@ class SwitchEntry(_Target):
     pfc_dynamic_th: int = Field(default=0, ge=-8, le=8)
     incast_fan_in: int = Field(default=2, ge=1, le=1024)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_xoff(cls, data: Any) -> Any:
+        # xoff_bytes (PG headroom) used to bound Kmax; it bounds no ECN threshold (issue #22)
+        if isinstance(data, dict) and "xoff_bytes" in data:
+            raise ValueError("xoff_bytes is no longer read (PG xoff is headroom, not the PFC "
+                             "trigger): give pfc_pool_bytes and pfc_dynamic_th if the switch's "
+                             "buffer configuration cannot be read, else drop it")
+        return data
+
     @field_validator("wred_profile", "canary_profile")
     @classmethod
     def _profile(cls, v: str) -> str:
