@@ -19,8 +19,9 @@ def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> Non
     """The README's headline, as bench/headline.py measures it: quick.yaml as shipped with
     sampler seeds 0-4, each study under the name the script gives it (the name draws the
     confirmation placements). The winners sit at the edge of the guardrails, so a seed may
-    confirm nothing on its placements (the README says so); the claim is the median over
-    seeds, against the vendor defaults that meet no guardrail."""
+    confirm nothing on its placements: under the PFC-threshold Kmax ceiling (issue #22) one
+    seed of five confirms (seed 3, +23.1 %) and the median is +0.0 %, as the README says;
+    every seed keeps the canary safe and restores the baseline."""
     path = ROOT / "experiments" / "quick.yaml"
     shipped = load_experiment(path)
     changes = []
@@ -45,8 +46,9 @@ def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> Non
         trial0 = res.trials[0]
         assert trial0.is_baseline and trial0.metrics["pfc_pause_frames"] > 0  # counters kept
         assert cluster.read_back() == base
-    assert sum(c > 0 for c in changes) >= 4, changes
-    assert sorted(changes)[2] > 15.0, changes  # the median: +20.8 % in the README
+    confirmed = [c for c in changes if c > 0]
+    assert confirmed, changes  # the README: seed 3 confirms, the other four keep the baseline
+    assert min(confirmed) > 15.0, changes  # seed 3's winner: +23.1 % in the README
 
 
 @pytest.mark.slow
