@@ -83,6 +83,7 @@ def _experiment(scenario: str, *, method: str, seed: int, trials: int, screen: b
 
 def warm_count(exp: Any) -> int:
     """How many warm starts the loop enqueues for ``exp`` (those equal to the baseline drop)."""
+    from safety.limits import PfcThreshold, kmax_ceiling
     from tuner.cluster.sim import SimCluster
     from tuner.space import build_space
     from tuner.warm_starts import warm_starts
@@ -91,8 +92,8 @@ def warm_count(exp: Any) -> int:
     desc, base = c.describe(), c.snapshot().flat()
     space = build_space(exp)
     seen = {tuple(sorted(space.params_of(base).items()))}
-    for w in warm_starts(desc.nic_gbps, int(desc.facts["xoff_bytes"]),
-                         exp.safety.xoff_margin_percent):
+    pfc = PfcThreshold.from_facts(desc.facts)
+    for w in warm_starts(desc.nic_gbps, kmax_ceiling(pfc, exp.safety) if pfc else None):
         v = dict(base, kmin_bytes=w.kmin_bytes, kmax_bytes=w.kmax_bytes,
                  pmax_percent=w.pmax_percent)
         v.update(space.fixed)

@@ -161,16 +161,41 @@ class Fabric:
         return self._buffer.get(switch, self.topo.buffer_bytes)
 
     def xoff_bytes(self, switch: str) -> int:
-        """Bytes one ingress port/priority may hold before XOFF, with the shared buffer
-        otherwise empty: reserve + min(static XOFF, alpha x buffer). With N ingress ports
-        feeding one egress queue the queue reaches about N times this before pauses start, so
-        Kmax below this value keeps ECN ahead of PFC for any fan-in."""
+        """Bytes one ingress port/priority may hold before XOFF when it alone uses an
+        otherwise empty shared buffer: reserve + min(static XOFF, alpha x buffer). A scale for
+        the buffer, not an ECN bound: the egress queue at which PFC fires depends on the
+        fan-in (``pfc_onset_bytes``)."""
         self.switch_index(switch)
         t = self.topo
         thr = (2.0 ** t.pfc_alpha_log2) * self.buffer_bytes(switch)
         if t.pfc_static_xoff_bytes is not None:
             thr = min(thr, float(t.pfc_static_xoff_bytes))
         return int(t.reserve_bytes + thr)
+
+    def congesting_fan_in(self, switch: str) -> int:
+        """The fewest ingress ports whose traffic to one egress queue of ``switch`` congests
+        it: 1 when some ingress link is faster than some egress link (an uplink into a host
+        port), else 2. The PFC onset queue (``pfc_onset_bytes``) grows with the fan-in, so
+        this is the fan-in at which PFC comes earliest."""
+        self.switch_index(switch)
+        into = [ln.gbps for ln in self.links if ln.dst == switch]
+        out = [ln.gbps for ln in self.links if ln.src == switch]
+        return 1 if into and out and max(into) > min(out) else 2
+
+    def pfc_onset_bytes(self, switch: str, fan_in: int | None = None) -> int:
+        """The egress queue depth at which ``fan_in`` ingress ports feeding it evenly send
+        PFC XOFF (the kernel's ``pfc`` rule, nothing else in the shared buffer): each holds
+        ``reserve + s`` with ``s = min(static, alpha x (buffer - fan_in x s))``, i.e.
+        ``s = alpha x buffer / (1 + fan_in x alpha)``. ``fan_in`` None: ``congesting_fan_in``."""
+        n = self.congesting_fan_in(switch) if fan_in is None else int(fan_in)
+        if n < 1:
+            raise ValueError(f"pfc_onset_bytes({switch!r}): fan_in must be >= 1, got {n}")
+        t = self.topo
+        a = 2.0 ** t.pfc_alpha_log2
+        s = a * self.buffer_bytes(switch) / (1.0 + n * a)
+        if t.pfc_static_xoff_bytes is not None:
+            s = min(s, float(t.pfc_static_xoff_bytes))
+        return int(n * (t.reserve_bytes + s))
 
     # ---- routing ----
     def routes(self, src: np.ndarray, dst: np.ndarray, sport: np.ndarray,

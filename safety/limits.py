@@ -5,12 +5,16 @@ real backend. The rules are the ones a field engineer checks by hand:
 
 * every knob inside its hardware range (``tuner.settings.KNOBS``, from mstflint's mlxconfig DB);
 * Kmin < Kmax;
-* ECN before PFC: Kmax at least ``xoff_margin_percent`` below the PFC XOFF point of the queue,
-  so that marking starts throttling senders before the switch pauses its upstream;
+* ECN before PFC: Kmax at least ``xoff_margin_percent`` below the egress queue depth at which
+  the ingress priority groups feeding that queue cross their PFC dynamic threshold
+  (``PfcThreshold``), so that marking throttles senders before the switch pauses upstream;
 * no rate knob above the NIC's line rate.
 """
 
 from __future__ import annotations
+
+import json
+import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +31,8 @@ class SafetyLimits(BaseModel):
     window) would switch the safety check off, so it is refused by name, with its bound."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # Kmax stays this far below the queue depth at which PFC XOFF fires (PfcThreshold): room
+    # for other traffic in the shared pool, which lowers the free buffer the threshold scales.
     xoff_margin_percent: float = Field(default=20.0, ge=0, lt=100)
     # A PFC storm is sustained pausing: a port paused more than ``max_pause_fraction`` of a
     # whole ``storm_window_s`` (a sliding window; None = SONiC's PFC watchdog detection time,
@@ -83,13 +89,87 @@ def describe(violations: list[Violation]) -> str:
     return "; ".join(out)
 
 
-def kmax_ceiling(xoff_bytes: int, limits: SafetyLimits) -> int:
-    """The highest Kmax the ECN-before-PFC rule allows: XOFF less its margin."""
-    return int(xoff_bytes * (1 - limits.xoff_margin_percent / 100))
+class PfcThreshold(BaseModel):
+    """When an egress queue makes PFC pause its senders, on a shared-buffer switch.
+
+    The physics (SAI ``saibuffer.h``, ``SAI_BUFFER_PROFILE_ATTR_SHARED_DYNAMIC_TH``: "The
+    threshold is set to the 2^n of available buffer of the pool"): an ingress priority group
+    (PG) sends XOFF when its shared-pool occupancy ``s`` exceeds ``alpha * free``, with
+    ``alpha = 2**dynamic_th`` (SONiC ``BUFFER_PROFILE|<pg profile>`` ``dynamic_th``, the
+    ``threshold`` column of sonic-buildimage's ``pg_profile_lookup.ini``: 0 on SN2700, so
+    alpha 1; Mellanox SAI ``mlnx_sai_buffer.c`` reads -8 as 0 and 7 as infinity) and ``free``
+    = pool size ``B`` (``BUFFER_POOL|ingress_lossless_pool`` ``size``) less what every PG
+    holds. A packet is charged to its ingress PG and to its egress queue at once, so when
+    ``N`` ingress ports (the incast fan-in) feed one egress queue evenly, the queue holds
+    ``Q = N*s`` and each PG crosses its threshold when ``s = alpha*(B - N*s)``, i.e. at
+
+        Q_pfc = N * alpha * B / (1 + N * alpha)      (N * static_th for a static threshold)
+
+    ECN acts first only if the queue reaches Kmax (full marking) below ``Q_pfc``. The PG's
+    ``xoff`` field is headroom for bytes in flight after XOFF is sent, not a trigger, and
+    bounds nothing here. ``Q_pfc`` grows with N, so the binding case is the fewest senders
+    that congest the queue: ``fan_in`` = 2 where all links run at one speed, 1 where a faster
+    port (an uplink) feeds a slower one. Other traffic in the pool only lowers ``Q_pfc``: that
+    is what the margin (``xoff_margin_percent``) is for. The PGs' reserved buffer is left out
+    (it only raises ``Q_pfc``), so the bound errs on the safe side.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    pool: str = Field(min_length=1)
+    pool_bytes: int = Field(gt=0)
+    dynamic_th: int | None = Field(default=None, ge=-8, le=8)  # log2 alpha (mmuconfig -a range)
+    static_th_bytes: int | None = Field(default=None, gt=0)
+    fan_in: int = Field(ge=1)
+    source: str = ""
+
+    @property
+    def alpha(self) -> float:
+        """2**dynamic_th; -8 and below is 0, 7 and above unbounded (Mellanox SAI)."""
+        th = self.dynamic_th
+        if th is None:
+            return math.inf
+        return 0.0 if th <= -8 else math.inf if th >= 7 else 2.0 ** th
+
+    def onset_bytes(self) -> int:
+        """``Q_pfc``: the egress queue depth at which the fan-in's PGs send XOFF."""
+        n, b = self.fan_in, self.pool_bytes
+        if self.static_th_bytes is not None:
+            return min(n * self.static_th_bytes, b)
+        a = self.alpha
+        return b if math.isinf(a) else int(n * a * b / (1 + n * a))
+
+    def explain(self) -> str:
+        """The inputs, in the operator's terms."""
+        th = (f"static_th {self.static_th_bytes} B" if self.static_th_bytes is not None else
+              f"alpha {self.alpha:g} (dynamic_th {self.dynamic_th})")
+        src = f"; {self.source}" if self.source else ""
+        return (f"{self.fan_in} ingress PGs at {th} of pool {self.pool} "
+                f"{self.pool_bytes} B send PFC XOFF at an egress queue of "
+                f"{self.onset_bytes()} B{src}")
+
+    def to_fact(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_facts(cls, facts: dict[str, str]) -> PfcThreshold | None:
+        """The ``pfc_threshold`` fact of a ClusterDescription (None: not known)."""
+        text = facts.get("pfc_threshold")
+        if not text:
+            return None
+        try:
+            return cls.model_validate(json.loads(text))
+        except ValueError as exc:  # pydantic ValidationError included
+            raise ValueError(f"facts pfc_threshold: {exc}") from None
+
+
+def kmax_ceiling(threshold: PfcThreshold, limits: SafetyLimits) -> int:
+    """The highest Kmax the ECN-before-PFC rule allows: ``Q_pfc`` less its margin."""
+    return int(threshold.onset_bytes() * (1 - limits.xoff_margin_percent / 100))
 
 
 def check_proposal(
-    values: dict[str, int], *, xoff_bytes: int | None, line_rate_mbps: int, limits: SafetyLimits
+    values: dict[str, int], *, pfc: PfcThreshold | None, line_rate_mbps: int,
+    limits: SafetyLimits
 ) -> list[Violation]:
     """Every static rule a proposal breaks (empty list: safe to apply)."""
     out: list[Violation] = []
@@ -106,14 +186,14 @@ def check_proposal(
     if kmin is not None and kmax is not None and kmin >= kmax:
         out.append(Violation(code="kmin_ge_kmax",
                              detail=f"kmin_bytes={kmin} >= kmax_bytes={kmax}"))
-    if kmax is not None and xoff_bytes is not None:
-        ceiling = kmax_ceiling(xoff_bytes, limits)
+    if kmax is not None and pfc is not None:
+        ceiling = kmax_ceiling(pfc, limits)
         if kmax > ceiling:
             out.append(Violation(
-                code="kmax_above_xoff",
-                detail=f"kmax_bytes={kmax} above {ceiling} (PFC XOFF {xoff_bytes} B less a "
-                       f"{limits.xoff_margin_percent:g} % margin): PFC would pause before ECN "
-                       "acts"))
+                code="kmax_above_pfc_threshold",
+                detail=f"kmax_bytes={kmax} above {ceiling} B ({pfc.explain()}; less a "
+                       f"{limits.xoff_margin_percent:g} % margin): the ingress PGs would cross "
+                       "their dynamic threshold and pause senders before ECN marks fully"))
     for name in RATE_KNOBS:
         rate = values.get(name)
         if rate is not None and rate > line_rate_mbps:

@@ -32,8 +32,10 @@ fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per fi
                       switch's own configuration, lies in the canary; (simulated fabric) a
                       canary switch that also serves hosts outside the canary is refused
                       unless the experiment acknowledges that switch;
-* ``xoff``            the PFC XOFF point of every SSH canary switch is known (switch buffer
-                      configuration or the inventory), so Kmax < XOFF is enforced;
+* ``pfc_threshold``   every SSH canary switch's PFC threshold is known: the lossless PG's
+                      dynamic threshold and shared pool (switch buffer configuration, else the
+                      inventory) and the fan-in, so Kmax stays below the egress queue at which
+                      PFC fires (``safety.limits.PfcThreshold``);
 * ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled, or
                       absent (SONiC before 202505): reported as absent, never as zero;
 * ``nvue_confirm``    (NVUE) no apply already waits for confirmation; a warning names the window
@@ -52,6 +54,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from objectives.parsers import MlnxQos
+from safety.limits import PfcThreshold
 
 Status = Literal["pass", "warn", "fail"]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -171,8 +174,7 @@ class SwitchFacts(BaseModel):
     canary_ports: list[str] = Field(default_factory=list)
     written: str | None = None  # the object a write changes (profile name)
     reach: list[str] = Field(default_factory=list)  # ports that object reaches (switch config)
-    xoff_bytes: int | None = None
-    xoff_source: str | None = None
+    pfc_threshold: PfcThreshold | None = None
     counter_poll_s: dict[str, float] = Field(default_factory=dict)  # counter group -> seconds
     counters_off: list[str] = Field(default_factory=list)  # counter groups not polled
     cnp_queue: dict[str, str] = Field(default_factory=dict)  # port -> scheduler of CNP queue
@@ -464,16 +466,18 @@ def check_blast_radius(facts: PreflightFacts, spec: PreflightSpec) -> list[Check
     return out
 
 
-def check_xoff(facts: PreflightFacts) -> list[CheckResult]:
-    """SSH switches only: the simulated fabric knows its XOFF."""
+def check_pfc_threshold(facts: PreflightFacts) -> list[CheckResult]:
+    """SSH switches only: the simulated fabric knows its buffer model."""
     if facts.backend != "ssh":
         return []
     _, switches = _reachable(facts)
-    return [_r("xoff", s.name, "pass", f"PFC XOFF {s.xoff_bytes} B ({s.xoff_source})")
-            if s.xoff_bytes else
-            _r("xoff", s.name, "fail", "PFC XOFF point unknown (no lossless buffer profile "
-                                       "with an xoff, no inventory xoff_bytes): Kmax < XOFF "
-                                       "cannot be enforced; set xoff_bytes for this switch")
+    return [_r("pfc_threshold", s.name, "pass", s.pfc_threshold.explain())
+            if s.pfc_threshold else
+            _r("pfc_threshold", s.name, "fail",
+               "PFC threshold unknown (no lossless PG buffer profile with a pool size and "
+               "dynamic_th in BUFFER_PG/BUFFER_PROFILE/BUFFER_POOL, no inventory "
+               "pfc_pool_bytes): Kmax cannot be kept below the PFC onset; set pfc_pool_bytes "
+               "and pfc_dynamic_th for this switch")
             for s in switches]
 
 
@@ -691,8 +695,8 @@ def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
     return [*check_facts(facts), *check_mtu(facts, spec), *check_df_ping(facts, spec),
             *check_pfc(facts), *check_dscp(facts, spec), *check_dcqcn(facts),
             *check_nic_cc(facts), *check_link(facts, spec), *check_errors(facts, spec),
-            *check_versions(facts), *check_blast_radius(facts, spec), *check_xoff(facts),
-            *check_counters(facts), *check_roce_queue(facts, spec),
+            *check_versions(facts), *check_blast_radius(facts, spec),
+            *check_pfc_threshold(facts), *check_counters(facts), *check_roce_queue(facts, spec),
             *check_nvue_roce_queue(facts), *check_cnp_queue(facts, spec), *check_confirm(facts),
             *check_shared_priority(facts, spec)]
 

@@ -275,10 +275,26 @@ class SwitchEntry(_Target):
     canary_profile: str = "ECNTUNE_CANARY"
     canary_ports: list[str] = Field(min_length=1)
     other_ports: list[str] = Field(default_factory=list)
-    xoff_bytes: int = Field(default=0, ge=0)
+    # ECN-before-PFC inputs when the switch's buffer configuration does not give them (NVUE;
+    # SONiC's dynamic buffer model): the lossless PG's shared pool and its dynamic_th (alpha
+    # = 2**dynamic_th), and the fewest ingress ports that congest one egress queue (2 with one
+    # link speed, 1 where a faster uplink feeds a host port). See safety.limits.PfcThreshold.
+    pfc_pool_bytes: int = Field(default=0, ge=0)
+    pfc_dynamic_th: int = Field(default=0, ge=-8, le=8)
+    incast_fan_in: int = Field(default=2, ge=1, le=1024)
     # `promote` changes this switch only while it is out of production (SONiC TSA, Cumulus
     # maintenance mode): tuner.lifecycle.maintenance.
     promote_in_maintenance: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_xoff(cls, data: Any) -> Any:
+        # xoff_bytes (PG headroom) used to bound Kmax; it bounds no ECN threshold (issue #22)
+        if isinstance(data, dict) and "xoff_bytes" in data:
+            raise ValueError("xoff_bytes is no longer read (PG xoff is headroom, not the PFC "
+                             "trigger): give pfc_pool_bytes and pfc_dynamic_th if the switch's "
+                             "buffer configuration cannot be read, else drop it")
+        return data
 
     @field_validator("wred_profile", "canary_profile")
     @classmethod

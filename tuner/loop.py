@@ -48,7 +48,7 @@ from objectives.score import Score, ScoreConfig, score
 from objectives.verdict import judge as judge_confirmation
 from objectives.verdict import winner_of
 from safety.journal import Journal
-from safety.limits import check_proposal, describe, kmax_ceiling
+from safety.limits import PfcThreshold, check_proposal, describe, kmax_ceiling
 from safety.monitor import LiveMonitor, judge, storm_window_s
 from tuner import __version__, optuna_io, study_store
 from tuner import study as studies
@@ -329,16 +329,20 @@ class StudyRunner:
         optuna_io.enqueue(self.study, self.space.params_of(self.baseline_values), "baseline")
         self._enqueue_warm_starts()
 
+    def _kmax_ceiling(self) -> int | None:
+        """Kmax's ECN-before-PFC ceiling from the cluster's PFC threshold (None: unknown)."""
+        assert self.desc is not None
+        pfc = PfcThreshold.from_facts(self.desc.facts)
+        return kmax_ceiling(pfc, self.exp.safety) if pfc else None
+
     def _warm_points(self) -> list[tuple[str, dict[str, int]]]:
         """The given starting points (``retune``), then the known-good ones for this fabric."""
         points = list(self.warm)
         if self.exp.search.warm_starts:
             assert self.desc is not None
-            xoff = self.desc.facts.get("xoff_bytes")
             points += [(w.label, {"kmin_bytes": w.kmin_bytes, "kmax_bytes": w.kmax_bytes,
                                   "pmax_percent": w.pmax_percent})
-                       for w in warm_starts(self.desc.nic_gbps, int(xoff) if xoff else None,
-                                            self.exp.safety.xoff_margin_percent)]
+                       for w in warm_starts(self.desc.nic_gbps, self._kmax_ceiling())]
         return points
 
     def _enqueue_warm_starts(self) -> None:
@@ -609,8 +613,7 @@ class StudyRunner:
     def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
         assert self.desc is not None and self.tx is not None
         values = self.space.values(asked.params, self.baseline_values)
-        xoff = self.desc.facts.get("xoff_bytes")
-        violations = check_proposal(values, xoff_bytes=int(xoff) if xoff else None,
+        violations = check_proposal(values, pfc=PfcThreshold.from_facts(self.desc.facts),
                                     line_rate_mbps=int(self.desc.nic_gbps * 1000),
                                     limits=self.exp.safety)
         if violations:
@@ -798,9 +801,7 @@ class StudyRunner:
             with self.guard.shield():
                 self._refuse_if_dirty()
                 self.desc = self.cluster.describe()
-                xoff = self.desc.facts.get("xoff_bytes")
-                self.space = self.space.bounded(
-                    kmax_ceiling(int(xoff), self.exp.safety) if xoff else None)
+                self.space = self.space.bounded(self._kmax_ceiling())
                 self.poll_s = poll_intervals(self.desc.facts.get("counter_poll_s", ""))
                 self.baseline_settings = self.cluster.snapshot()
                 self.baseline_values = self.baseline_settings.flat()

@@ -5,7 +5,7 @@ every host answers one command (sections separated by markers, each tool allowed
 its own so one missing tool does not hide the rest), error counters are read twice
 ``error_sample_s`` apart, and consecutive host pairs run one don't-fragment ping at the RoCE
 MTU. Switch facts come from the switch itself: the ports the written profile reaches (its QUEUE
-table or applied NVUE config), the PFC XOFF point, counter polling, the CNP queue, and on SONiC
+table or applied NVUE config), the PFC threshold, counter polling, the CNP queue, and on SONiC
 ``show pfc priority``.
 """
 
@@ -26,6 +26,7 @@ from safety.preflight import (
 )
 from tuner.drivers import SonicDriver, switch_driver
 from tuner.errors import TunerError
+from tuner.pfc_threshold import switch_threshold
 from tuner.ssh.shell import check, q
 
 if TYPE_CHECKING:
@@ -253,9 +254,10 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
                  found: dict[str, Any] | None = None, cnp_dscp: int = 48,
                  roce_dscp: int = 26, confirm_s: int = 0) -> SwitchFacts:
     """The switch's own view: the ports the written profile reaches (its QUEUE table or applied
-    NVUE config), the PFC XOFF point, counter polling, the CNP queue's scheduler; on SONiC the
-    lossless priorities of the canary ports (``show pfc priority``), the path of the RoCE and
-    CNP DSCPs through its QoS maps, and whether it counts ECN marks at all."""
+    NVUE config), the PFC threshold (dynamic threshold, pool, fan-in), counter polling, the CNP
+    queue's scheduler; on SONiC the lossless priorities of the canary ports (``show pfc
+    priority``), the path of the RoCE and CNP DSCPs through its QoS maps, and whether it counts
+    ECN marks at all."""
     lossless: dict[str, list[int]] = {}
     if pfc_text:
         table = parse_pfc_priority(pfc_text)
@@ -288,10 +290,7 @@ def switch_facts(sw: SwitchEntry, pfc_text: str | None, drv: Any = None,
         else:
             extra = _nvue_extra(sw, found, roce_dscp, confirm_s)
             extra.update(reach=drv.reach(found["tree"]), cnp_queue=found.get("cnp") or {})
-        xoffs = [v for v in (found.get("xoff_bytes"), sw.xoff_bytes or None) if v]
-        extra.update(xoff_bytes=min(xoffs) if xoffs else None,
-                     xoff_source=found.get("xoff_source") if found.get("xoff_bytes") == (
-                         min(xoffs) if xoffs else None) else "inventory xoff_bytes")
+    extra["pfc_threshold"] = switch_threshold(sw, found)
     # With the switch's own view the blast radius is computed (``reach``): the inventory's
     # other_ports are only watched (counters), the canary profile never reaches them.
     outside = [] if extra.get("reach") else list(sw.other_ports)

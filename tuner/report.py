@@ -46,8 +46,9 @@ VERDICT_TEXT: dict[str, str] = {
     "early_stop": "its first paired replicates were clearly below the median trial; stopped "
                   "early to save canary time",
     "kmin_ge_kmax": "Kmin >= Kmax is not a valid ECN profile (never applied)",
-    "kmax_above_xoff": "Kmax above the PFC XOFF threshold less its margin: PFC would pause "
-                       "before ECN marks (never applied)",
+    "kmax_above_pfc_threshold": "Kmax above the egress queue at which the ingress PGs cross "
+                                "their PFC dynamic threshold, less its margin: PFC would pause "
+                                "before ECN marks fully (never applied)",
     "rate_above_line_rate": "a DCQCN rate above the NIC line rate (never applied)",
     "out_of_range": "a knob outside its hardware range (never applied)",
     "unknown_knob": "a knob the device does not have (never applied)",

@@ -16,10 +16,10 @@ stopped.
   auto-tuning: move the Kmin/Kmax window (same ratio) *down* after a PFC alarm -- the previous
   proposal rolled back (or was screened) or paused more than the alarm level -- and *up* when
   the previous proposal saw ECN marks without an alarm; a window that marked nothing moves down
-  too (it sits above every queue the workload builds, or, rejected for a Kmax above XOFF, was
-  never measured). The shift starts at a factor 2 and its log step halves at every change of
-  direction, so the window settles at the boundary between "PFC" and "ECN only". Every other
-  knob stays at the baseline.
+  too (it sits above every queue the workload builds, or, rejected for a Kmax above the PFC
+  onset, was never measured). The shift starts at a factor 2 and its log step halves at every
+  change of direction, so the window settles at the boundary between "PFC" and "ECN only".
+  Every other knob stays at the baseline.
 """
 
 from __future__ import annotations

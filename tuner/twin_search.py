@@ -181,8 +181,10 @@ class TwinSampler(optuna.samplers.BaseSampler):
         inner = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(
             seed=self.seed, multivariate=True, n_startup_trials=min(20, self.twin_trials_planned),
             constraints_func=_inner_violation))
-        for p in seeds:
-            inner.enqueue_trial(p, skip_if_exists=True)
+        for p in seeds:  # a known point outside the box (the baseline, often) is no seed
+            if all(getattr(space.get(k), "low", v) <= v <= getattr(space.get(k), "high", v)
+                   for k, v in p.items()):
+                inner.enqueue_trial(p, skip_if_exists=True)
         for _ in range(self.twin_trials_planned):
             t = inner.ask(space)
             res = self.twin(t.params)

@@ -11,8 +11,10 @@ searches, and the report can say how far the winner is beyond them:
   512 KB, Pmax 1 %, scaled by line rate / 200G;
 * ``bandwidth-proportional``: 100 KB / 400 KB / 20 % per 25 Gb/s of line rate.
 
-Any point whose Kmax would sit above the PFC XOFF point less the safety margin is scaled down
-(Kmin and Kmax by the same factor) so that it can be applied at all: the buffer decides.
+Any point whose Kmax would sit above the Kmax ceiling (``safety.limits.kmax_ceiling``: the
+egress queue at which the ingress PGs cross their PFC dynamic threshold, less the safety
+margin) is scaled down (Kmin and Kmax by the same factor) so that it can be applied at all: the
+buffer decides.
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ class WarmStart:
     pmax_percent: int
 
 
-def warm_starts(nic_gbps: float, xoff_bytes: int | None,
-                xoff_margin_percent: float) -> list[WarmStart]:
-    """The starting points for a fabric with ``nic_gbps`` links and that XOFF point."""
+def warm_starts(nic_gbps: float, ceiling: int | None) -> list[WarmStart]:
+    """The starting points for a fabric with ``nic_gbps`` links and that Kmax ceiling."""
     rules = [
         ("spectrum-default", 150 * KB, 1500 * KB, 100),
         ("sonic-default", 1_048_576, 2_097_152, 5),
@@ -41,8 +42,6 @@ def warm_starts(nic_gbps: float, xoff_bytes: int | None,
         ("bandwidth-proportional", round(100 * KB * nic_gbps / 25),
          round(400 * KB * nic_gbps / 25), 20),
     ]
-    ceiling = (int(xoff_bytes * (1 - xoff_margin_percent / 100)) if xoff_bytes
-               else None)
     out = []
     for label, kmin, kmax, pmax in rules:
         if ceiling is not None and kmax > ceiling:

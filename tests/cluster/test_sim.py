@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rocesim import Fabric, Topology
+from safety.limits import PfcThreshold
 from tuner.cluster.sim import SimCluster
 from tuner.errors import ConfigError
 from tuner.experiment import FabricSpec, TopologySpec
@@ -19,7 +21,13 @@ def test_canary_is_leaf0_and_its_hosts() -> None:
     assert d.canary_switches == ["leaf0"]
     assert len(d.canary_nics) == 3 and len(d.other_nics) == 3
     assert "leaf1" in d.other_switches
-    assert int(d.facts["xoff_bytes"]) > 0
+    # the twin's own buffer model bounds Kmax: 32 MiB shared, alpha 1/8 (rocesim Topology
+    # defaults), two equal-speed senders: 2 x B/8 / (1 + 2/8) = B/5
+    pfc = PfcThreshold.from_facts(d.facts)
+    assert pfc is not None and (pfc.pool_bytes, pfc.dynamic_th, pfc.fan_in) == (2**25, -3, 2)
+    assert pfc.onset_bytes() == 2**25 // 5
+    assert pfc.onset_bytes() <= Fabric(Topology(leaves=2, spines=1, hosts_per_leaf=3)
+                                       ).pfc_onset_bytes("leaf0")  # reserve left out: safe side
 
 
 def test_trials_never_touch_the_rest_of_the_fabric() -> None:

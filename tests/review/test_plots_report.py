@@ -50,7 +50,7 @@ TRIALS = [
     outcome(1, "ok", 0.25, busbw_norm=0.18, p99_us=500.0, pause_us_per_s=10.0),
     outcome(2, "rolled_back:pfc_storm", None, pause_us_per_s=600_000.0),
     outcome(3, "ok", 0.40, busbw_norm=0.30, p99_us=300.0, pause_us_per_s=0.0),
-    outcome(4, "rejected:kmax_above_xoff", None),
+    outcome(4, "rejected:kmax_above_pfc_threshold", None),
     outcome(5, "ok", 0.35, busbw_norm=0.35, p99_us=700.0, pause_us_per_s=5.0),
     outcome(6, "failed:measurement", None),
 ]
@@ -156,14 +156,14 @@ def test_report_tables_and_html_from_hand_made_trials() -> None:
     assert rows["score"][1:] == ["0.3", "0.4", "+0.400", "good"]  # unitless: a difference
     assert rows["probe p99 latency (µs)"][3:] == ["-66.7 %", "good"]
     head, vrows = verdict_rows(v)
-    assert [r[1] for r in vrows] == ["rolled_back:pfc_storm", "rejected:kmax_above_xoff",
+    assert [r[1] for r in vrows] == ["rolled_back:pfc_storm", "rejected:kmax_above_pfc_threshold",
                                      "failed:measurement"]
     assert "paused 61.0% of the time" in vrows[0][2]
     assert "PFC would pause before ECN" in vrows[1][2]  # no detail: the meaning
     assert verdict_summary(v)[1] == [
         ["rolled_back:pfc_storm", "1",
          VERDICT_TEXT["pfc_storm"] + "; the trial was stopped and the baseline restored"],
-        ["rejected:kmax_above_xoff", "1", VERDICT_TEXT["kmax_above_xoff"]],
+        ["rejected:kmax_above_pfc_threshold", "1", VERDICT_TEXT["kmax_above_pfc_threshold"]],
         ["failed:measurement", "1", VERDICT_TEXT["measurement"]]]
     page = render_html(v, {"convergence": b"\x89PNG-fake"})
     assert page.count("data:image/png;base64,") == 1

@@ -78,6 +78,13 @@ def test_settings_are_per_device_and_validated() -> None:
     fab.set_buffer("spine0", 64 * 2**20)  # a deeper-buffered spine
     assert fab.xoff_bytes("spine0") == topo.reserve_bytes + 8 * 2**20
     assert fab.buffer_bytes("leaf0") == topo.buffer_bytes
+    # PFC onset of an egress queue fed by n ports: n x (reserve + B/8 / (1 + n/8)); the
+    # fewest senders that congest a port: 2 at one link speed, 1 from a faster uplink
+    assert fab.pfc_onset_bytes("leaf0", 8) == 8 * (topo.reserve_bytes + topo.buffer_bytes // 16)
+    assert fab.congesting_fan_in("leaf0") == 2
+    assert Fabric(Topology(uplink_gbps=400)).congesting_fan_in("leaf0") == 1
+    with pytest.raises(ValueError, match="fan_in must be >= 1"):
+        fab.pfc_onset_bytes("leaf0", 0)
 
 
 def _quick_workload(fab: Fabric) -> Workload:

@@ -224,6 +224,27 @@ def test_ecn_before_pfc_keeps_pauses_away_and_protects_victims() -> None:
     assert late_victim < 0.9 * good_victim
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_pfc_fires_where_the_dynamic_threshold_model_says(n: int) -> None:
+    # SAI saibuffer.h SHARED_DYNAMIC_TH: a PG pauses above 2^th x the pool's free buffer. With
+    # ECN off, n senders fill one egress queue until their PGs cross alpha x (B - n s): the
+    # queue stops at Fabric.pfc_onset_bytes (the bound safety.limits.PfcThreshold puts on
+    # Kmax) plus what is in flight when XOFF lands, not at one port's XOFF (xoff_bytes).
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=n + 1, buffer_bytes=4 * 2**20))
+    fab.set_ecn("sw0", EcnConfig(enabled=False))
+    sim = Simulation(fab, Workload(background=[Background("incast", 1.0, n)]),
+                     max_time_us=3_000)
+    sim.advance(3_000)
+    counters = sim.counters()
+    wm = max(c.get("queue3_watermark_bytes", 0) for p, c in counters.items()
+             if p.startswith("sw0/"))
+    onset = fab.pfc_onset_bytes("sw0", n)
+    assert _pfc_frames(counters) > 0
+    assert onset <= wm <= 1.05 * onset
+    assert wm > 1.5 * fab.xoff_bytes("sw0")
+    assert fab.congesting_fan_in("sw0") == 2  # one link speed: two senders congest a port
+
+
 # 5 ------------------------------------------------------------------------------------------
 def _incast_200g(ecn: EcnConfig, n: int, dcqcn: DcqcnConfig, nic_gbps: float = 200.0,
                  ) -> tuple[float, float, int]:

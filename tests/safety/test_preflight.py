@@ -268,14 +268,22 @@ def test_blast_radius_from_the_switch_configuration_not_the_inventory():
         assert "['Ethernet8'] outside the canary" in bad[0].evidence
 
 
-def test_xoff_unknown_on_an_ssh_switch_fails():
-    known = switch(xoff_bytes=160000, xoff_source="mmuconfig -l: pg_lossless_100000_300m_profile")
-    res = by_check(run_checks(facts(switches=[known], backend_="ssh"), PreflightSpec()), "xoff")
-    assert [(r.status, r.evidence) for r in res] == [
-        ("pass", "PFC XOFF 160000 B (mmuconfig -l: pg_lossless_100000_300m_profile)")]
+def test_pfc_threshold_unknown_on_an_ssh_switch_fails():
+    from safety.limits import PfcThreshold
+
+    pfc = PfcThreshold(pool="ingress_lossless_pool", pool_bytes=4580864, dynamic_th=0, fan_in=2,
+                       source="CONFIG_DB BUFFER_PG|Ethernet0|3-4 -> pg_lossless_100000_5m_profile")
+    known = switch(pfc_threshold=pfc)
+    res = by_check(run_checks(facts(switches=[known], backend_="ssh"), PreflightSpec()),
+                   "pfc_threshold")
+    assert [(r.status, r.evidence) for r in res] == [(
+        "pass", "2 ingress PGs at alpha 1 (dynamic_th 0) of pool ingress_lossless_pool 4580864 B "
+                "send PFC XOFF at an egress queue of 3053909 B; CONFIG_DB "
+                "BUFFER_PG|Ethernet0|3-4 -> pg_lossless_100000_5m_profile")]
     res = run_checks(facts(switches=[switch()], backend_="ssh"), PreflightSpec())
-    assert [(r.check, r.status) for r in failures(res)] == [("xoff", "fail")]
-    assert not by_check(run_checks(facts(), PreflightSpec()), "xoff")  # simulated: not asked
+    assert [(r.check, r.status) for r in failures(res)] == [("pfc_threshold", "fail")]
+    assert "set pfc_pool_bytes and pfc_dynamic_th" in failures(res)[0].evidence
+    assert not by_check(run_checks(facts(), PreflightSpec()), "pfc_threshold")  # simulated
 
 
 def test_counter_groups_not_polled_warn():
@@ -334,8 +342,7 @@ def test_watched_other_ports_are_not_a_blast_radius_once_the_switch_is_read():
     sw = SwitchEntry(name="leaf0", address="10.0.0.2", platform="sonic",
                      canary_ports=["Ethernet0"], other_ports=["Ethernet8"])
     queue = {p: {"wred_profile": "AZURE_LOSSLESS"} for p in ("Ethernet0|3", "Ethernet8|3")}
-    found = {"queue_table": queue, "counterpoll": {}, "config_db": {"QUEUE": queue},
-             "xoff_bytes": 160000, "xoff_source": "mmuconfig -l"}
+    found = {"queue_table": queue, "counterpoll": {}, "config_db": {"QUEUE": queue}}
     got = switch_facts(sw, None, SonicDriver(None, sw), found)  # type: ignore[arg-type]
     assert got.reach == ["Ethernet0"] and got.outside_ports == []
     res = run_checks(facts(switches=[got]), PreflightSpec())

@@ -27,9 +27,9 @@ SW = SwitchEntry(name="leaf0", address="10.0.0.2", platform="sonic", canary_port
 
 
 def _facts(db: dict[str, Any], ecn: tuple[str, str] = ("on", "")) -> SwitchFacts:
-    found = {"queue_table": db.get("QUEUE", {}), "config_db": db, "xoff_bytes": 160000,
+    found = {"queue_table": db.get("QUEUE", {}), "config_db": db,
              "counterpoll": {"WRED_ECN_QUEUE_STAT": (10.0, ecn[0] == "on")},
-             "xoff_source": "mmuconfig -l", "ecn_counters": ecn}
+             "ecn_counters": ecn}
     return switch_facts(SW, None, SonicDriver(None, SW), found)  # type: ignore[arg-type]
 
 

@@ -173,8 +173,8 @@ def test_sonic_blast_radius_comes_from_the_switch_queue_table(inv: Any) -> None:
     assert ("Ethernet8", 3) in SonicDriver(None, shared).reach(BOUND)  # type: ignore[arg-type]
 
 
-def test_sonic_poll_intervals_and_xoff_from_the_real_formats() -> None:
-    from tuner.drivers.sonic import parse_counterpoll, parse_mmu_xoff
+def test_sonic_poll_intervals_from_the_real_format() -> None:
+    from tuner.drivers.sonic import parse_counterpoll
 
     poll = parse_counterpoll(fixture("sonic-counterpoll-show.txt"))
     assert poll["QUEUE_STAT"] == (10.0, True) and poll["PORT_STAT"] == (1.0, True)
@@ -184,8 +184,37 @@ def test_sonic_poll_intervals_and_xoff_from_the_real_formats() -> None:
         "WRED_ECN_QUEUE_STAT   10000               enable",
         "WRED_ECN_QUEUE_STAT   10000               disable")
     assert parse_counterpoll(off)["WRED_ECN_QUEUE_STAT"] == (10.0, False)
-    assert parse_mmu_xoff(fixture("sonic-mmuconfig-l.txt")) == {
-        "pg_lossless_100000_300m_profile": 160000}  # pools' xoff is not a profile's
+
+
+def test_sonic_pg_dynamic_threshold_from_the_real_formats() -> None:
+    from tuner.drivers.sonic import parse_mmu, pg_buffer
+    from tuner.emulated.switches import stock_buffers
+
+    mmu = parse_mmu(fixture("sonic-mmuconfig-l.txt"))  # a T0's `mmuconfig -l`
+    assert mmu["BUFFER_POOL"]["ingress_lossless_pool"] == {
+        "mode": "dynamic", "size": "32732160", "type": "ingress", "xoff": "1622016"}
+    assert mmu["BUFFER_PROFILE"]["pg_lossless_100000_300m_profile"]["dynamic_th"] == "0"
+    # no BUFFER_PG row: the lossless PG profiles (those with xoff headroom) of mmuconfig count
+    assert pg_buffer({}, mmu, ["Ethernet0"], 3) == {
+        "pool": "ingress_lossless_pool", "pool_bytes": 32732160, "dynamic_th": 0,
+        "source": "mmuconfig -l -> pg_lossless_100000_300m_profile"}
+    # stock SN2700 CONFIG_DB: BUFFER_PG|<port>|3-4 names the profile; the xoff (30720 B of
+    # headroom) plays no part, dynamic_th and the pool size do
+    db = stock_buffers(["Ethernet0", "Ethernet4"])
+    assert pg_buffer(db, mmu, ["Ethernet4"], 3) == {
+        "pool": "ingress_lossless_pool", "pool_bytes": 4580864, "dynamic_th": 0,
+        "source": "CONFIG_DB BUFFER_PG|Ethernet4|3-4 -> pg_lossless_100000_5m_profile"}
+    # older releases' reference form; the lowest threshold over the canary ports wins
+    db["BUFFER_PG"]["Ethernet0|3-4"] = {"profile": "[BUFFER_PROFILE|tight]"}
+    db["BUFFER_PROFILE"]["tight"] = {"dynamic_th": "-2",
+                                     "pool": "[BUFFER_POOL|ingress_lossless_pool]"}
+    tight = pg_buffer(db, {}, ["Ethernet0", "Ethernet4"], 3)
+    assert tight is not None and tight["dynamic_th"] == -2
+    assert pg_buffer({"BUFFER_PG": {}}, {}, ["Ethernet4"], 3) is None  # nothing to go by
+    # the dynamic buffer model (sonic-utilities' own vector): ingress pools carry no size
+    dyn = parse_mmu(fixture("sonic-mmuconfig-l-dynamic-model.txt"))
+    assert dyn["BUFFER_PROFILE"]["headroom_profile"]["xoff"] == "32768"
+    assert pg_buffer({}, dyn, ["Ethernet0"], 3) is None
 
 
 def test_sonic_cnp_queue_scheduler_follows_the_qos_maps(inv: Any) -> None:

@@ -1,5 +1,5 @@
-"""Switch canary, XOFF, counters and NIC facts against the emulated cluster (real sshd, stand-in
-switch CLIs that keep CONFIG_DB / NVUE config on disk)."""
+"""Switch canary, PFC threshold, counters and NIC facts against the emulated cluster (real
+sshd, stand-in switch CLIs that keep CONFIG_DB / NVUE config on disk)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from objectives.parsers import parse_nvue
-from safety.limits import SafetyLimits, check_proposal
+from safety.limits import PfcThreshold, SafetyLimits, check_proposal
 from safety.preflight import PreflightFacts, PreflightSpec, failures, run_checks
 from tuner.cli import EXIT_FAILED, EXIT_INPUT, exit_code_for
 from tuner.cluster.ssh import SshCluster
@@ -224,24 +224,38 @@ def test_preflight_refuses_an_nvue_default_global_write(emu: EmulatedCluster) ->
         assert _bad(c) == [("blast_radius", "leaf1")]
 
 
-def test_xoff_comes_from_each_switch_and_bounds_kmax(emu: EmulatedCluster) -> None:
+def test_pfc_threshold_comes_from_each_switch_and_bounds_kmax(emu: EmulatedCluster) -> None:
     limits = SafetyLimits()
+    stock = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152}  # AZURE_LOSSLESS
     with _cluster(emu) as c:
-        facts = c.describe().facts
-        assert facts["xoff_bytes"] == "4212736"  # the rocesim leaves, via mmuconfig / nv show
-        xoff = int(facts["xoff_bytes"])
-    # the loop's rule (tuner/loop.py reads desc.facts["xoff_bytes"]): 20 % margin
-    assert [v.code for v in check_proposal({"kmin_bytes": 100_000, "kmax_bytes": 3_400_000},
-                                           xoff_bytes=xoff, line_rate_mbps=100_000,
-                                           limits=limits)] == ["kmax_above_xoff"]
+        leaf0, leaf1 = (s.pfc_threshold for s in ssh_facts(c, SPEC).switches)
+        pfc = PfcThreshold.from_facts(c.describe().facts)
+    # the SONiC leaf: stock SN2700 buffers read over SSH (BUFFER_PG -> profile -> pool)
+    assert leaf0 is not None and leaf0.explain() == (
+        "2 ingress PGs at alpha 1 (dynamic_th 0) of pool ingress_lossless_pool 4580864 B send "
+        "PFC XOFF at an egress queue of 3053909 B; CONFIG_DB BUFFER_PG|Ethernet0|3-4 -> "
+        "pg_lossless_100000_5m_profile; incast_fan_in 2 (inventory)")
+    # the NVUE leaf shows no pool: the inventory's (its rocesim leaf, 32 MiB at alpha 1/8)
+    assert leaf1 is not None and leaf1.onset_bytes() == 2**25 // 5
+    assert leaf1.source == "inventory pfc_dynamic_th; incast_fan_in 2 (inventory)"
+    assert pfc == leaf0  # the switch that pauses first bounds Kmax
+    # the loop's rule (tuner/loop.py reads desc.facts["pfc_threshold"]): the stock profile
+    # passes on the SONiC leaf's own threshold, and 1/8 of its pool refuses it
+    assert check_proposal(stock, pfc=leaf0, line_rate_mbps=100_000, limits=limits) == []
     emu.edit_state("leaf0", lambda s: s["config_db"]["BUFFER_PROFILE"][
-        "pg_lossless_100000_300m_profile"].update(xoff="160000"))
-    with _cluster(emu, nvue={"xoff_bytes": 120000}) as c:
-        assert c.describe().facts["xoff_bytes"] == "120000"  # inventory lower than switch
+        "pg_lossless_100000_5m_profile"].update(dynamic_th="-3"))
+    with _cluster(emu, nvue={"pfc_pool_bytes": 0}) as c:
+        assert c.describe().facts["pfc_threshold_unknown"] == "leaf1"
+        pfc = PfcThreshold.from_facts(c.describe().facts)
+    assert pfc is not None and pfc.dynamic_th == -3
+    assert [v.code for v in check_proposal(stock, pfc=pfc, line_rate_mbps=100_000,
+                                           limits=limits)] == ["kmax_above_pfc_threshold"]
     emu.edit_state("leaf0", lambda s: s["config_db"].update(BUFFER_PROFILE={}))
     with _cluster(emu) as c:
-        assert c.describe().facts["xoff_unknown"] == "leaf0"
-        assert ("xoff", "leaf0") in _bad(c)
+        assert c.describe().facts["pfc_threshold_unknown"] == "leaf0"
+        assert ("pfc_threshold", "leaf0") in _bad(c)
+    with _cluster(emu, sonic={"pfc_pool_bytes": 4580864, "pfc_dynamic_th": 0}) as c:
+        assert "pfc_threshold_unknown" not in c.describe().facts  # inventory fallback
 
 
 def test_enable_counters_turns_on_the_wred_ecn_queue_group(emu: EmulatedCluster) -> None:

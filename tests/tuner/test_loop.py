@@ -156,12 +156,12 @@ def test_rejected_proposals_are_never_applied(tiny: Tiny) -> None:
     runner = _runner(exp, text, spy)
     res = runner.run()
     later = [o for o in res.trials if not o.is_baseline]
-    assert [o.verdict for o in later] == ["rejected:kmax_above_xoff"] * 3
+    assert [o.verdict for o in later] == ["rejected:kmax_above_pfc_threshold"] * 3
     assert all(o.state == "PRUNED" for o in later)
     assert spy.applied == [base]  # only the end-of-study restore: no proposal was applied
     assert spy.measures == 1  # the baseline only
     tags = sorted(r.data.tags["ecntune.verdict"] for r in _nested(exp, runner))
-    assert tags == ["baseline"] + ["rejected:kmax_above_xoff"] * 3
+    assert tags == ["baseline"] + ["rejected:kmax_above_pfc_threshold"] * 3
 
 
 def test_safety_violation_rolls_back_and_is_logged(results: Path) -> None:

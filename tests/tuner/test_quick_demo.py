@@ -15,12 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # five studies; ~50 s each on a loaded 2-core machine
 def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> None:
     """The README's headline, as bench/headline.py measures it: quick.yaml as shipped with
     sampler seeds 0-4, each study under the name the script gives it (the name draws the
     confirmation placements). The winners sit at the edge of the guardrails, so a seed may
-    confirm nothing on its placements (the README says so); the claim is the median over
-    seeds, against the vendor defaults that meet no guardrail."""
+    confirm nothing on its placements: under the PFC-threshold Kmax ceiling (issue #22) one
+    seed of five confirms (seed 3, +23.1 %) and the median is +0.0 %, as the README says;
+    every seed keeps the canary safe and restores the baseline."""
     path = ROOT / "experiments" / "quick.yaml"
     shipped = load_experiment(path)
     changes = []
@@ -45,26 +47,38 @@ def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> Non
         trial0 = res.trials[0]
         assert trial0.is_baseline and trial0.metrics["pfc_pause_frames"] > 0  # counters kept
         assert cluster.read_back() == base
-    assert sum(c > 0 for c in changes) >= 4, changes
-    assert sorted(changes)[2] > 15.0, changes  # the median: +20.8 % in the README
+    confirmed = [c for c in changes if c > 0]
+    assert confirmed, changes  # the README: seed 3 confirms, the other four keep the baseline
+    assert min(confirmed) > 15.0, changes  # seed 3's winner: +23.1 % in the README
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_moe_mix_ends_with_a_confirmed_winner(tmp_path: Path) -> None:
     """The re-tune example (AlltoAll-heavy, storage in the RoCE priority, multi-objective):
-    under the storm rule that judges sustained pausing, a fresh study confirms a winner."""
+    under the storm rule that judges sustained pausing, fresh studies confirm a winner. Under
+    the PFC-threshold Kmax ceiling (issue #22: 2982616 B on this fabric, was 3370188 B) sampler
+    seed 0 confirms nothing (its best candidate's probe p99 misses the guardrail on two of the
+    eight placements); seeds 1 and 2 confirm +22.5 % and +23.9 % busbw."""
     path = ROOT / "experiments" / "moe-mix.yaml"
-    exp = load_experiment(path)
-    exp = exp.model_copy(update={
-        "results_dir": str(tmp_path / "r"),
-        "tracking": exp.tracking.model_copy(update={"enabled": False})})
-    cluster = build_cluster(exp)
-    base = cluster.snapshot()
-    res = StudyRunner(exp, path.read_text(), cluster, study_name="moe").run()
-    assert res.winner is not None and res.confirmation is not None
-    best = res.confirmation.best
-    assert best is not None and best.confirmed and best.ci95_low > 0
-    assert res.pareto and all(o.feasible for o in res.pareto)
-    share = res.rolled_back_share
-    assert share is not None and share <= 0.10
-    assert cluster.read_back() == base
+    shipped = load_experiment(path)
+    confirmed = 0
+    for seed in range(3):
+        exp = shipped.model_copy(update={
+            "results_dir": str(tmp_path / f"r{seed}"),
+            "sampler": shipped.sampler.model_copy(update={"seed": seed}),
+            "tracking": shipped.tracking.model_copy(update={"enabled": False})})
+        cluster = build_cluster(exp)
+        base = cluster.snapshot()
+        res = StudyRunner(exp, path.read_text(), cluster, study_name="moe").run()
+        assert res.confirmation is not None
+        share = res.rolled_back_share
+        assert share is not None and share <= 0.10
+        assert cluster.read_back() == base
+        if res.winner is None:
+            continue
+        best = res.confirmation.best
+        assert best is not None and best.confirmed and best.ci95_low > 0
+        assert res.pareto and all(o.feasible for o in res.pareto)
+        confirmed += 1
+    assert confirmed >= 2, confirmed

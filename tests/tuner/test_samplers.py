@@ -120,7 +120,7 @@ def test_shifter_moves_the_window_down_on_pfc_and_keeps_everything_else() -> Non
     ("ok", {"pause_us_per_s": 0.0, "ecn_marked_pkts": 500.0}, +1),  # ECN only: up
     ("ok", {"pause_us_per_s": 5000.0, "ecn_marked_pkts": 500.0}, -1),  # PFC alarm: down
     ("rolled_back:pfc_storm", {}, -1),
-    ("rejected:kmax_above_xoff", {}, -1),  # never measured: no marks, down
+    ("rejected:kmax_above_pfc_threshold", {}, -1),  # never measured: no marks, down
     ("ok", {"pause_us_per_s": 0.0, "ecn_marked_pkts": 0.0}, -1),  # silent window: down
 ])
 def test_shifter_rule(verdict: str, metrics: dict[str, float], direction: int) -> None:

@@ -76,16 +76,17 @@ def test_the_static_limits_are_built_into_the_space(name: str) -> None:
     """Issue #20/#21: a proposal the static limits refuse is a sampler bug, not a trial. Over
     2000 uniform draws from each shipped experiment's box, with the Kmax ceiling read from its
     simulated switch, none is refused; without the ceiling's map many are."""
-    from safety.limits import check_proposal, kmax_ceiling
+    from safety.limits import PfcThreshold, check_proposal, kmax_ceiling
     from tuner.cluster.sim import SimCluster
     from tuner.experiment import load_experiment
 
     exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
     cluster = SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current))
     desc, base = cluster.describe(), cluster.snapshot().flat()
-    xoff = int(desc.facts["xoff_bytes"])
+    pfc = PfcThreshold.from_facts(desc.facts)
+    assert pfc is not None
     free = build_space(exp)
-    space = free.bounded(kmax_ceiling(xoff, exp.safety))
+    space = free.bounded(kmax_ceiling(pfc, exp.safety))
     rng = np.random.default_rng(0)
 
     def draw() -> dict[str, float]:
@@ -97,7 +98,7 @@ def test_the_static_limits_are_built_into_the_space(name: str) -> None:
         return out
 
     def refused(s: SearchSpace, params: dict[str, float]) -> bool:
-        return bool(check_proposal(s.values(params, base), xoff_bytes=xoff,
+        return bool(check_proposal(s.values(params, base), pfc=pfc,
                                    line_rate_mbps=int(desc.nic_gbps * 1000),
                                    limits=exp.safety))
 

@@ -85,8 +85,8 @@ def test_pruner_waits_for_its_startup_trials() -> None:
     assert not t.should_prune()
 
 
-def test_warm_starts_scaled_to_line_rate_and_under_the_xoff_ceiling() -> None:
-    got = {w.label: w for w in warm_starts(400, None, 20)}
+def test_warm_starts_scaled_to_line_rate_and_under_the_kmax_ceiling() -> None:
+    got = {w.label: w for w in warm_starts(400, None)}
     assert (got["spectrum-default"].kmin_bytes, got["spectrum-default"].kmax_bytes,
             got["spectrum-default"].pmax_percent) == (150_000, 1_500_000, 100)
     assert (got["sonic-default"].kmin_bytes, got["sonic-default"].pmax_percent) == (1_048_576, 5)
@@ -94,7 +94,7 @@ def test_warm_starts_scaled_to_line_rate_and_under_the_xoff_ceiling() -> None:
         256_000, 1_024_000)  # 128 KB / 512 KB at 200G, doubled for 400G
     assert (got["bandwidth-proportional"].kmin_bytes,
             got["bandwidth-proportional"].kmax_bytes) == (1_600_000, 6_400_000)  # 16 x 25G
-    low = {w.label: w for w in warm_starts(400, 1_000_000, 20)}  # ceiling 800 000 B
+    low = {w.label: w for w in warm_starts(400, 800_000)}
     for w in low.values():
         assert w.kmax_bytes <= 800_000 and w.kmin_bytes < w.kmax_bytes
     bp = low["bandwidth-proportional"]

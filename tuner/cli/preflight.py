@@ -113,7 +113,7 @@ def gate(exp: Experiment, cluster: Cluster, console: Console | None = None,
 def command(experiment: Path, as_json: bool, enable_counters: bool) -> None:
     """Check the canary of EXPERIMENT before tuning: MTU, PFC priority, DSCP trust, DCQCN
     enable and algorithm, RoCE MTU, links, error counters, versions, blast radius (from the
-    switches' own configuration), PFC XOFF, counter polling, CNP queue, shared RoCE priority.
+    switches' own configuration), PFC threshold, counter polling, CNP queue, shared RoCE priority.
 
     Reads only; changes nothing (but --enable-counters). Exit 0 when no check fails
     (warnings allowed), 3 when one does; `ecntune run` refuses to start in that case.

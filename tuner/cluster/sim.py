@@ -27,6 +27,7 @@ from objectives.measurement import (
     Measurement,
     TenantResult,
 )
+from safety.limits import PfcThreshold
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
 from tuner.errors import ApplyError, ConfigError, MeasurementError, SafetyAbort
 from tuner.settings import NIC_KNOBS, DcqcnSettings, EcnSettings, Settings
@@ -115,7 +116,8 @@ class SimCluster(Cluster):
     # Pure reads ----------------------------------------------------------------------------
     def describe(self) -> ClusterDescription:
         t = self.spec.topology
-        xoff = min(int(self._fabric.xoff_bytes(s)) for s in self._switches)
+        pfc = min((self._pfc_threshold(s) for s in self._switches),
+                  key=lambda p: p.onset_bytes())
         return ClusterDescription(
             name=self.name, backend="sim", canary_switches=list(self._switches),
             canary_nics=list(self._nics), other_switches=list(self._other_switches),
@@ -124,9 +126,18 @@ class SimCluster(Cluster):
                    "hosts_per_leaf": str(t.hosts_per_leaf),
                    "nics_per_host": str(t.nics_per_host), "nic_gbps": f"{t.nic_gbps:g}",
                    "uplink_gbps": f"{t.uplink_gbps:g}", "buffer_bytes": str(t.buffer_bytes),
-                   "xoff_bytes": str(xoff), "seed": str(self.spec.seed),
+                   "pfc_threshold": pfc.to_fact(), "seed": str(self.spec.seed),
                    # every replicate has its own seed: probe pairs, ECMP paths, background
                    "placements": "vary"})
+
+    def _pfc_threshold(self, switch: str) -> PfcThreshold:
+        """The ECN-before-PFC inputs of one simulated switch: its buffer model, and the fewest
+        senders that congest one of its queues (the PFC onset is lowest there)."""
+        f = self._fabric
+        t = f.topo
+        return PfcThreshold(pool=f"{switch} shared buffer", pool_bytes=f.buffer_bytes(switch),
+                            dynamic_th=t.pfc_alpha_log2, static_th_bytes=t.pfc_static_xoff_bytes,
+                            fan_in=f.congesting_fan_in(switch), source="rocesim topology")
 
     def snapshot(self) -> Settings:
         return self.read_back()

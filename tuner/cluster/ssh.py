@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from objectives.measurement import Counters, Measurement, timed
+from safety.limits import PfcThreshold
 from tuner.cluster.base import Cluster, ClusterDescription, Monitor
 from tuner.drivers import nic_driver, switch_driver
 from tuner.drivers.base import WriteError
@@ -26,6 +27,7 @@ from tuner.errors import (
     RollbackError,
     TunerError,
 )
+from tuner.pfc_threshold import lowest, switch_threshold
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
 from tuner.ssh import placement
 from tuner.ssh.measure import run_measurement
@@ -186,7 +188,7 @@ class SshCluster(Cluster):
 
     # -- Cluster ------------------------------------------------------------------------
     def switch_facts(self, refresh: bool = False) -> dict[str, Outcome[Any]]:
-        """Per switch, read once: the PFC XOFF point, counter poll intervals and the
+        """Per switch, read once: the PFC threshold inputs, counter poll intervals and the
         configuration the blast radius is computed from (``driver.facts()``)."""
         if self._switch_facts is None or refresh:
             # the switches' own drivers only: a host that cannot be reached must not stop this
@@ -195,20 +197,19 @@ class SshCluster(Cluster):
                 lambda c: switch_driver(c, sws[c.name]).facts(), list(sws)) if sws else {}
         return self._switch_facts
 
-    def xoff_bytes(self) -> tuple[int | None, list[str]]:
-        """The lowest XOFF over the canary switches (switch and inventory values, the lower
-        wins) and the switches where neither gives one."""
-        values: list[int] = []
+    def pfc_threshold(self) -> tuple[PfcThreshold | None, list[str]]:
+        """The canary switches' PFC threshold that pauses first (switch buffer configuration,
+        else inventory; ``tuner.pfc_threshold``) and the switches where neither gives one."""
+        values: list[PfcThreshold] = []
         missing: list[str] = []
         for sw in self.inventory.switches:
             o = self.switch_facts()[sw.name]
-            found = [v for v in ((o.value or {}).get("xoff_bytes") if o.error is None else None,
-                                 sw.xoff_bytes or None) if v]
-            if found:
-                values.append(min(found))
-            else:
+            t = switch_threshold(sw, o.value if o.error is None else None)
+            if t is None:
                 missing.append(sw.name)
-        return (min(values) if values else None), missing
+            else:
+                values.append(t)
+        return lowest(values), missing
 
     def counter_poll_s(self) -> dict[str, float]:
         """Seconds between two updates of each switch counter group (SONiC ``counterpoll``;
@@ -236,11 +237,11 @@ class SshCluster(Cluster):
             "placements": "vary" if placement.varies(inv) else "fixed",
         }
         if inv.switches:
-            xoff, missing = self.xoff_bytes()
-            if xoff is not None:
-                facts["xoff_bytes"] = str(xoff)  # the loop's Kmax < XOFF rule reads this
+            pfc, missing = self.pfc_threshold()
+            if pfc is not None:
+                facts["pfc_threshold"] = pfc.to_fact()  # the loop's Kmax ceiling reads this
             if missing:
-                facts["xoff_unknown"] = ",".join(missing)
+                facts["pfc_threshold_unknown"] = ",".join(missing)
             poll = self.counter_poll_s()
             if poll:
                 facts["counter_poll_s"] = ",".join(f"{k}={v:g}" for k, v in sorted(poll.items()))

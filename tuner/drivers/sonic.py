@@ -13,7 +13,8 @@ shared/reference/INDEX.md section 3.2, sonic/wred-profile-config-db-schema.txt):
 HSET 'WRED_PROFILE|<canary>' <field> <value> ...`` to clone, ``HSET 'QUEUE|<port>|<q>'
 wred_profile <name>`` to bind, ``DEL 'WRED_PROFILE|<canary>'`` to drop the clone;
 ``ecnconfig -p <canary> -gmax|-gmin|-gdrop <n>`` to write (one threshold per call, ordered by
-``_ecn.ecn_write_order``); ``mmuconfig -l`` for the PFC XOFF of the lossless buffer profile;
+``_ecn.ecn_write_order``); ``mmuconfig -l`` and CONFIG_DB ``BUFFER_PG``/``BUFFER_PROFILE``/
+``BUFFER_POOL`` for the lossless PG's dynamic threshold and its pool (``pg_buffer``);
 ``counterpoll show`` for counter poll intervals; ``show pfc counters``, ``show queue counters``,
 ``show queue wredcounters`` and ``show pfcwd stats`` for counters (``show queue wredcounters``
 exists from SONiC 202505 only: where it does not, ECN counters are absent, not zero; the facts
@@ -149,16 +150,20 @@ def parse_counterpoll(text: str) -> dict[str, tuple[float, bool]]:
     return out
 
 
-def parse_mmu_xoff(text: str) -> dict[str, int]:
-    """``mmuconfig -l``: ``{profile: xoff bytes}`` of every buffer profile with an ``xoff``."""
-    out: dict[str, int] = {}
-    current: str | None = None
+def parse_mmu(text: str) -> dict[str, dict[str, dict[str, str]]]:
+    """``mmuconfig -l`` -> ``{"BUFFER_POOL": {pool: {field: value}}, "BUFFER_PROFILE": ...}``
+    (sonic-utilities scripts/mmuconfig; ``Pool for namespace asic0: <name>`` on multi-ASIC)."""
+    out: dict[str, dict[str, dict[str, str]]] = {"BUFFER_POOL": {}, "BUFFER_PROFILE": {}}
+    current: dict[str, str] | None = None
     for line in text.splitlines():
         s = line.strip()
-        if s.startswith(("Profile:", "Pool:")):
-            current = s.split(":", 1)[1].strip() if s.startswith("Profile:") else None
-        elif current and (m := re.fullmatch(r"xoff\s+(\d+)", s)):
-            out[current] = int(m.group(1))
+        if m := re.fullmatch(r"(Pool|Profile)(?: for namespace \S+)?:\s*(\S+)", s):
+            table = "BUFFER_POOL" if m.group(1) == "Pool" else "BUFFER_PROFILE"
+            current = out[table].setdefault(m.group(2), {})
+        elif current is not None and (m := re.fullmatch(r"([a-z_]+)\s+(\S+)", s)):
+            current[m.group(1)] = m.group(2)
+        elif not s:
+            current = None
     return out
 
 
@@ -202,6 +207,49 @@ def qos_path(db: dict[str, Any], port: str, dscp: int) -> dict[str, Any]:
     return {"port": port, "dscp": dscp, "dscp_map": dscp_map, "tc": tc, "tc_map": tc_map,
             "queue": queue, "scheduler": sched or None, "scheduler_type": kind,
             "pfc_enable": pfc}
+
+
+def _pg_profiles(db: dict[str, Any], port: str, pg: int) -> list[tuple[str, str]]:
+    """(BUFFER_PG key, profile name) of ``port``'s priority group ``pg`` (``Ethernet0|3-4``)."""
+    return [(key, _ref(row.get("profile"))) for key, row in (db.get("BUFFER_PG") or {}).items()
+            if key.partition("|")[0] == port and isinstance(row, dict)
+            and pg in _queue_ids(key.partition("|")[2])]
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if re.fullmatch(r"-?\d+", str(value or "")) else None
+
+
+def pg_buffer(db: dict[str, Any], mmu: dict[str, dict[str, dict[str, str]]],
+              ports: list[str], pg: int) -> dict[str, Any] | None:
+    """The lossless PG's PFC threshold inputs on ``ports`` (the lowest pool share wins):
+    ``{pool, pool_bytes, dynamic_th | static_th_bytes, source}``; None when unknown.
+
+    CONFIG_DB ``BUFFER_PG|<port>|<pgs>`` names the profile (buffermgrd writes
+    ``pg_lossless_<speed>_<cable>_profile`` from pg_profile_lookup.ini, sonic-swss
+    cfgmgr/buffermgr.cpp); with no usable row (the dynamic buffer model writes ``NULL``)
+    the lossless PG profiles of ``mmuconfig -l`` count (those with an ``xoff`` headroom).
+    The profile's ``pool`` names a BUFFER_POOL whose ``size`` is the shared pool; the dynamic
+    model computes sizes at run time and CONFIG_DB has none: then this is None."""
+    pools = {**mmu.get("BUFFER_POOL", {}), **(db.get("BUFFER_POOL") or {})}
+    profiles = {**mmu.get("BUFFER_PROFILE", {}), **(db.get("BUFFER_PROFILE") or {})}
+    named = [(f"CONFIG_DB BUFFER_PG|{key}", name) for port in ports
+             for key, name in _pg_profiles(db, port, pg) if name in profiles]
+    if not named:
+        named = [("mmuconfig -l", name) for name, row in profiles.items() if "xoff" in row]
+    found = []
+    for where, name in named:
+        prof = profiles[name]
+        pool = _ref(prof.get("pool"))
+        size = _int((pools.get(pool) or {}).get("size"))
+        dyn, static = _int(prof.get("dynamic_th")), _int(prof.get("static_th"))
+        if not size or (dyn is None and not static):
+            continue
+        share = min(static, size) if static else size * 2.0 ** min(dyn or 0, 7)
+        found.append((share, {"pool": pool, "pool_bytes": size,
+                              **({"static_th_bytes": static} if static else {"dynamic_th": dyn}),
+                              "source": f"{where} -> {name}"}))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 class SonicDriver(Driver[EcnSettings]):
@@ -339,8 +387,8 @@ class SonicDriver(Driver[EcnSettings]):
 
     # -- facts (read-only) -------------------------------------------------------------
     def facts_command(self) -> str:
-        """Buffer profiles (PFC XOFF), counter poll intervals, the ECN counter capability and
-        command, all of CONFIG_DB."""
+        """Buffer pools and profiles (PFC threshold), counter poll intervals, the ECN counter
+        capability and command, all of CONFIG_DB."""
         return (f"mmuconfig -l; echo {shlex.quote(_mark('poll'))}; counterpoll show; "
                 f"echo {shlex.quote(_mark('ecncap'))}; sonic-db-cli STATE_DB HGET "
                 f"{shlex.quote(ECN_CAPABILITY)} isSupported; "
@@ -356,11 +404,8 @@ class SonicDriver(Driver[EcnSettings]):
         poll = parse_counterpoll(poll_text)
         ecn = ecn_counter_state(cap, cmd, poll)
         self.ecn_absent = ecn[0] == "absent"
-        xoff = parse_mmu_xoff(mmu)
-        lossless = {k: v for k, v in xoff.items() if "lossless" in k} or xoff
-        lowest = min(lossless, key=lambda k: lossless[k]) if lossless else None
-        return {"xoff_bytes": lossless[lowest] if lowest else None,
-                "xoff_source": f"mmuconfig -l: {lowest}" if lowest else None,
+        return {"pg_buffer": pg_buffer(db, parse_mmu(mmu), list(self.switch.canary_ports),
+                                       int(self.switch.lossless_queue)),
                 "counterpoll": poll, "ecn_counters": ecn,
                 "queue_table": dict(db.get("QUEUE") or {}), "config_db": db}
 

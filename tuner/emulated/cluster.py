@@ -532,26 +532,26 @@ class EmulatedCluster:
             ports_fn = swmod.sonic_ports if t.platform == "sonic" else swmod.nvue_ports
             g = self.rails  # one leaf port per rail, in rocesim's order (host-major)
             host_ports, up_ports = ports_fn(self.hosts_per_leaf * g, uplinks)
-            xoff = swmod.twin_xoff(self.topology, f"leaf{j}")
             state: dict[str, Any] = {
                 "kind": "switch", "name": sw, "address": t.address, "platform": t.platform,
                 "lossless_queue": 3,
                 "wred_profile": "AZURE_LOSSLESS", "host_ports": host_ports[:len(mine) * g],
                 "uplink_ports": up_ports,
                 "hosts": dict(zip(mine, host_ports[::g], strict=False)),
-                "xoff_bytes": xoff, "rocesim_name": f"leaf{j}",
+                "rocesim_name": f"leaf{j}",
             }
             if t.platform == "sonic":
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
-                    host_ports[:len(mine) * g] + up_ports, 3, xoff, self.sonic_release)
+                    host_ports[:len(mine) * g] + up_ports, 3, self.sonic_release)
                 state["sonic_release"] = self.sonic_release
                 state["state_db"] = swmod.init_sonic_state_db(self.sonic_release)
                 # /etc/sonic/config_db.json as booted (``config save`` replaces it)
                 state["saved_config_db"] = json.loads(json.dumps(state["config_db"]))
             else:
                 state.update(swmod.init_nvue(ecn["kmin_bytes"], ecn["kmax_bytes"],
-                                             ecn["pmax_percent"], 3, xoff))
+                                             ecn["pmax_percent"], 3,
+                                             swmod.twin_xoff(self.topology, f"leaf{j}")))
             t.extra = state
             self._init_dir(sw, state)
             for h, port in state["hosts"].items():
@@ -609,6 +609,9 @@ class EmulatedCluster:
                   "canary_ports": list(t.extra["host_ports"]), "other_ports": []}
             if t.platform == "sonic":
                 sw["wred_profile"] = "AZURE_LOSSLESS"
+            else:  # NVUE shows no buffer pool: the inventory carries the rocesim leaf's
+                pool, dynamic_th = swmod.twin_pool(self.topology, t.extra["rocesim_name"])
+                sw.update(pfc_pool_bytes=pool, pfc_dynamic_th=dynamic_th)
             switches.append(sw)
         inv = {
             "ssh": {"known_hosts": str(self.known_hosts), "trust_on_first_use": False,

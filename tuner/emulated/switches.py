@@ -23,14 +23,26 @@ QUEUE_COUNTERS = ("pkts", "bytes", "drop_pkts", "drop_bytes", "wred_drop_pkts",
                   "wred_drop_bytes", "ecn_marked_pkts", "ecn_marked_bytes")
 
 
-def twin_xoff(topology: dict[str, Any], leaf: str) -> int:
-    """The PFC XOFF point of the rocesim leaf behind an emulated switch: what its buffer
-    configuration (``mmuconfig -l``, ``nv show qos pfc``) reports."""
+def _twin(topology: dict[str, Any]) -> Any:
     import rocesim
 
     kwargs = {k: topology[k] for k in ("kind", "leaves", "spines", "hosts_per_leaf",
                                        "nics_per_host", "nic_gbps") if k in topology}
-    return int(rocesim.Fabric(rocesim.Topology(**kwargs)).xoff_bytes(leaf))
+    return rocesim.Fabric(rocesim.Topology(**kwargs))
+
+
+def twin_xoff(topology: dict[str, Any], leaf: str) -> int:
+    """One ingress port's XOFF point on the rocesim leaf behind an emulated NVUE switch: what
+    ``nv show qos pfc`` reports as its ``xoff-threshold``."""
+    return int(_twin(topology).xoff_bytes(leaf))
+
+
+def twin_pool(topology: dict[str, Any], leaf: str) -> tuple[int, int]:
+    """(shared buffer bytes, dynamic_th) of the rocesim leaf: the inventory's
+    ``pfc_pool_bytes``/``pfc_dynamic_th`` of an emulated NVUE switch, whose NVUE output
+    carries no buffer pool."""
+    fab = _twin(topology)
+    return int(fab.buffer_bytes(leaf)), int(fab.topo.pfc_alpha_log2)
 
 
 def sonic_ports(n_hosts: int, n_uplinks: int) -> tuple[list[str], list[str]]:
@@ -107,8 +119,41 @@ def init_sonic_state_db(release: str) -> dict[str, Any]:
                                            for c in ECN_CAPABILITIES}}
 
 
+# Stock Mellanox SN2700 (ACS-MSN2700, traditional buffer model, T0) buffer configuration:
+# pools from sonic-buildimage device/mellanox/x86_64-mlnx_msn2700-r0/ACS-MSN2700/
+# buffers_defaults_t0.j2, profiles from its buffers_defaults_objects.j2; the lossless PG profile
+# is what buildimage's pg_profile_lookup.ini gives buffermgrd for 100G/5m (size 50176, xon
+# 19456, xoff 30720, threshold 0 -> dynamic_th 0).
+SN2700_POOL_BYTES = 4580864
+SN2700_PG_PROFILE = "pg_lossless_100000_5m_profile"
+
+
+def stock_buffers(ports: list[str]) -> dict[str, Any]:
+    """BUFFER_POOL / BUFFER_PROFILE / BUFFER_PG of a stock SN2700 (PGs 3-4 lossless)."""
+    lossless, lossy = "ingress_lossless_pool", "egress_lossy_pool"
+    return {
+        "BUFFER_POOL": {
+            lossless: {"mode": "dynamic", "size": str(SN2700_POOL_BYTES), "type": "ingress"},
+            "ingress_lossy_pool": {"mode": "dynamic", "size": "4580864", "type": "ingress"},
+            "egress_lossless_pool": {"mode": "dynamic", "size": "13945824", "type": "egress"},
+            lossy: {"mode": "dynamic", "size": "4580864", "type": "egress"}},
+        "BUFFER_PROFILE": {
+            "ingress_lossless_profile": {"dynamic_th": "7", "pool": lossless, "size": "0"},
+            "ingress_lossy_profile": {"dynamic_th": "3", "pool": "ingress_lossy_pool",
+                                      "size": "0"},
+            "egress_lossless_profile": {"dynamic_th": "7", "pool": "egress_lossless_pool",
+                                        "size": "0"},
+            "egress_lossy_profile": {"dynamic_th": "7", "pool": lossy, "size": "9216"},
+            "q_lossy_profile": {"dynamic_th": "3", "pool": lossy, "size": "0"},
+            SN2700_PG_PROFILE: {"dynamic_th": "0", "pool": lossless, "size": "50176",
+                                "xoff": "30720", "xon": "19456"}},
+        "BUFFER_PG": {**{f"{p}|3-4": {"profile": SN2700_PG_PROFILE} for p in ports},
+                      **{f"{p}|0": {"profile": "ingress_lossy_profile"} for p in ports}},
+    }
+
+
 def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
-               xoff: int = 1_000_000, release: str = WRED_ECN_SINCE) -> dict[str, Any]:
+               release: str = WRED_ECN_SINCE) -> dict[str, Any]:
     values = {
         "red_max_threshold": kmax, "wred_green_enable": "true", "ecn": "ecn_all",
         "green_min_threshold": kmin, "red_min_threshold": kmin, "wred_yellow_enable": "true",
@@ -122,17 +167,7 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
         "PFC_WD": {p: {"action": "drop", "detection_time": "200", "restoration_time": "200"}
                    for p in ports},
         "DEVICE_NEIGHBOR": {p: {"name": f"peer-{p}", "port": "eth0"} for p in ports},
-        # mmuconfig -l (shared/reference: sonic-utilities tests, buffer triage notes)
-        "BUFFER_POOL": {
-            "ingress_lossless_pool": {"mode": "dynamic", "size": "32732160", "type": "ingress",
-                                      "xoff": "1622016"},
-            "egress_lossless_pool": {"mode": "static", "size": "32599040", "type": "egress"}},
-        "BUFFER_PROFILE": {
-            "pg_lossless_100000_300m_profile": {
-                "dynamic_th": "0", "pool": "ingress_lossless_pool", "size": "4608",
-                "xoff": str(xoff), "xon": "4608", "xon_offset": "4608"},
-            "egress_lossless_profile": {"pool": "egress_lossless_pool", "size": "0",
-                                        "static_th": "32599040"}},
+        **stock_buffers(ports),  # mmuconfig -l, BUFFER_PG
         # counterpoll: SONiC's defaults but queue stats every 1 s (`counterpoll queue interval
         # 1000`, keeps emulated trials short); the WRED/ECN queue group is off until enabled
         "FLEX_COUNTER_TABLE": {

@@ -106,7 +106,8 @@ def catalog(inv: Inventory) -> list[Planned]:
         out += [
             Planned(s.name, "pre-flight and describe(), read-only: QoS configuration (blast "
                     "radius, CNP queue; SONiC: the RoCE DSCP's queue, ECN counter "
-                    "capability), PFC XOFF, counter polling", sw.facts_command(), s.sudo),
+                    "capability), PFC threshold, counter polling", sw.facts_command(),
+                    s.sudo),
             Planned(s.name, "read ECN (snapshot, read-back)", sw.read_command(), s.sudo),
             Planned(s.name, "write ECN, lowering thresholds (example values)",
                     sw.write_command(EcnSettings(), LOW), s.sudo),
