@@ -337,7 +337,9 @@ def enable_counters(cluster: Any) -> list[str]:
 def ssh_facts(cluster: Any, spec: PreflightSpec, confirm_s: int = 0) -> PreflightFacts:
     """Facts of an SSH canary (``cluster`` is a ``tuner.cluster.ssh.SshCluster``;
     ``confirm_s``: the NVUE commit-confirm window of each trial, 0 for none)."""
-    cluster.resolve_rails()  # rails checked against sysfs (exit 2 naming the rail), PCI filled
+    # rails checked against sysfs (exit 2 naming the rail), PCI filled; an unreachable host is
+    # reported below, naming its address
+    cluster.resolve_rails(skip_unreachable=True)
     inv: Inventory = cluster.inventory
     pool = cluster.pool
     hosts = {h.name: h for h in inv.hosts}

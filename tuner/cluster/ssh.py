@@ -31,7 +31,7 @@ from tuner.pfc_threshold import lowest, switch_threshold
 from tuner.settings import DcqcnSettings, EcnSettings, Settings
 from tuner.ssh import placement
 from tuner.ssh.measure import run_measurement
-from tuner.ssh.transport import Endpoint, Outcome, Pool
+from tuner.ssh.transport import CommandError, Endpoint, Outcome, Pool, SshError
 
 if TYPE_CHECKING:
     from tuner.drivers.base import Driver
@@ -125,10 +125,12 @@ class SshCluster(Cluster):
             raise ApplyError(f"cannot connect to {sorted(failed)}: "
                              f"{_describe_failures(failed)}")
 
-    def resolve_rails(self) -> None:
+    def resolve_rails(self, *, skip_unreachable: bool = False) -> None:
         """Check every host's rails against its sysfs once (devices, netdevs, PCI addresses,
         the GID index of each data address) and keep the inventory with what was read; a
-        rail that disagrees raises ``ConfigError`` before anything is written."""
+        rail that disagrees raises ``ConfigError`` before anything is written.
+        ``skip_unreachable`` (pre-flight): a host that cannot be reached is left to the check
+        that reports it (exit 2 naming its address), and the rails are read again next time."""
         if self._rails_resolved:
             return
         from tuner.ssh import rails
@@ -144,6 +146,10 @@ class SshCluster(Cluster):
         if bad:
             raise ConfigError("\n".join(str(e) for _, e in sorted(bad.items())))
         failed = _failures(read)
+        unreachable = {n for n, e in failed.items()
+                       if isinstance(e, SshError) and not isinstance(e, CommandError)}
+        if skip_unreachable and unreachable and set(failed) == unreachable:
+            return
         if failed:
             raise ApplyError(f"cannot read the rails of {sorted(failed)}: "
                              f"{_describe_failures(failed)}")
