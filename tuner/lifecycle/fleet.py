@@ -142,6 +142,8 @@ class FleetCluster(SshCluster):
         self._conn_of = {k: d.runner.name for k, d in self._drivers.items()}
         self._nics = [k for k in keys if fleet.is_nic(k)]
         self._switch_facts = None  # SshCluster's facts cache (read on first use)
+        # the fleet's drivers are built from the inventory as written: no sysfs rail check
+        self._rails_resolved = True
 
     def describe(self) -> ClusterDescription:
         # measure() is SshCluster's over the fleet's hosts: its placements are theirs

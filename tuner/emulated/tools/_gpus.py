@@ -1,4 +1,5 @@
-"""The GPUs of an emulated host: one per rail (GPU k sits next to rail k), in
+"""The GPUs of an emulated host: as many as a GPU node has (``GPUS``, or one per rail when it
+has more rails), GPU k next to rail k mod rails, in
 EXCLUSIVE_PROCESS compute mode (``nvidia-smi -c EXCLUSIVE_PROCESS``, as shared GPU nodes often
 run), so a second process on a GPU fails the way CUDA says it: cudaErrorDevicesUnavailable,
 "CUDA-capable device(s) is/are busy or unavailable". Local rank j of a job runs on the j-th
@@ -14,6 +15,11 @@ from tuner.emulated import fabric
 from tuner.emulated import state as st
 
 BUSY = "CUDA-capable device(s) is/are busy or unavailable"
+GPUS = 8  # an 8-GPU node: concurrent parts of a one-rail host each get their own GPU
+
+
+def count(rails: int) -> int:
+    return max(rails, GPUS)
 ORDINAL = "invalid device ordinal"
 
 

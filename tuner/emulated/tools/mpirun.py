@@ -102,10 +102,11 @@ def main(argv: list[str]) -> int:
                 f"slots that were requested by the application:\n\n  {program[0]}\n\n"
                 "--------------------------------------------------------------------------")
         ranks_hosts = slots[:np_]
-        gpus = {h: len(hostmod.rail_views(fabric.targets(t.root)[h])) for h in ranks_hosts}
+        gpus = {h: _gpus.count(len(hostmod.rail_views(fabric.targets(t.root)[h])))
+                for h in ranks_hosts}
         for h in set(ranks_hosts):
             if ranks_hosts.count(h) > gpus[h]:
-                raise MpiError(f"emulated {h} has {gpus[h]} GPU(s), one per rail: at most "
+                raise MpiError(f"emulated {h} has {gpus[h]} GPU(s): at most "
                                f"{gpus[h]} slot(s) (-H {h}:{gpus[h]})")
         args = nccl_tests.parse_args(program[1:])
     except (MpiError, nccl_tests.UsageError, ValueError) as e:
@@ -152,7 +153,7 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
               f"NCCL_IB_HCA={hca} (emulated hosts have only {states[h]['rdma_device']}; the "
               "socket fallback is not emulated)", file=sys.stderr)
         return 1
-    gpus = _gpus.rank_gpus(ranks_hosts, {h: len(v) for h, v in views.items()},
+    gpus = _gpus.rank_gpus(ranks_hosts, {h: _gpus.count(len(v)) for h, v in views.items()},
                            env.get("CUDA_VISIBLE_DEVICES"))
     error = gpus if isinstance(gpus, str) else _gpus.claim(root, ranks_hosts, gpus, pid)
     if error is not None or isinstance(gpus, str):
@@ -161,7 +162,7 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
         return 1
     nics: list[str] = []
     for h, g in zip(ranks_hosts, gpus, strict=True):
-        near = views[h][g]
+        near = views[h][g % len(views[h])]
         nic = (near if near in allowed[h] else allowed[h][g % len(allowed[h])])["rocesim_nic"]
         nics += [nic] if nic not in nics else []
     if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
