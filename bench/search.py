@@ -48,13 +48,14 @@ BEST = ROOT / "bench" / "search-best-known.json"
 RESULTS = ROOT / "bench" / "search-results.json"
 START, END = "<!-- search:start -->", "<!-- search:end -->"
 
-# The shipped experiments, and two scenarios written before the default sampler changed and
-# never adjusted afterwards (bench/scenarios/: a method is judged on them, not fitted to them).
+# The shipped experiments, and scenarios each written before a method changed and never
+# adjusted afterwards (bench/scenarios/: a method is judged on them, not fitted to them).
 SCENARIOS = {"quick": "experiments/quick.yaml", "moe-mix": "experiments/moe-mix.yaml",
              "allreduce-400g": "experiments/allreduce-400g.yaml",
              "fsdp-200g-2nic": "bench/scenarios/fsdp-200g-2nic.yaml",
              "moe-100g-deep": "bench/scenarios/moe-100g-deep.yaml",
-             "single-200g-incast": "bench/scenarios/single-200g-incast.yaml"}
+             "single-200g-incast": "bench/scenarios/single-200g-incast.yaml",
+             "leafspine-200g-tenant": "bench/scenarios/leafspine-200g-tenant.yaml"}
 DEFAULT = "twin"  # the default sampler (tuner/experiment.py SamplerSpec), judged by _targets
 METHODS = [DEFAULT, "tpe", "random", "hillclimb", "ecn-shifter", "static"]
 ALL_METHODS = [*METHODS, "local-tpe"]  # local-tpe: on request (--methods)
