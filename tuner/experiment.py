@@ -221,6 +221,11 @@ class BudgetSpec(BaseModel):
     # on ``confirm_repeats`` fresh paired replicates; a winner needs its 95 % interval above 0.
     confirm_top_k: int = Field(default=3, ge=1, le=20)
     confirm_repeats: int = Field(default=8, ge=0, le=100)  # 0: no confirmation, no winner
+    # A trial that would go to the confirmation (a warm start, or better than the worst of the
+    # top ``confirm_top_k`` candidates so far) is measured on further study placements, up to
+    # this many in all, before it counts as a candidate; it stops at the first guardrail broken.
+    # A guardrail met on 2 placements says little about 8 fresh ones (0: ``repeats`` only).
+    candidate_placements: int = Field(default=5, ge=0, le=50)
 
     @field_validator("confirm_repeats")
     @classmethod

@@ -11,7 +11,11 @@ chooses their number from the baseline's own noise). The known-good starting poi
 3. one guarded change (``tuner.transaction``): journal, apply, read back, ...
 4. measure each replicate with a live ``safety.monitor.LiveMonitor`` (``SafetyAbort`` =>
    ``rolled_back``), judge it post hoc by the same rules, and report the running paired score
-   to the pruner, which may stop a clearly worse trial early (``pruned:early_stop``);
+   to the pruner, which may stop a clearly worse trial early (``pruned:early_stop``); a trial
+   that would go to the confirmation is measured on further study placements first
+   (``budget.candidate_placements``: intensification, as in SMAC), so that a guardrail it
+   meets only on the study's first few placements is caught before it takes a confirmation
+   slot;
 5. ... and the verified restore;
 6. score against the baseline replicate by replicate (``objectives.score``), tell Optuna the
    value and every constraint (a rolled-back trial carries ``safety``), log the MLflow run.
@@ -359,7 +363,9 @@ class StudyRunner:
             optuna_io.enqueue(self.study, params, f"warm:{label}")
 
     def _set_window(self) -> None:
-        durations = [m.duration_s for m in self.baseline_ms if m.duration_s > 0]
+        # the study's paired placements only: the rest are measured for would-be candidates
+        durations = [m.duration_s for m in self.baseline_ms[:self.repeats or None]
+                     if m.duration_s > 0]
         self.window_s = storm_window_s(self.exp.safety,
                                        float(np.mean(durations)) if durations else None)
 
@@ -512,7 +518,8 @@ class StudyRunner:
         if ms:
             # Over the paired replicates only: the baseline may hold more, measured just to
             # size ``repeats: auto``, and a mean over other placements is not like with like.
-            per = [trial_metrics(m) for m in ms[:self.repeats or None]]
+            per = [trial_metrics(m) for m in (ms[:self.repeats or None] if role == "baseline"
+                                              else ms)]
             metrics.update({k: float(np.mean([p[k] for p in per if k in p]))
                             for k in per[0]})
             attrs["measurement_path"] = self._save(asked.number, ms)
@@ -559,9 +566,11 @@ class StudyRunner:
             noise = noise_of(ms, self.cfg)
             if b.repeats == "auto":
                 self.repeats = repeats_for(noise.get("score_sd", 0.0), most=b.repeats_max)
-                ms += [self._measure(r, abort=False) for r in range(len(ms), self.repeats)]
             else:
                 self.repeats = first
+            # every placement a trial may be measured on, so each pairs with the baseline's own
+            wanted = max(self.repeats, b.candidate_placements)
+            ms += [self._measure(r, abort=False) for r in range(len(ms), wanted)]
         except KeyboardInterrupt:
             self._tell_interrupted(asked, values)
             raise
@@ -606,8 +615,8 @@ class StudyRunner:
         if self.exp.screen.mode == "twin":
             self.screen = twin
         if attach is not None:
-            attach(lambda params: twin.evaluate(self.space.values(params,
-                                                                  self.baseline_values)))
+            attach(lambda params: twin.evaluate(self.space.values(params, self.baseline_values)),
+                   lambda params: self.space.values(params, self.baseline_values))
 
     # One trial -------------------------------------------------------------------------------
     def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
@@ -641,6 +650,10 @@ class StudyRunner:
         try:
             with self.tx.applied(settings, asked.number) as change:
                 verdict, detail = self._measure_replicates(asked, ms, change.counters_before)
+                if verdict == "ok" and self._would_confirm(ms, role):
+                    verdict, detail = self._measure_replicates(
+                        asked, ms, change.counters_before,
+                        range(len(ms), self.placements), intensify=True)
         except ApplyError as exc:
             verdict, detail = "failed:apply", str(exc)
         except ProtectionLost as exc:  # the canary stopped being ours: never scored
@@ -673,12 +686,34 @@ class StudyRunner:
                                   sc=sc, constraints=cons, role=role, extra_metrics=extra,
                                   detail=detail)
 
-    def _measure_replicates(self, asked: optuna_io.Asked, ms: list[Measurement],
-                            c0: Counters) -> tuple[str, str]:
-        """Measure the trial's replicates into ``ms``; (verdict, detail). Stops at the first
-        safety violation (live or post hoc) or when the pruner says the trial is clearly worse.
+    @property
+    def placements(self) -> int:
+        """How many study placements a would-be candidate is measured on: up to
+        ``budget.candidate_placements``, as far as the baseline was measured on them."""
+        return max(self.repeats, min(self.exp.budget.candidate_placements,
+                                     len(self.baseline_ms)))
+
+    def _would_confirm(self, ms: list[Measurement], role: str) -> bool:
+        """Whether the trial measured so far would go to the confirmation: it meets every
+        guardrail and is a warm start, or beats the worst of the top candidates so far."""
+        sc = score(ms, self.baseline_ms, self.cfg)
+        if len(ms) >= self.placements or not sc.feasible:
+            return False
+        if role.startswith("warm:"):
+            return True
+        k = self.exp.budget.confirm_top_k
+        top = [c.score for c in studies.candidates(self.study, k) if c.score is not None]
+        return len(top) < k or sc.scalar > min(top)
+
+    def _measure_replicates(self, asked: optuna_io.Asked, ms: list[Measurement], c0: Counters,
+                            replicates: range | None = None, *,
+                            intensify: bool = False) -> tuple[str, str]:
+        """Measure the trial's ``replicates`` (default: the study's paired ones) into ``ms``;
+        (verdict, detail). Stops at the first safety violation (live or post hoc), when the
+        pruner says the trial is clearly worse, or (``intensify``) at the first placement that
+        breaks a guardrail: the trial is then no candidate, and the rest would not change that.
         """
-        for r in range(self.repeats):
+        for r in (range(self.repeats) if replicates is None else replicates):
             try:
                 m = self._measure(r)
             except SafetyAbort as exc:
@@ -691,6 +726,10 @@ class StudyRunner:
             found = judge(m, self.exp.safety, self.window_s)
             if found:
                 return f"rolled_back:{found[0].code}", describe(found)
+            if intensify:
+                if not score(ms, self.baseline_ms, self.cfg).feasible:
+                    break
+                continue
             if r + 1 < self.repeats and self._pruner() is not None:
                 running = score(ms, self.baseline_ms, self.cfg).scalar
                 if optuna_io.report(asked, running, r):
@@ -723,7 +762,7 @@ class StudyRunner:
         labels = {f"warm:{label}" for label, _ in self.warm}
         cands += [o for o in studies.outcomes(self.study)
                   if o.role in labels and o.candidate
-                  and o.number not in {c.number for c in cands}]
+                  and o.values not in [c.values for c in cands]]
         if b.confirm_repeats <= 0:
             return
         seeds = self._confirmation_seeds()

@@ -83,11 +83,19 @@ def _rank(o: TrialOutcome) -> tuple[float, int]:
 
 
 def candidates(study: Any, k: int) -> list[TrialOutcome]:
-    """The ``k`` best candidates by scalar score (in multi mode, from the Pareto front first)."""
+    """The ``k`` best candidates by scalar score (in multi mode, from the Pareto front first),
+    one per setting: a trial whose knob values equal a better one's adds nothing to confirm."""
     cands = [o for o in outcomes(study) if o.candidate]
     front = {o.number for o in pareto(study)}
     cands.sort(key=lambda o: (o.number in front, *_rank(o)), reverse=True)
-    return cands[:k]
+    out: list[TrialOutcome] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for o in cands:
+        key = tuple(sorted(o.values.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(o)
+    return out[:k]
 
 
 def best_unconfirmed(study: Any) -> TrialOutcome | None:

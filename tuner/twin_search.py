@@ -18,11 +18,12 @@ shown so far:
    canary (a storm, drops) makes its neighbourhood likelier to roll back too; a guardrail break
    is corrected through the violation, not banned.
 4. **Propose**, among the pool points the twin measured safe that the canary has not measured
-   and is not measuring now (other workers' trials included): first those whose neighbourhood
-   rolled back in fewer than half the weighted cases; then, by Deb's rule, those predicted to
-   meet every guardrail (optimistic violation 0) by the highest ``prediction + kappa *
-   uncertainty``, or, while none is, the smallest optimistic violation. With no safe point
-   left, a hill-climb step.
+   and is not measuring now (other workers' trials included), nor any whose knob values equal
+   those of such a trial (params that round to the same settings): first those whose
+   neighbourhood rolled back in fewer than half the weighted cases; then, by Deb's rule,
+   those predicted to meet every guardrail (optimistic violation 0) by the highest
+   ``prediction + kappa * uncertainty``, or, while none is, the smallest optimistic violation.
+   With no safe point left, a hill-climb step.
 
 The sampler keeps no state a resume needs beyond the study itself: the pool is rebuilt from the
 twin (same seed, same pool) and the corrections from the trials. Without a twin attached (the
@@ -141,14 +142,19 @@ class TwinSampler(optuna.samplers.BaseSampler):
         self._hc = HillClimbSampler(seed=seed)
         self._rng = np.random.RandomState(seed)
         self._evaluate: Evaluate | None = None
+        self._knobs: Callable[[dict[str, Any]], dict[str, int]] | None = None
         self._pool: dict[tuple[tuple[str, Any], ...], tuple[dict[str, Any], TwinResult]] = {}
         self._explored = False
         self.twin_trials = 0  # twin measurements made (the canary budget does not count them)
 
     # Wiring ------------------------------------------------------------------------------
-    def attach(self, evaluate: Evaluate) -> None:
-        """The twin: measures Optuna params on the twin (``TwinScreen.evaluate``)."""
+    def attach(self, evaluate: Evaluate,
+               knobs: Callable[[dict[str, Any]], dict[str, int]] | None = None) -> None:
+        """The twin: measures Optuna params on the twin (``TwinScreen.evaluate``); ``knobs``:
+        the knob values params become (several params can round to the same settings, which
+        the canary must not measure twice)."""
         self._evaluate = evaluate
+        self._knobs = knobs
 
     def reseed_rng(self) -> None:
         self._rng.seed()
@@ -229,12 +235,15 @@ class TwinSampler(optuna.samplers.BaseSampler):
                 if t.number != trial.number and all(k in t.params for k in names)]
         taken = np.array([unit(t.params, search_space, names) for t in (*done, *busy)]) \
             if done or busy else None
+        taken_knobs = {self._knob_key(t.params) for t in (*done, *busy)}
         best: tuple[tuple[float, float, float], dict[str, Any]] | None = None
         for params, res in self._pool.values():
             if not res.safe:
                 continue
             x = unit(params, search_space, names)
             if taken is not None and float(np.min(np.abs(taken - x).max(axis=1))) < 1e-3:
+                continue
+            if self._knobs is not None and self._knob_key(params) in taken_knobs:
                 continue
             c, u, vc, vu, broke = corr.at(x)
             # Safety first: a point whose neighbourhood mostly rolled back on the canary goes
@@ -249,6 +258,10 @@ class TwinSampler(optuna.samplers.BaseSampler):
         if best is None:
             return self._hc.sample_relative(study, trial, search_space)
         return {k: _clip(search_space[k], best[1][k]) for k in names}
+
+    def _knob_key(self, params: dict[str, Any]) -> tuple[tuple[str, int], ...] | None:
+        """The settings ``params`` become (None without a ``knobs`` mapping)."""
+        return tuple(sorted(self._knobs(params).items())) if self._knobs is not None else None
 
     def anchor(self, done: list[FrozenTrial]) -> FrozenTrial | None:
         """Where to refine: the canary's incumbent, or while nothing met every guardrail, the

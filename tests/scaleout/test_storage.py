@@ -30,7 +30,7 @@ def tiny_yaml(results: Path, storage: str, trials: int = 2) -> str:
                             kmin_high=10**6, ratio_low=1.5, ratio_high=10.0, pmax_low=1,
                             pmax_high=100, ai_low=1, ai_high=200, mode="primary", repeats=1,
                             warm="false", confirm=5, top_k=1, pfc_budget=1000.0,
-                            tenant_loss=100.0, p99_allowance=1e6)
+                            tenant_loss=100.0, p99_allowance=1e6, placements=0)
     return text + f"storage: {storage}\ntracking: {{enabled: false}}\n"
 
 

@@ -42,7 +42,8 @@ objective: {{mode: {mode}, guardrails: {{max_busbw_loss_percent: 100,
             max_tenant_loss_percent: {tenant_loss}, max_pfc_pause_us_per_s: {pfc_budget},
             p99_allowance_percent: {p99_allowance}}}}}
 budget: {{trials: {trials}, wall_time_s: 300, repeats: {repeats}, baseline_every: 0,
-         confirm_top_k: {top_k}, confirm_repeats: {confirm}}}
+         confirm_top_k: {top_k}, confirm_repeats: {confirm},
+         candidate_placements: {placements}}}
 sampler: {{name: random, seed: {seed}}}
 results_dir: {results}
 """
@@ -73,7 +74,7 @@ def tiny(results: Path) -> Callable[..., tuple[Experiment, str]]:
              ai: tuple[int, int] = (1, 200), mode: str = "primary", repeats: int = 1,
              warm: bool = False, confirm: int = 5, top_k: int = 1,
              pfc_budget: float = 1e6, tenant_loss: float = 100.0,
-             p99_allowance: float = 1e6) -> tuple[Experiment, str]:
+             p99_allowance: float = 1e6, placements: int = 0) -> tuple[Experiment, str]:
         text = TINY_YAML.format(trials=trials, max_pause_fraction=max_pause_fraction,
                                 xoff_margin=xoff_margin, seed=seed, results=results,
                                 buffer_bytes=buffer_bytes, kmin_low=kmin[0], kmin_high=kmin[1],
@@ -81,7 +82,7 @@ def tiny(results: Path) -> Callable[..., tuple[Experiment, str]]:
                                 pmax_high=pmax[1], ai_low=ai[0], ai_high=ai[1], mode=mode,
                                 repeats=repeats, warm=str(warm).lower(), confirm=confirm,
                                 top_k=top_k, pfc_budget=pfc_budget, tenant_loss=tenant_loss,
-                                p99_allowance=p99_allowance)
+                                p99_allowance=p99_allowance, placements=placements)
         return parse_experiment(text, "tiny.yaml"), text
 
     return make

@@ -26,7 +26,7 @@ SETTINGS = dict(trials=8, max_pause_fraction=1.0, xoff_margin=20.0, seed=6,
                 buffer_bytes=4 * 2**20, kmin_low=5000, kmin_high=10**6, ratio_low=1.5,
                 ratio_high=10.0, pmax_low=1, pmax_high=100, ai_low=1, ai_high=200,
                 mode="primary", repeats=1, warm="false", confirm=5, pfc_budget=1e6,
-                tenant_loss=100.0, p99_allowance=25.0)
+                tenant_loss=100.0, p99_allowance=25.0, placements=0)
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from trial_variants import CALM, STORM, quick_with
 
 from objectives.measurement import Measurement
 from safety.journal import Journal
-from tuner import optuna_io
+from tuner import optuna_io, study_store
 from tuner import study as studies
 from tuner.cluster import build_cluster
 from tuner.cluster.sim import SimCluster
@@ -29,8 +30,10 @@ Tiny = Callable[..., tuple[Experiment, str]]
 class Spy:
     """Wraps a cluster, counting applies and optionally misbehaving on the n-th measure."""
 
-    def __init__(self, inner: SimCluster, on_measure: Callable[[int], None] | None = None):
+    def __init__(self, inner: SimCluster, on_measure: Callable[[int], None] | None = None,
+                 transform: Callable[[Measurement, Spy], Measurement] | None = None):
         self.inner = inner
+        self.transform = transform
         self.applied: list[Any] = []
         self.measures = 0
         self.replicates: list[int] = []
@@ -48,7 +51,8 @@ class Spy:
         self.replicates.append(replicate)
         if self.on_measure is not None:
             self.on_measure(self.measures)
-        return self.inner.measure(workload, monitor, replicate=replicate)
+        m = self.inner.measure(workload, monitor, replicate=replicate)
+        return self.transform(m, self) if self.transform is not None else m
 
 
 def _runner(exp: Experiment, text: str, cluster: Any, name: str = "s1",
@@ -147,6 +151,50 @@ def test_every_trial_is_measured_on_the_same_paired_replicates(tiny: Tiny) -> No
     runner2 = _runner(exp, text, Spy(build_cluster(exp)), name="s2")  # type: ignore[arg-type]
     conf2 = runner2.run().confirmation
     assert conf2 is not None and not set(conf2.seeds) & set(conf.seeds)
+
+
+def test_a_would_be_candidate_is_measured_on_further_placements_first(tiny: Tiny) -> None:
+    """Intensification: a trial meeting every guardrail on the study's 2 placements, and so
+    headed for the confirmation, is measured on up to 4; breaking the tenant guardrail on the
+    3rd makes it no candidate, and the 4th is not measured. Placement 2 is made hostile to the
+    tenant for every setting but the baseline's (the first 4 measurements)."""
+    exp, text = tiny(trials=3, repeats=2, placements=4, tenant_loss=90.0, top_k=1, confirm=5)
+
+    def hostile(m: Measurement, spy: Spy) -> Measurement:
+        if spy.measures <= 4 or m.replicate != 2:
+            return m
+        return m.model_copy(update={"tenants": [
+            t.model_copy(update={"goodput_gbps": t.goodput_gbps * 0.05}) for t in m.tenants]})
+
+    spy = Spy(build_cluster(exp), transform=hostile)  # type: ignore[arg-type]
+    runner = _runner(exp, text, spy)
+    res = runner.run()
+    assert spy.replicates[:4] == [0, 1, 2, 3]  # the baseline holds every placement
+    proposals = [t for t in res.trials if not t.is_baseline]
+    met_first_two = [t for t in proposals if t.verdict.startswith("infeasible:tenant")]
+    assert met_first_two, [t.verdict for t in proposals]
+    # every one of them was measured on placement 2, that is what it broke, and it stopped there
+    assert 3 not in spy.replicates[4:]
+    stored = {t.number: study_store.tags(t) for t in optuna_io.trials(runner.study)}
+    for t in met_first_two:
+        assert stored[t.number].replicates == 3
+    assert studies.candidates(runner.study, 3) == []
+    assert res.confirmation is None or res.confirmation.candidates == []
+
+
+def test_a_setting_is_confirmed_once_however_many_trials_measured_it(tiny: Tiny) -> None:
+    exp, text = tiny(trials=2, repeats=2, confirm=5, top_k=2)
+    runner = _runner(exp, text, build_cluster(exp))
+    runner.run()
+    c = studies.candidates(runner.study, 2)
+    assert c, "the tiny study has a candidate"
+    # the best candidate's settings measured again (as params that round to them would be)
+    t = next(t for t in optuna_io.trials(runner.study) if t.number == c[0].number)
+    runner.study.add_trial(optuna.trial.create_trial(
+        state=t.state, values=t.values, params=t.params, distributions=t.distributions,
+        user_attrs=t.user_attrs, system_attrs=t.system_attrs))
+    again = studies.candidates(runner.study, 2)
+    assert [o.values for o in again].count(c[0].values) == 1
 
 
 def test_rejected_proposals_are_never_applied(tiny: Tiny) -> None:

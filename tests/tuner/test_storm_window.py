@@ -29,7 +29,8 @@ from tuner.loop import StudyRunner
 
 
 def _half_baseline_s(runner: StudyRunner) -> float:
-    return float(np.mean([m.duration_s for m in runner.baseline_ms])) / 2
+    # the study's paired placements (the baseline holds more, for would-be candidates)
+    return float(np.mean([m.duration_s for m in runner.baseline_ms[:runner.repeats]])) / 2
 
 
 def _trial(exp_storage: str, study: str, number: int) -> tuple[dict, Measurement]:

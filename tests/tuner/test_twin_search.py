@@ -185,6 +185,19 @@ def test_never_proposes_what_the_canary_measured_or_another_worker_is_measuring(
     assert not _near(p, A, 1e-3) and not _near(p, busy, 1e-3)
 
 
+def test_never_proposes_params_that_round_to_settings_the_canary_measured() -> None:
+    # A' is A with another rpg_min_dec_fac that the knob mapping rounds to A's settings
+    # (the pool holds it, and the twin ranks it right after A).
+    a2 = dict(A, rpg_min_dec_fac=21)
+    s = TwinSampler(seed=1, twin_trials=0, local=0)
+    s.attach(_peaks(), lambda p: {k: round(float(v), -1) if k == "rpg_min_dec_fac" else v
+                                  for k, v in p.items()})
+    study = _study(s, a2)
+    _add(study, A, score=1.0)
+    p = _ask(study)
+    assert not _near(p, a2, 1e-3) and _near(p, B), p
+
+
 def test_a_screened_point_is_not_proposed_again() -> None:
     study = _study(_sampler(_peaks()))
     _add(study, A, verdict="screened:busbw_loss", score=None, state=TrialState.FAIL,
