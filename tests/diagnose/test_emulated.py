@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.ssh, pytest.mark.skipif(
 
 
 def run_cli(exp: Path, *extra: str) -> tuple[int, dict, str]:
-    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "0.5", *extra])
+    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "0.5", "--bw-s", "1",
+                                      *extra])
     out = exp.parent / "results" / "diagnosis.json"
     return res.exit_code, json.loads(out.read_text()) if out.exists() else {}, res.output
 
@@ -33,7 +34,8 @@ def test_clean_cluster_gives_no_finding(emulated_cluster: EmulatedCluster,
     skipped = {(n["check"], n["where"]) for n in diag["not_checked"]}
     assert {("gpu_nic_affinity", h) for h in emulated_cluster.host_names} <= skipped
     assert {("optics", h) for h in emulated_cluster.host_names} <= skipped
-    assert {("switch_os", s) for s in emulated_cluster.switch_names} <= skipped
+    assert set(diag["switch_versions"]) == set(emulated_cluster.switch_names)
+    assert not any(c.startswith("switch") for c, _ in skipped)  # the switches were read
     assert {"pcie_link", "numa_irq", "gid", "mtu_path", "crc_errors", "fec"}.isdisjoint(
         c for c, _ in skipped)
     assert set(diag["versions"]) == set(emulated_cluster.host_names)
@@ -72,6 +74,27 @@ def test_every_planted_fault_is_found_where_it_is(emulated_cluster: EmulatedClus
                                          "collectives"].index)  # bottom-up
 
 
+def test_a_pcie_link_that_caps_a_single_qp_is_found_by_ib_write_bw(
+        emulated_cluster: EmulatedCluster, tmp_path: Path) -> None:
+    emu = emulated_cluster
+    # Gen4 x4 carries 58 Gb/s of a 100G NIC; x8 (115 Gb/s, host0) is degraded but does not cap
+    emu.inject("host1", pcie_width=4)
+    emu.inject("host0", pcie_width=8)
+    code, diag, out = run_cli(experiment(emu, tmp_path))
+    assert code == 1, out
+    bw = [f for f in diag["findings"] if f["check"] == "single_qp_bw"]
+    assert [(f["where"], f["layer"], f["dominant"]) for f in bw] == [
+        ("host1/mlx5_0", "rdma", True)]
+    assert "host0/mlx5_0 -> host1/mlx5_0 57.61 Gb/s of 100 (58 %)" in bw[0]["evidence"]
+    assert "host1/mlx5_0 -> host2/mlx5_0 57.61 Gb/s" in bw[0]["evidence"]
+    assert {f["where"] for f in diag["findings"] if f["check"] == "pcie_link"} == {
+        "host0/0000:3b:00.0", "host1/0000:3b:00.0"}
+    for h in emu.host_names:  # each host served one flow and sent one, one QP, no rate limit
+        runs = emu.commands(h, "ib_write_bw")
+        assert len(runs) == 2 and all("-q" in a and "--rate_limit" not in " ".join(a)
+                                      for a in runs), runs
+
+
 def test_missing_tool_not_checked_unreachable_is_finding(emulated_cluster: EmulatedCluster,
                                                          tmp_path: Path) -> None:
     emu = emulated_cluster
@@ -102,7 +125,8 @@ def test_load_runs_flows_during_the_counter_window(emulated_cluster: EmulatedClu
     emu = emulated_cluster
     emu.inject("host1", crc_errors=100)
     exp = experiment(emu, tmp_path)
-    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "1", "--load"])
+    res = CliRunner().invoke(main, ["diagnose", str(exp), "--sample-s", "1", "--load",
+                                      "--bw-s", "0"])
     assert res.exit_code == 1, res.output
     diag = json.loads((tmp_path / "results" / "diagnosis.json").read_text())
     crc = [f for f in diag["findings"] if f["check"] == "crc_errors"]

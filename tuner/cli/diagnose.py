@@ -38,13 +38,12 @@ def render(console: Console, diag: Diagnosis, title: str) -> None:
         console.print(table)
     else:
         console.print(f"{title}: no finding")
-    if diag.versions:
-        vt = Table(title="versions per host")
-        for col in ("host", "firmware", "driver"):
-            vt.add_column(col)
-        for host, row in diag.versions.items():
-            vt.add_row(host, row.get("firmware", "?"), row.get("driver", "?"))
-        console.print(vt)
+    _table(console, "versions per host", ("host", "firmware", "driver"),
+           [(h, row.get("firmware", "?"), row.get("driver", "?"))
+            for h, row in diag.versions.items()])
+    _table(console, "OS per switch", ("switch", "platform", "OS"),
+           [(n, row.get("platform", "?"), row.get("os", "?"))
+            for n, row in diag.switch_versions.items()])
     if diag.not_checked:
         nt = Table(title="not checked")
         for col in ("layer", "check", "where", "reason"):
@@ -54,6 +53,19 @@ def render(console: Console, diag: Diagnosis, title: str) -> None:
         console.print(nt)
 
 
+def _table(console: Console, title: str, cols: tuple[str, ...], rows: list[tuple[str, ...]]
+           ) -> None:
+    from rich.table import Table
+
+    if rows:
+        table = Table(title=title)
+        for col in cols:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+
+
 @click.command("diagnose")
 @click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--sample-s", type=click.FloatRange(0, 60), default=2.0, show_default=True,
@@ -61,15 +73,20 @@ def render(console: Console, diag: Diagnosis, title: str) -> None:
 @click.option("--load", is_flag=True,
               help="SSH: run one ib_write_bw flow per host (to the next host, line rate) "
                    "during the counter window, so errors that show only at load show.")
+@click.option("--bw-s", type=click.IntRange(0, 60), default=2, show_default=True,
+              help="SSH: seconds of the single-QP ib_write_bw test (one flow per host to the "
+                   "next, all at once, no rate limit); 0 skips it.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json instead of tables.")
 @handle_errors
-def command(experiment: Path, sample_s: float, load: bool, as_json: bool) -> None:
+def command(experiment: Path, sample_s: float, load: bool, bw_s: int, as_json: bool) -> None:
     """Find what tuning cannot fix on EXPERIMENT's fabric, bottom-up: link speed, FEC, CRC
-    errors, flaps, optics; PCIe link, NUMA/IRQ placement, GPU-NIC affinity; MTU end to end;
-    RDMA port, GID, RoCE ToS; fabric; versions per host.
+    errors, flaps, optics, the switches' canary ports; PCIe link, NUMA/IRQ placement, GPU-NIC
+    affinity; MTU end to end; RDMA port, GID, RoCE ToS, single-QP bandwidth; fabric; versions
+    per host, OS per switch.
 
-    Reads only (--load adds traffic, changes no setting). Exit 0: no finding; 1: findings;
-    2: bad input; 3: nothing could be checked (e.g. every host unreachable).
+    Reads only (--load and the bandwidth test add traffic, change no setting). Exit 0: no
+    finding; 1: findings; 2: bad input; 3: nothing could be checked (e.g. every host
+    unreachable).
     """
     from rich.console import Console
 
@@ -87,7 +104,7 @@ def command(experiment: Path, sample_s: float, load: bool, as_json: bool) -> Non
     except ConfigError as exc:
         raise with_source(exc, source) from None
     with cluster:
-        diag, checked = diagnose(exp, cluster, sample_s, load)
+        diag, checked = diagnose(exp, cluster, sample_s, load, bw_s)
     out = save(exp, diag)
     if as_json:
         click.echo(out.read_text(), nl=False)

@@ -11,12 +11,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuner.diagnose.collect import diag_parts, resample_command
+from tuner.diagnose.bw import bw_flows
+from tuner.diagnose.collect import diag_parts, resample_command, switch_command
 from tuner.diagnose.load import load_flows
 from tuner.preflight_facts import _ping
 
 if TYPE_CHECKING:
-    from tuner.inventory import HostEntry, Inventory
+    from tuner.inventory import HostEntry, Inventory, SwitchEntry
+    from tuner.ssh.plan import Flow
 
 # Why each section may need root on a real host (the rest read world-readable files or run as
 # any user). Every command runs under `sudo -n` when the host's inventory entry says sudo: true.
@@ -31,6 +33,11 @@ PURPOSE = {"pcie": "PCIe link of the NIC: LnkCap vs LnkSta, DevCtl MaxPayload/Ma
            "cma_tos": "ToS of RDMA-CM connections (what cma_roce_tos set)",
            "optics": "received optical power and the module's thresholds",
            "gpu": "GPU-NIC affinity matrix (where NVIDIA GPUs are)"}
+
+
+SW_PURPOSE = {"version": "the OS build (tabulated per switch, drift flagged)",
+              "status": "oper state and speed of the ports (the canary ports are checked)",
+              "counters": "RX_ERR/TX_ERR of the ports, read again after the sample"}
 
 
 @dataclass
@@ -57,6 +64,7 @@ def render(inv: Inventory, mtu: int = 9000) -> str:
     hosts = list(inv.hosts)
     lines = []
     flows = load_flows(inv, 2.0) if len(hosts) > 1 else []
+    bw = [f for f, _ in bw_flows(inv, 2)] if len(hosts) > 1 else []
     for i, h in enumerate(hosts):
         sudo = " — under `sudo -n`" if h.sudo else ""
         lines += [f"#### {h.name}", "",
@@ -67,19 +75,45 @@ def render(inv: Inventory, mtu: int = 9000) -> str:
             lines.append(f"  - {PURPOSE[key]}{note}: `{cmd}`")
         lines.append(f"- `--sample-s` later (error counters and flaps again){sudo}: "
                      f"`{resample_command(h)}`")
-        for f in flows:
-            for host, cmd, role in ((f.server, f.server_cmd, "serves"),
-                                    (f.client, f.client_cmd, "sends")):
-                if host == h.name:
-                    lines.append(f"- with `--load`, during the window (`-D` = `--sample-s`, "
-                                 f"2 here), {role} one flow (stopped after the second read)"
-                                 f"{sudo}: `{cmd}`")
+        lines += _flow_lines(flows, h.name, "with `--load`, during the window (`-D` = "
+                             "`--sample-s`, 2 here), {role} one flow (stopped after the "
+                             "second read)" + sudo)
         if len(hosts) > 1:
             peer = hosts[(i + 1) % len(hosts)]
             lines.append(f"- MTU end to end, to {peer.name} (at the largest netdev MTU of the "
                          f"canary; {mtu} here){sudo}: `{ping_command(h, peer, mtu)}`")
+        lines += _flow_lines(bw, h.name, "single-QP bandwidth, after the ping (`-D` = "
+                             "`--bw-s`, 2 here), {role} one flow, as the login user (never "
+                             "under sudo, as perftest in a measurement)")
         lines.append("")
+    for sw in inv.switches:
+        lines += _switch(sw)
     return "\n".join(lines)
+
+
+def _flow_lines(flows: list[Flow], host: str, what: str) -> list[str]:
+    """One line per perftest end on ``host``: ``what`` (with ``{role}``), then the command."""
+    return [f"- {what.format(role=role)}: `{cmd}`" for f in flows
+            for name, cmd, role in ((f.server, f.server_cmd, "serves"),
+                                    (f.client, f.client_cmd, "sends")) if name == host]
+
+
+def _switch(sw: SwitchEntry) -> list[str]:
+    from tuner.diagnose.switch import first_parts
+
+    sudo = " — under `sudo -n`" if sw.sudo else ""
+    lines = [f"#### {sw.name} ({sw.platform} switch)", "",
+             f"- first read, in the same window as the hosts' first read, one command whose "
+             f"sections may each fail alone{sudo}:"]
+    ports = dict(enumerate(sw.canary_ports))
+    for key, cmd in first_parts(sw).items():
+        what = SW_PURPOSE.get(key) or (
+            f"state, speed, in-errors/out-errors and carrier-transitions of "
+            f"{ports[int(key.removeprefix('link'))]}, read again after the sample")
+        lines.append(f"  - {what}: `{cmd}`")
+    lines += [f"- `--sample-s` later (error counters again){sudo}: "
+              f"`{switch_command(sw, second=True)}`", ""]
+    return lines
 
 
 def main(argv: list[str]) -> int:

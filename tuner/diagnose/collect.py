@@ -6,8 +6,9 @@ One command per host prints pre-flight's sections (``tuner.preflight_facts.host_
 ``cma_roce_tos``, ``ethtool -m``, ``nvidia-smi topo -m``, ``carrier_changes``), each allowed to
 fail alone. After ``sample_s`` a second command reads the error counters and
 ``carrier_changes`` again; then each host pings the next one's data address with don't-fragment
-at the largest MTU of the canary, from its data port. Every value reaching the remote shell is
-validated and quoted (``tuner.ssh.shell``).
+at the largest MTU of the canary, from its data port. The canary switches are read in the same
+two reads (``tuner.diagnose.switch``: interface status, counters, OS version). Every value
+reaching the remote shell is validated and quoted (``tuner.ssh.shell``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from tuner.preflight_facts import MARK, _ping, _stats, host_command, parse_host,
 from tuner.ssh.shell import check, q
 
 if TYPE_CHECKING:
-    from tuner.inventory import HostEntry
+    from tuner.diagnose.switch import SwitchRead
+    from tuner.inventory import HostEntry, SwitchEntry
 
 
 @dataclass
@@ -87,18 +89,41 @@ def resample_command(h: HostEntry) -> str:
                       "carrier": f"cat {q('path', net + '/carrier_changes')}"})
 
 
+def switch_command(sw: SwitchEntry, second: bool = False) -> str:
+    """A switch's first read, or (``second``) its counters again ``sample_s`` later."""
+    from tuner.diagnose.switch import first_parts, second_parts
+
+    return _sections(second_parts(sw) if second else first_parts(sw))
+
+
 def read_hosts(cluster: Any, sample_s: float, ping: bool = True, load: bool = False
-               ) -> list[HostRead]:
-    """Read every inventory host (``cluster``: a ``tuner.cluster.ssh.SshCluster``); with
-    ``load`` the counter window runs under ``ib_write_bw`` flows (``tuner.diagnose.load``)."""
+               ) -> tuple[list[HostRead], list[SwitchRead]]:
+    """Read every inventory host and switch (``cluster``: a ``tuner.cluster.ssh.SshCluster``);
+    the switches' counters in the same window as the hosts'. With ``load`` the window runs
+    under ``ib_write_bw`` flows (``tuner.diagnose.load``)."""
+    from tuner.diagnose.switch import SwitchRead
+
     inv = cluster.inventory
     pool = cluster.pool
     hosts = {h.name: h for h in inv.hosts}
+    sws = {s.name: s for s in inv.switches}
     reads = {n: HostRead(n, h) for n, h in hosts.items()}
+    sreads = {n: SwitchRead(n, s) for n, s in sws.items()}
+
+    def first_cmd(name: str) -> str:
+        return host_read_command(hosts[name]) if name in hosts else switch_command(sws[name])
+
+    def second_cmd(name: str) -> str:
+        return resample_command(hosts[name]) if name in hosts else switch_command(sws[name], True)
+
     t0 = time.monotonic()
-    first = pool.fan_out(lambda c: c.run(host_read_command(hosts[c.name]), check=False).stdout,
-                         list(hosts))
+    first = pool.fan_out(lambda c: c.run(first_cmd(c.name), check=False).stdout,
+                         [*hosts, *sws])
     for name, o in first.items():
+        if name in sws:
+            sreads[name].error = None if o.error is None else str(o.error)
+            sreads[name].first = split_sections(o.value or "") if o.error is None else {}
+            continue
         if o.error is not None:
             reads[name].error = str(o.error)
             continue
@@ -106,6 +131,7 @@ def read_hosts(cluster: Any, sample_s: float, ping: bool = True, load: bool = Fa
         reads[name].sections = split_sections(text)
         reads[name].facts = parse_host(hosts[name], text)
     live = [n for n, r in reads.items() if r.error is None]
+    live_sw = [n for n, r in sreads.items() if r.error is None]
     flows = None
     if load:
         from tuner.diagnose.load import Load
@@ -116,16 +142,20 @@ def read_hosts(cluster: Any, sample_s: float, ping: bool = True, load: bool = Fa
             reads[n].load = f"under ib_write_bw load ({flows.flows} flows)"
             reads[n].load_error = flows.error
     wait = sample_s - (time.monotonic() - t0)
-    if wait > 0 and live:
+    if wait > 0 and (live or live_sw):
         time.sleep(wait)
     try:
         second = pool.fan_out(
-            lambda c: c.run(resample_command(hosts[c.name]), check=False).stdout, live)
+            lambda c: c.run(second_cmd(c.name), check=False).stdout, [*live, *live_sw])
     finally:
         if flows is not None:
             flows.stop()
     for name, o in second.items():
         sec = split_sections(o.value or "") if o.error is None else {}
+        if name in sws:
+            sreads[name].second = sec
+            sreads[name].sample_s = time.monotonic() - t0
+            continue
         reads[name].counters_after = _stats(sec.get("stats", ""))
         reads[name].carrier_after = sec.get("carrier", "").strip()
         reads[name].sample_s = time.monotonic() - t0
@@ -137,4 +167,4 @@ def read_hosts(cluster: Any, sample_s: float, ping: bool = True, load: bool = Fa
                 lambda c: _ping(c, hosts[c.name], hosts[pairs[c.name]], mtu), live)
             for a, o in res.items():
                 reads[a].ping = (pairs[a], o.value if o.error is None else str(o.error))
-    return [reads[n] for n in hosts]
+    return [reads[n] for n in hosts], [sreads[n] for n in sws]

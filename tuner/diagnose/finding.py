@@ -52,6 +52,8 @@ class Diagnosis(BaseModel):
     checks_run: list[str] = Field(default_factory=list)
     # host -> {"firmware": ..., "driver": ...}: the versions table the drift check compared
     versions: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # switch -> {"platform": ..., "os": ...}: the OS build per canary switch
+    switch_versions: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @property
     def dominant(self) -> list[Finding]:

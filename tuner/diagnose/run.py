@@ -1,6 +1,7 @@
 """One ``diagnose`` run: read, check bottom-up, save ``diagnosis.json``, log it to MLflow.
 
-Layers in order: physical, host, IP, RDMA (the hosts, over SSH), fabric (``tuner.diagnose.fabric
+Layers in order: physical, host, IP, RDMA (the hosts, over SSH; with the single-QP
+``ib_write_bw`` test, ``tuner.diagnose.bw``), fabric (``tuner.diagnose.fabric
 .check(exp, cluster)`` when that module exists: the seam for the switch/simulator checks), and
 collectives (versions per host). A host that cannot be read is a finding, not a crash; when no
 host and no fabric could be read at all the run "could not check" (exit 3).
@@ -19,9 +20,18 @@ if TYPE_CHECKING:
 
     from tuner.cluster.base import Cluster
     from tuner.diagnose.collect import HostRead
+    from tuner.diagnose.switch import SwitchRead
     from tuner.experiment import Experiment
 
 HOST_LAYERS = ("physical", "host", "ip", "rdma")
+
+
+def unreachable(name: str, entry: Any, error: str, kind: str) -> Finding:
+    return Finding(layer="physical", check="reachable", where=name,
+                   evidence=f"ssh {entry.address}:{entry.port}: {error}",
+                   cause=f"the {kind} did not answer over SSH: down, unreachable, or a wrong "
+                         "address/key in the inventory",
+                   action=f"bring the {kind} back or fix its inventory entry, then re-run")
 
 
 def host_rows(reads: list[HostRead], roce_dscp: int) -> tuple[list[Finding | NotChecked],
@@ -29,14 +39,7 @@ def host_rows(reads: list[HostRead], roce_dscp: int) -> tuple[list[Finding | Not
     """Every host check on what the hosts answered (pure)."""
     rows: list[Finding | NotChecked] = []
     live = [r for r in reads if r.error is None]
-    for r in reads:
-        if r.error is not None:
-            rows.append(Finding(
-                layer="physical", check="reachable", where=r.name,
-                evidence=f"ssh {r.entry.address}:{r.entry.port}: {r.error}",
-                cause="the host did not answer over SSH: down, unreachable, or a wrong "
-                      "address/key in the inventory",
-                action="bring the host back or fix its inventory entry, then re-run"))
+    rows += [unreachable(r.name, r.entry, r.error, "host") for r in reads if r.error is not None]
     mtus = {r.name: r.facts.get("mtu") for r in live}
     if any(r.load_error for r in live):
         rows.append(NotChecked(layer="physical", check="crc_under_load", where="canary",
@@ -61,26 +64,55 @@ def fabric_rows(exp: Experiment, cluster: Cluster) -> list[Finding | NotChecked]
     return [*findings, *not_checked]
 
 
-def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: bool = False
-             ) -> tuple[Diagnosis, bool]:
+def switch_rows(reads: list[SwitchRead], inv: Any
+                ) -> tuple[list[Finding | NotChecked], dict[str, dict[str, str]]]:
+    """The switch side of the physical layer and the switch OS (``tuner.diagnose.switch``);
+    a canary port should run at the slowest canary host's NIC speed at least."""
+    from tuner.diagnose import switch
+
+    want = int(min((r.nic_gbps for h in inv.hosts for r in h.rail_entries()), default=0) * 1000)
+    rows: list[Finding | NotChecked] = []
+    for r in reads:
+        if r.error is not None:
+            rows.append(unreachable(r.name, r.entry, r.error, "switch"))
+            continue
+        rows += switch.port_rows(r, want)
+    found, table = switch.os_rows(reads)
+    return rows + found, table
+
+
+def bw_rows(cluster: Any, reads: list[HostRead], bw_s: int) -> list[Finding | NotChecked]:
+    """The single-QP bandwidth test among the hosts that answered (``tuner.diagnose.bw``)."""
+    from tuner.diagnose import bw
+
+    live = [r.name for r in reads if r.error is None]
+    if bw_s <= 0 or len(live) < 2:
+        why = "skipped (--bw-s 0)" if bw_s <= 0 else "needs two reachable hosts"
+        return [NotChecked(layer="rdma", check=bw.CHECK, where="canary", reason=why)]
+    return bw.rows(bw.measure(cluster, live, bw_s))
+
+
+def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: bool = False,
+             bw_s: int = 2) -> tuple[Diagnosis, bool]:
     """Run every check; returns the diagnosis and whether anything could be checked at all."""
     from tuner.cli.preflight import spec_of
 
     backend = cluster.describe().backend
     rows: list[Finding | NotChecked] = []
     table: dict[str, dict[str, str]] = {}
+    switch_table: dict[str, dict[str, str]] = {}
     checked = False
     if backend == "ssh":
         from tuner.diagnose.collect import read_hosts
 
         inner: Any = getattr(cluster, "inner", cluster)  # tuner.cluster.ssh.SshCluster
-        reads = read_hosts(inner, sample_s, load=load)
+        reads, sreads = read_hosts(inner, sample_s, load=load)
         checked = any(r.error is None for r in reads)
         found, table = host_rows(reads, spec_of(exp).roce_dscp)
         rows += found
-        rows += [NotChecked(layer="collectives", check="switch_os", where=sw.name,
-                            reason="the switch OS version is not read by this version")
-                 for sw in inner.inventory.switches]
+        rows += bw_rows(inner, reads, bw_s)
+        sw_found, switch_table = switch_rows(sreads, inner.inventory)
+        rows += sw_found
     else:
         rows += [NotChecked(layer=layer, check="hosts", where=backend,  # type: ignore[arg-type]
                             reason=f"the {backend} backend has no hosts to read over SSH")
@@ -92,7 +124,7 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: boo
     ran = sorted({x.check for x in rows})
     return Diagnosis(backend=backend, findings=[x for x in rows if isinstance(x, Finding)],
                      not_checked=[x for x in rows if isinstance(x, NotChecked)],
-                     checks_run=ran, versions=table), checked
+                     checks_run=ran, versions=table, switch_versions=switch_table), checked
 
 
 def save(exp: Experiment, diag: Diagnosis) -> Path:

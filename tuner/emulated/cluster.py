@@ -263,6 +263,11 @@ class EmulatedCluster:
             self._write_refused(tdir, current)
             self._apply_link(tdir, bool(current.get("link_down")))
             self._apply_host_files(tdir, current)
+            down = current.get("port_down") if "port_down" in faults else None
+        if down is not None:  # both ends of a cable see it: the attached host's link goes down
+            attached = st.load_state(tdir).get("hosts", {})
+            for host, port in attached.items():
+                self.inject(host, link_down=port in down)
 
     def set_background(self, background: list[dict[str, Any]]) -> None:
         """Traffic of "other tenants" in every later run (``rocesim.Background`` keyword

@@ -10,7 +10,8 @@ Files under the host's fake root (paths as on a real host, formats as the kernel
   link-local and IPv4-mapped entries, each as RoCE v1 and v2, like mlx5 fills it);
 * ``sys/kernel/config/rdma_cm/<dev>/ports/1/default_roce_tos`` (what ``cma_roce_tos`` writes).
 
-Faults (``EmulatedCluster.inject``): ``pcie_width`` (lspci LnkSta width), ``numa_wrong`` (the
+Faults (``EmulatedCluster.inject``): ``pcie_width`` (lspci LnkSta width; ``ib_write_bw`` runs
+at most ``pcie_gbps`` of that width), ``numa_wrong`` (the
 NIC's IRQs pinned to the other node), ``fec_off``, ``link_flaps`` (flaps per second),
 ``firmware`` (another NIC firmware), ``gid_v1`` (the data IP's GID at the inventory index is
 RoCE v1). Standard library and the pure ``tuner.diagnose.parse`` only: the stand-ins
@@ -30,6 +31,17 @@ NIC_NODE = 0
 FIRST_IRQ = 98  # mlx5_async0, then one completion vector per channel
 CHANNELS = 8
 GID_INDEX = 3  # the inventory's default gid_index: IPv4-mapped, RoCE v2
+PCIE_GTS, PCIE_WIDTH = 16.0, 16  # the emulated ConnectX-6: PCIe Gen4 x16 (lspci LnkCap)
+MAX_PAYLOAD = 256  # DevCtl MaxPayload the emulated lspci shows
+
+
+def pcie_gbps(width: int, gts: float = PCIE_GTS, max_payload: int = MAX_PAYLOAD) -> float:
+    """What a PCIe link carries of RDMA payload, Gb/s: lanes x rate x line coding (8b/10b up
+    to 5 GT/s, 128b/130b from 8 GT/s) x the share of a posted-write TLP that is payload (24
+    bytes of TLP header, sequence number and LCRC per MaxPayload bytes). Gen4 x16: 230 Gb/s;
+    x8: 115; x4: 58 (a 100G port is capped from x4 on, a 200G port from x8)."""
+    coding = 8 / 10 if gts <= 5.0 else 128 / 130
+    return width * gts * coding * max_payload / (max_payload + 24)
 
 
 def net_dir(state: dict[str, Any]) -> str:

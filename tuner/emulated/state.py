@@ -53,6 +53,11 @@ FAULT_KEYS = {
     "link_flaps": "float: link flaps per second (carrier_changes rises by 2 per flap)",
     "firmware": "text: the NIC firmware version ethtool -i / ibv_devinfo report",
     "gid_v1": "bool: the data IP's GID at the inventory gid_index is RoCE v1, not v2",
+    # switch faults `ecntune diagnose` finds (tuner.emulated.tools._swdiag)
+    "port_down": "[port]: these switch ports are oper down (the attached host's link too)",
+    "port_speed_gbps": "{port: gbps}: these switch ports trained at this speed",
+    "port_rx_errors": "{port: float}: RX errors per second counted on these switch ports",
+    "os_version": "text: the switch OS build `show version` / `nv show system` report",
 }
 
 ERRNO_TEXT = {"EINVAL": "Invalid argument", "EACCES": "Permission denied",
@@ -120,7 +125,8 @@ def load_faults(tdir: Path) -> dict[str, Any]:
 
 # Faults that are rates in time, as on a real port: a counter read sees the events that happened
 # since the fault was injected, however often or slowly it is read.
-RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops", "link_flaps")
+RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops", "link_flaps",
+               "port_rx_errors")
 FAULT_CLOCK = "fault_clock.json"
 
 
@@ -143,11 +149,16 @@ def tick_fault_events(tdir: Path, faults: dict[str, Any],
         elapsed = max(0.0, time.time() - float(clock["since"]))
         counted: dict[str, int] = clock["counted"]
         events = {}
-        for key in RATE_FAULTS:
-            due = int(float(faults.get(key) or 0) * elapsed)
-            if due > counted.get(key, 0):
-                events[key] = due - counted.get(key, 0)
-                counted[key] = due
+        for fault in RATE_FAULTS:
+            value = faults.get(fault) or 0
+            # a per-port rate ({port: rate}) counts each port on its own: "<fault>:<port>"
+            rates = ({f"{fault}:{k}": r for k, r in value.items()} if isinstance(value, dict)
+                     else {fault: value})
+            for key, rate in rates.items():
+                due = int(float(rate or 0) * elapsed)
+                if due > counted.get(key, 0):
+                    events[key] = due - counted.get(key, 0)
+                    counted[key] = due
         write_json(tdir / FAULT_CLOCK, {"since": clock["since"], "counted": counted})
         if events:
             _add_counters(tdir, to_deltas(events))

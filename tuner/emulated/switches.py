@@ -271,7 +271,8 @@ def applied_ecn(state: dict[str, Any]) -> dict[str, Any]:
 
 def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
                          ) -> dict[str, dict[str, int]]:
-    """Per host-facing port, for ``events`` of the rate faults: PFC storm frames, drops."""
+    """Per host-facing port, for ``events`` of the rate faults: PFC storm frames, drops; RX
+    errors on the ports ``port_rx_errors`` names."""
     q = int(state["lossless_queue"])
     storm = events.get("pfc_storm", 0)
     drops = events.get("lossless_drops", 0)
@@ -289,4 +290,9 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
             d.update({f"q{CNP_QUEUE}_drop_pkts": cnp, f"q{CNP_QUEUE}_drop_bytes": cnp * 64})
         if d:
             out[port] = d
+    for key, n in events.items():  # port_rx_errors counts per port ("port_rx_errors:<port>")
+        fault, _, port = key.partition(":")
+        if fault == "port_rx_errors" and port:
+            row = out.setdefault(port, {})
+            row["rx_err"] = row.get("rx_err", 0) + n
     return out

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import sys
 
+from tuner.emulated.hostdiag import PCIE_GTS, PCIE_WIDTH
 from tuner.emulated.tools._base import target
 
-CAP_WIDTH, SPEED = 16, "16GT/s"
+CAP_WIDTH, SPEED = PCIE_WIDTH, f"{PCIE_GTS:g}GT/s"
 
 
 def block(bdf: str, numa_node: int, width: int) -> str:

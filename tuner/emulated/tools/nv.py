@@ -19,7 +19,8 @@ Shows: ``qos congestion-control <profile> [traffic-class <tc>]``
 (bytes as ``40000 B``), ``qos roce`` (human units, ``146.48 KB``, and the RoCE maps) and
 ``interface <swp> qos roce status`` (what the ASIC runs: thresholds rounded up to 64 cells of
 144 B, ``153.00 KB`` for 150000 B, like the RoCE doc sample), ``qos pfc default-global``,
-``interface <swp> counters qos``.
+``interface <swp> counters qos``; for ``ecntune diagnose``, ``interface <swp> link`` and
+``system`` (``_swdiag``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 from tuner.emulated import nvued
 from tuner.emulated import state as st
 from tuner.emulated import switches as swmod
+from tuner.emulated.tools import _swdiag
 from tuner.emulated.tools._base import Target, target
 
 FIELDS = {"min-threshold": "int", "max-threshold": "int", "probability": "pct",
@@ -566,6 +568,13 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(show_roce_status(t, words[2]))
         elif words[:2] == ["show", "interface"] and words[3:] == ["counters", "qos"]:
             sys.stdout.write(show_counters(t, words[2], as_json))
+        elif words[:2] == ["show", "interface"] and words[3:] == ["link"]:
+            if _swdiag.unknown_port(t, words[2]):
+                raise NvError(f"Error: The requested item does not exist: interface {words[2]}")
+            t.tick_counter_faults()
+            sys.stdout.write(_swdiag.nvue_link(t, words[2]))
+        elif words == ["show", "system"]:
+            sys.stdout.write(_swdiag.nvue_system(t))
         else:
             raise NvError(f"Error: Invalid Command: nv {' '.join(words)}")
     except NvError as e:

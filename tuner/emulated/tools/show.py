@@ -1,7 +1,8 @@
 """Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``queue counters [-j]``,
 ``queue wredcounters`` (202505 and later), ``queue watermark unicast``, ``pfcwd stats`` (formats:
 shared/reference/sonic/*.txt, produced by pfcstat, queuestat, wredstat and pfcwd in
-sonic-utilities @691b1bbc4)."""
+sonic-utilities @691b1bbc4); ``interfaces status``, ``interfaces counters`` and ``version``
+for ``ecntune diagnose`` (``_swdiag``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import sys
 
 from tuner.emulated.switches import WRED_ECN_SINCE, has_wred_ecn
+from tuner.emulated.tools import _swdiag
 from tuner.emulated.tools._base import Target, target
 from tuner.emulated.tools._fmt import click_no_such_command, comma, simple_table
 
@@ -124,6 +126,12 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(queue_watermark(t))
     elif words == ["pfcwd", "stats"]:
         sys.stdout.write(pfcwd_stats(t))
+    elif words in (["interfaces", "status"], ["interface", "status"]):
+        sys.stdout.write(_swdiag.sonic_status(t))
+    elif words in (["interfaces", "counters"], ["interface", "counters"]):
+        sys.stdout.write(_swdiag.sonic_counters(t))
+    elif words == ["version"]:
+        sys.stdout.write(_swdiag.sonic_version(t))
     else:
         print("Usage: show [OPTIONS] COMMAND [ARGS]...\nTry \"show -h\" for help.\n\n"
               f"Error: No such command \"{' '.join(words) or '?'}\".", file=sys.stderr)
