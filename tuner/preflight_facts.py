@@ -6,7 +6,8 @@ its own so one missing tool does not hide the rest), error counters are read twi
 ``error_sample_s`` apart, and consecutive host pairs run one don't-fragment ping at the RoCE
 MTU. Switch facts come from the switch itself: the ports the written profile reaches (its QUEUE
 table or applied NVUE config), the PFC threshold, counter polling, the CNP queue, and on SONiC
-``show pfc priority``.
+``show pfc priority`` and the HWSKU's QoS template, rendered read-only (what ``config qos
+reload`` would write back).
 """
 
 from __future__ import annotations
