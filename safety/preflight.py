@@ -38,6 +38,11 @@ fabric or over SSH), one ``CheckResult(check, target, status, evidence)`` per fi
                       PFC fires (``safety.limits.PfcThreshold``);
 * ``counters``        switch counter poll intervals; the WRED/ECN queue counters are polled, or
                       absent (SONiC before 202505): reported as absent, never as zero;
+* ``qos_reload``      (SONiC, a warning) what ``config qos reload`` / ``config load_minigraph``
+                      would undo: they rewrite the QoS tables from the HWSKU's
+                      ``qos.json.j2``, which makes neither the canary profile nor, on a stock
+                      template, the RoCE DSCP fix (the template rendered read-only, compared
+                      with the running CONFIG_DB);
 * ``nvue_confirm``    (NVUE) no apply already waits for confirmation; a warning names the window
                       each trial's ``--confirm`` blocks other people's applies for;
 * ``shared_priority`` nothing but the tuned workload on the RoCE priority: a declared job, or
@@ -49,7 +54,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -156,6 +161,16 @@ class RocePath(BaseModel):
     maps: bool = True  # the DSCP -> switch-priority table was there at all
 
 
+class QosReload(BaseModel):
+    """SONiC: what ``config qos reload`` / ``config load_minigraph`` would undo on the canary
+    (``tuner.drivers._sonic_reload``)."""
+
+    model_config = _FROZEN
+    template: str | None = None  # the qos.json.j2 rendered
+    losses: list[str] = Field(default_factory=list)  # one line per object dropped or changed
+    unchecked: str | None = None  # why the template could not be rendered
+
+
 class SwitchFacts(BaseModel):
     """What was read on one canary switch, per port facing canary hosts."""
 
@@ -185,6 +200,7 @@ class SwitchFacts(BaseModel):
     ecn_counters_absent: str | None = None  # why the switch has no ECN counters (not zero)
     confirm_window_s: int | None = None  # NVUE: trials apply with `--confirm <n>s`
     confirm_pending: list[str] | None = None  # NVUE: revisions waiting for confirmation
+    qos_reload: QosReload | None = None  # SONiC: what a QoS reload would undo
 
 
 class PreflightFacts(BaseModel):
@@ -603,15 +619,17 @@ def check_cnp_starvation(switches: Iterable[SwitchFacts],
     return out
 
 
+def _having(facts: PreflightFacts, field: str) -> list[tuple[SwitchFacts, Any]]:
+    """(switch, value) for every reachable switch whose fact ``field`` was read."""
+    _, switches = _reachable(facts)
+    return [(s, getattr(s, field)) for s in switches if getattr(s, field) is not None]
+
+
 def check_nvue_roce_queue(facts: PreflightFacts) -> list[CheckResult]:
     """The RoCE data DSCP reaches the tuned lossless traffic class with PFC (NVUE): ECN tuned
     on TC 3 never marks RoCE that the switch's maps send to TC 0."""
-    _, switches = _reachable(facts)
     out = []
-    for s in switches:
-        r = s.roce_maps
-        if r is None:
-            continue
+    for s, r in _having(facts, "roce_maps"):
         if not r.maps:
             out.append(_r("roce_queue", s.name, "warn",
                           "no RoCE maps in `nv show qos roce` (RoCE not set up with `nv set qos "
@@ -650,6 +668,38 @@ def check_confirm(facts: PreflightFacts) -> list[CheckResult]:
                           f"trials apply with `nv config apply --confirm {confirm_arg}`: "
                           "while one waits, nobody else's `nv config apply` on this switch goes "
                           f"through, for up to {s.confirm_window_s} s per trial"))
+    return out
+
+
+RELOAD_ACTION = (
+    "do not run either on this switch during a study (the canary would run the template's "
+    "values while trials are measured); after `ecntune promote --persist`, promote again after "
+    "either, or carry the tables in /etc/sonic/golden_config_db.json for `config "
+    "load_minigraph --override_config` (whole tables: it deletes each table it names first; "
+    "`config qos reload` reads no golden config)")
+
+
+def check_qos_reload(facts: PreflightFacts) -> list[CheckResult]:
+    """SONiC: ``config qos reload`` and ``config load_minigraph`` delete the QoS tables and
+    write back what the HWSKU's template renders; a warning names what the canary loses."""
+    out = []
+    for s, r in _having(facts, "qos_reload"):
+        if r.unchecked is not None:
+            out.append(_r("qos_reload", s.name, "warn",
+                          f"what `config qos reload` / `config load_minigraph` write back is "
+                          f"not known ({r.unchecked}); both delete WRED_PROFILE, QUEUE and "
+                          f"DSCP_TO_TC_MAP first (sonic-utilities `_clear_qos`), so {s.written} "
+                          "and a RoCE DSCP fix are gone unless the template makes them: "
+                          + RELOAD_ACTION))
+        elif r.losses:
+            out.append(_r("qos_reload", s.name, "warn",
+                          f"`config qos reload` or `config load_minigraph` would rewrite the QoS "
+                          f"tables from {r.template}: " + "; ".join(r.losses) + ": "
+                          + RELOAD_ACTION))
+        else:
+            out.append(_r("qos_reload", s.name, "pass",
+                          f"{r.template} regenerates {s.written}, its bindings and the RoCE "
+                          "DSCP's path as they run now"))
     return out
 
 
@@ -698,6 +748,7 @@ def run_checks(facts: PreflightFacts, spec: PreflightSpec) -> list[CheckResult]:
             *check_versions(facts), *check_blast_radius(facts, spec),
             *check_pfc_threshold(facts), *check_counters(facts), *check_roce_queue(facts, spec),
             *check_nvue_roce_queue(facts), *check_cnp_queue(facts, spec), *check_confirm(facts),
+            *check_qos_reload(facts),
             *check_shared_priority(facts, spec)]
 
 

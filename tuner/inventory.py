@@ -129,6 +129,14 @@ class Rail(BaseModel):
     pci: str | None = None
     # perftest -x for this rail; unset: the RoCE v2 GID of data_address, read from sysfs
     gid_index: int | None = Field(default=None, ge=0, le=255)
+    # the leaf switch this rail's port connects to (rail-optimised fabrics: rail k on leaf k);
+    # unset: the host's ``leaf``
+    leaf: str | None = None
+
+    @field_validator("leaf")
+    @classmethod
+    def _leaf(cls, v: str | None) -> str | None:
+        return None if v is None else _pattern("rdma_device", v)
 
     @field_validator("rdma_device")
     @classmethod
@@ -170,6 +178,9 @@ class HostEntry(_Target):
     gid_index: int = Field(default=3, ge=0, le=255)
     data_address: str | None = None  # address perftest clients use (default: address)
     mpi_host: str | None = None  # name mpirun uses for this host (default: address)
+    # The leaf switch the host's NIC ports connect to (a switch of this inventory, or one
+    # outside the canary): pre-flight derives the congestion points the canary crosses from it.
+    leaf: str | None = None
     # Line rate of the port (Gb/s): bounds the DCQCN rate knobs and normalises busbw. Required:
     # without it every rate check would be against 0.
     nic_gbps: float = Field(gt=0, le=1600)
@@ -233,7 +244,7 @@ class HostEntry(_Target):
         for r in self.rails:
             update: dict[str, Any] = {"rdma_device": r.rdma_device, "netdev": r.netdev,
                                       "data_address": r.data_address, "pci": r.pci or "",
-                                      "rails": []}
+                                      "leaf": r.leaf or self.leaf, "rails": []}
             if r.gid_index is not None:
                 update["gid_index"] = r.gid_index
             out.append(self.model_copy(update=update))
@@ -252,6 +263,11 @@ class HostEntry(_Target):
     @classmethod
     def _opt_host(cls, v: str | None) -> str | None:
         return None if v is None else _pattern("host", v)
+
+    @field_validator("leaf")
+    @classmethod
+    def _leaf(cls, v: str | None) -> str | None:
+        return None if v is None else _pattern("rdma_device", v)
 
     @property
     def nic(self) -> str:
@@ -275,6 +291,11 @@ class SwitchEntry(_Target):
     canary_profile: str = "ECNTUNE_CANARY"
     canary_ports: list[str] = Field(min_length=1)
     other_ports: list[str] = Field(default_factory=list)
+    # Where the switch sits: a leaf (hosts below it; ``uplink_ports`` face the spines, any
+    # other canary port faces hosts) or a spine (its canary ports face leaves). Pre-flight
+    # tells from these which tuned ports the canary's traffic crosses (safety.coverage).
+    role: Literal["leaf", "spine"] = "leaf"
+    uplink_ports: list[str] = Field(default_factory=list)
     # ECN-before-PFC inputs when the switch's buffer configuration does not give them (NVUE;
     # SONiC's dynamic buffer model): the lossless PG's shared pool and its dynamic_th (alpha
     # = 2**dynamic_th), and the fewest ingress ports that congest one egress queue (2 with one
@@ -301,10 +322,17 @@ class SwitchEntry(_Target):
     def _profile(cls, v: str) -> str:
         return _pattern("wred_profile", v)
 
-    @field_validator("canary_ports", "other_ports")
+    @field_validator("canary_ports", "other_ports", "uplink_ports")
     @classmethod
     def _ports(cls, v: list[str]) -> list[str]:
         return [_pattern("switch_port", p) for p in v]
+
+    @model_validator(mode="after")
+    def _spine_has_no_uplinks(self) -> SwitchEntry:
+        if self.role == "spine" and self.uplink_ports:
+            raise ValueError("uplink_ports: a spine's canary ports face the leaves; uplink_ports "
+                             "are for a leaf")
+        return self
 
 
 class Launcher(BaseModel):
@@ -419,6 +447,10 @@ class Inventory(BaseModel):
                 raise ValueError(f"launcher.latency_hosts: {h!r} is not one of the hosts")
         if self.launcher.latency_hosts and len(self.launcher.latency_hosts) != 2:
             raise ValueError("launcher.latency_hosts needs exactly two hosts")
+        spines = {s.name for s in self.switches if s.role == "spine"}
+        for entry in self.hosts:
+            for leaf in {entry.leaf, *(r.leaf for r in entry.rails)} & spines:
+                raise ValueError(f"host {entry.name}: leaf {leaf!r} is a switch with role spine")
         for group, members in self.groups.items():
             _pattern("rdma_device", group)
             unknown = sorted(set(members) - set(names))

@@ -6,7 +6,8 @@ its own so one missing tool does not hide the rest), error counters are read twi
 ``error_sample_s`` apart, and consecutive host pairs run one don't-fragment ping at the RoCE
 MTU. Switch facts come from the switch itself: the ports the written profile reaches (its QUEUE
 table or applied NVUE config), the PFC threshold, counter polling, the CNP queue, and on SONiC
-``show pfc priority``.
+``show pfc priority`` and the HWSKU's QoS template, rendered read-only (what ``config qos
+reload`` would write back).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from safety.preflight import (
     PreflightFacts,
     PreflightSpec,
     QosPath,
+    QosReload,
     SwitchFacts,
 )
 from tuner.drivers import SonicDriver, switch_driver
@@ -318,6 +320,34 @@ def _switch_pfc(conn: Connection, sw: SwitchEntry) -> str | None:
     return res.stdout if res.status == 0 else None
 
 
+def qos_reload(conn: Connection, sw: SwitchEntry, db: dict[str, Any], roce_dscp: int
+               ) -> QosReload:
+    """SONiC: render the HWSKU's ``qos.json.j2`` read-only (stdout, nothing written) and
+    compare it with the running CONFIG_DB ``db``: what a QoS reload would undo."""
+    from tuner.drivers import _sonic_reload as reload
+    from tuner.ssh.shell import UnsafeValue
+
+    path = reload.template_path(db)
+    if path is None:
+        return QosReload(unchecked="CONFIG_DB DEVICE_METADATA|localhost names no platform and "
+                                   "hwsku, so the HWSKU's qos.json.j2 is not known")
+    try:
+        cmd = reload.render_command(path)
+    except UnsafeValue as exc:
+        return QosReload(template=path, unchecked=f"template path not rendered: {exc}")
+    res = conn.run(cmd, check=False, timeout_s=60)
+    if res.status != 0:
+        why = (res.stderr.strip().splitlines() or [f"exit status {res.status}"])[-1]
+        return QosReload(template=path, unchecked=f"`{cmd}` failed: {why}")
+    try:
+        rendered = reload.parse_render(res.stdout)
+    except ValueError as exc:
+        return QosReload(template=path, unchecked=f"`{cmd}` printed no JSON object: {exc}")
+    return QosReload(template=path, losses=reload.reload_losses(
+        db, rendered, profile=sw.canary_profile, original=sw.wred_profile,
+        ports=list(sw.canary_ports), queue=int(sw.lossless_queue), dscp=roce_dscp))
+
+
 def enable_counters(cluster: Any) -> list[str]:
     """``counterpoll wredqueue enable`` on every SONiC canary switch whose WRED/ECN queue
     counters are off (the operator asked: ``--enable-counters``); returns those switches."""
@@ -380,6 +410,10 @@ def ssh_facts(cluster: Any, spec: PreflightSpec, confirm_s: int = 0) -> Prefligh
     pfc = pool.fan_out(lambda c: _switch_pfc(c, sws[c.name]), list(sws)) if sws else {}
     found = cluster.switch_facts(refresh=True) if sws else {}
     drivers = {n: switch_driver(pool.conns[n], sw) for n, sw in sws.items()}
+    sonic = [n for n, sw in sws.items() if sw.platform == "sonic" and found[n].error is None
+             and (found[n].value or {}).get("config_db") is not None]
+    reloads = pool.fan_out(lambda c: qos_reload(c, sws[c.name], found[c.name].value["config_db"],
+                                                spec.roce_dscp), sonic) if sonic else {}
     out_switches = []
     for s in inv.switches:
         err = pfc[s.name].error or found[s.name].error
@@ -388,9 +422,13 @@ def ssh_facts(cluster: Any, spec: PreflightSpec, confirm_s: int = 0) -> Prefligh
                                             outside_ports=list(s.other_ports)))
             continue
         try:
-            out_switches.append(switch_facts(s, pfc[s.name].value, drivers[s.name],
-                                             found[s.name].value, spec.cnp_dscp,
-                                             spec.roce_dscp, confirm_s))
+            sf = switch_facts(s, pfc[s.name].value, drivers[s.name], found[s.name].value,
+                              spec.cnp_dscp, spec.roce_dscp, confirm_s)
+            o = reloads.get(s.name)
+            if o is not None:
+                sf = sf.model_copy(update={"qos_reload": o.value if o.error is None else
+                                           QosReload(unchecked=str(o.error))})
+            out_switches.append(sf)
         except TunerError as exc:  # an unreadable switch configuration: name it, do not guess
             out_switches.append(SwitchFacts(name=s.name, error=str(exc),
                                             outside_ports=list(s.other_ports)))

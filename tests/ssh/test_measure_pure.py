@@ -223,11 +223,13 @@ def test_preflight_refuses_a_workload_the_ssh_backend_cannot_generate(
     from types import SimpleNamespace
 
     import safety.preflight
+    import tuner.canary_layout
     import tuner.preflight_facts
     from tuner.cli import preflight
 
     monkeypatch.setattr(tuner.preflight_facts, "collect", lambda *a: None)
     monkeypatch.setattr(safety.preflight, "run_checks", lambda *a: [])
+    monkeypatch.setattr(tuner.canary_layout, "coverage_checks", lambda *a: [])
     cluster = SimpleNamespace(inventory=inv)
     bad = SimpleNamespace(workload=Workload(parts=[{"kind": "collective", "op": "alltoall",
                                                     "size_bytes": 8},

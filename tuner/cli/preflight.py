@@ -35,11 +35,13 @@ def spec_of(exp: Experiment) -> PreflightSpec:
 
 def check(exp: Experiment, cluster: Cluster) -> list[CheckResult]:
     from safety.preflight import run_checks
+    from tuner.canary_layout import coverage_checks
     from tuner.preflight_facts import collect
     from tuner.ssh.plan import workload_checks
 
     spec = spec_of(exp)
-    return run_checks(collect(exp, cluster, spec), spec) + workload_checks(exp, cluster)
+    return (run_checks(collect(exp, cluster, spec), spec) + workload_checks(exp, cluster)
+            + coverage_checks(exp, cluster))
 
 
 def render(console: Console, results: list[CheckResult], title: str) -> None:
@@ -113,7 +115,8 @@ def gate(exp: Experiment, cluster: Cluster, console: Console | None = None,
 def command(experiment: Path, as_json: bool, enable_counters: bool) -> None:
     """Check the canary of EXPERIMENT before tuning: MTU, PFC priority, DSCP trust, DCQCN
     enable and algorithm, RoCE MTU, links, error counters, versions, blast radius (from the
-    switches' own configuration), PFC threshold, counter polling, CNP queue, shared RoCE priority.
+    switches' own configuration), PFC threshold, counter polling, CNP queue, shared RoCE priority,
+    the congestion points the canary's traffic crosses (and tuned ports it never reaches).
 
     Reads only; changes nothing (but --enable-counters). Exit 0 when no check fails
     (warnings allowed), 3 when one does; `ecntune run` refuses to start in that case.

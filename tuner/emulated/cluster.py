@@ -546,9 +546,13 @@ class EmulatedCluster:
                 "rocesim_name": f"leaf{j}",
             }
             if t.platform == "sonic":
+                ports = host_ports[:len(mine) * g] + up_ports
                 state["config_db"] = swmod.init_sonic(
-                    ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"],
-                    host_ports[:len(mine) * g] + up_ports, 3, self.sonic_release)
+                    ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"], ports, 3,
+                    self.sonic_release)
+                # what the HWSKU's qos.json.j2 renders (`config qos reload` writes it back)
+                state["qos_template"] = swmod.qos_template_render(
+                    ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"], ports, 3)
                 state["sonic_release"] = self.sonic_release
                 state["state_db"] = swmod.init_sonic_state_db(self.sonic_release)
                 # /etc/sonic/config_db.json as booted (``config save`` replaces it)
@@ -599,7 +603,7 @@ class EmulatedCluster:
                 "key_file": key, "sudo": False, "netdev": NETDEV, "rdma_device": RDMA_DEVICE,
                 "pci": PCI, "roce_priority": 3, "nic_layout": t.nic_layout,
                 "sysfs_root": str(self.root / h),
-                "nic_gbps": float(self.topology["nic_gbps"])}
+                "nic_gbps": float(self.topology["nic_gbps"]), "leaf": t.extra["leaf"]}
             if self.rails > 1:  # the rails form: PCI addresses and GID indices from sysfs
                 for f in ("netdev", "rdma_device", "pci"):
                     del entry[f]
@@ -611,7 +615,8 @@ class EmulatedCluster:
             t = self.targets[s]
             sw = {"name": s, "address": t.address, "port": self.port, "user": "root",
                   "key_file": key, "platform": t.platform, "lossless_queue": 3,
-                  "canary_ports": list(t.extra["host_ports"]), "other_ports": []}
+                  "canary_ports": list(t.extra["host_ports"]), "other_ports": [],
+                  "uplink_ports": list(t.extra["uplink_ports"])}
             if t.platform == "sonic":
                 sw["wred_profile"] = "AZURE_LOSSLESS"
             else:  # NVUE shows no buffer pool: the inventory carries the rocesim leaf's

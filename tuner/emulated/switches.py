@@ -152,8 +152,16 @@ def stock_buffers(ports: list[str]) -> dict[str, Any]:
     }
 
 
-def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
-               release: str = WRED_ECN_SINCE) -> dict[str, Any]:
+# DEVICE_METADATA|localhost of the emulated switch: a stock SN2700, whose HWSKU directory holds
+# the qos.json.j2 that `config qos reload` renders
+SONIC_PLATFORM = "x86_64-mlnx_msn2700-r0"
+SONIC_HWSKU = "ACS-MSN2700"
+
+
+def qos_template_render(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int
+                        ) -> dict[str, Any]:
+    """What the HWSKU's qos.json.j2 (qos_config.j2) renders: AZURE_LOSSLESS and the stock maps,
+    never the operator's DSCP fix or ecntune's canary profile (``sonic-cfggen -d -t``)."""
     values = {
         "red_max_threshold": kmax, "wred_green_enable": "true", "ecn": "ecn_all",
         "green_min_threshold": kmin, "red_min_threshold": kmin, "wred_yellow_enable": "true",
@@ -161,9 +169,16 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
         "green_drop_probability": pmax, "yellow_max_threshold": kmax, "wred_red_enable": "true",
         "yellow_drop_probability": pmax, "red_drop_probability": pmax,
     }
+    return {"WRED_PROFILE": {"AZURE_LOSSLESS": {f: str(values[f]) for f in WRED_FIELD_ORDER}},
+            **stock_qos_maps(ports, queue)}
+
+
+def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
+               release: str = WRED_ECN_SINCE) -> dict[str, Any]:
     return {
-        "WRED_PROFILE": {"AZURE_LOSSLESS": {f: str(values[f]) for f in WRED_FIELD_ORDER}},
-        **stock_qos_maps(ports, queue),
+        "DEVICE_METADATA": {"localhost": {"platform": SONIC_PLATFORM, "hwsku": SONIC_HWSKU,
+                                          "type": "LeafRouter"}},
+        **qos_template_render(kmin, kmax, pmax, ports, queue),
         "PFC_WD": {p: {"action": "drop", "detection_time": "200", "restoration_time": "200"}
                    for p in ports},
         "DEVICE_NEIGHBOR": {p: {"name": f"peer-{p}", "port": "eth0"} for p in ports},

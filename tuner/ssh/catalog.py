@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from tuner.drivers import NIC_LAYOUTS, NvueDriver, SonicDriver, detect_command, switch_driver
+from tuner.drivers._sonic_reload import QOS_TEMPLATE, render_command
 from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
 from tuner.drivers.sonic import CNP_WATERMARK
 from tuner.inventory import Inventory, load_inventory
@@ -117,6 +118,12 @@ def catalog(inv: Inventory) -> list[Planned]:
         if isinstance(sw, SonicDriver):
             out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
                             s.sudo) for cmd in sw.counters_commands()]
+            out.append(Planned(s.name, "pre-flight, read-only (qos_reload): what `config qos "
+                               "reload` / `config load_minigraph` would write back, the HWSKU's "
+                               "qos.json.j2 (named by CONFIG_DB DEVICE_METADATA|localhost; "
+                               "example platform and HWSKU) rendered to stdout", render_command(
+                                   QOS_TEMPLATE.format(platform="x86_64-mlnx_msn2700-r0",
+                                                       hwsku="ACS-MSN2700")), s.sudo))
             out.append(Planned(s.name, "after the baseline: the CNP queue's watermark "
                                "(cnp_starvation)", CNP_WATERMARK, s.sudo))
             out.append(Planned(s.name, "only with `ecntune preflight --enable-counters`: poll "
