@@ -101,10 +101,12 @@ def make_sampler(spec: SamplerSpec, multi: bool, *,
 
 class PairedMedianPruner(optuna.pruners.BasePruner):
     """Stop a trial whose running paired score is clearly below the median of the other trials
-    at the same replicate (the same placement: common random numbers make the comparison fair).
+    at the same replicate (the same placement: common random numbers make the comparison fair)
+    that met every guardrail there: a setting that breaks one scores what no candidate may, and
+    measured against those, a feasible trade (less busbw, no PFC) would be stopped for it.
 
-    "Clearly" is ``margin`` log2 units below; the first ``n_startup_trials`` finished trials are
-    never pruned and always inform the median.
+    "Clearly" is ``margin`` log2 units below; until ``n_startup_trials`` such trials have
+    finished, nothing is pruned.
     """
 
     def __init__(self, margin: float, n_startup_trials: int) -> None:
@@ -117,7 +119,8 @@ class PairedMedianPruner(optuna.pruners.BasePruner):
             return False
         others = [t.intermediate_values[step]
                   for t in study.get_trials(deepcopy=False, states=(COMPLETE, PRUNED))
-                  if step in t.intermediate_values]
+                  if step in t.intermediate_values
+                  and all(v <= 0 for v in constraints(t).values())]
         if len(others) < max(self.n_startup_trials, 1):
             return False
         others.sort()

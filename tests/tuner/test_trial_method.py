@@ -55,13 +55,16 @@ def test_baseline_metrics_are_over_the_paired_replicates_only(tmp_path: Path) ->
     assert base.metrics["p999_us"] >= base.metrics["p99_us"]
 
 
-def _study_with(values_at_step0: list[float]) -> optuna.Study:
+def _study_with(values_at_step0: list[float],
+                infeasible_at_step0: tuple[float, ...] = ()) -> optuna.Study:
     st = optuna.create_study(direction="maximize",
                              pruner=optuna_io.PairedMedianPruner(0.05, n_startup_trials=3))
     dist = {"x": FloatDistribution(0, 1)}
-    for v in values_at_step0:
+    for v, margin in [(v, -0.1) for v in values_at_step0] + [
+            (v, 0.2) for v in infeasible_at_step0]:
         st.add_trial(create_trial(params={"x": 0.5}, distributions=dist, value=v,
-                                  intermediate_values={0: v}, state=TrialState.COMPLETE))
+                                  intermediate_values={0: v}, state=TrialState.COMPLETE,
+                                  system_attrs={"constraints": [margin]}))
     return st
 
 
@@ -76,6 +79,18 @@ def test_pruner_stops_only_clearly_worse_trials_at_the_same_replicate() -> None:
     t3 = st.ask({"x": FloatDistribution(0, 1)})
     t3.report(0.0, 1)  # nobody has reached replicate 1 yet: nothing to compare with
     assert not t3.should_prune()
+
+
+def test_pruner_compares_with_trials_that_met_every_guardrail_only() -> None:
+    # Four settings broke a guardrail at a higher score (median of all seven: 0.9); against
+    # the three that met every one (median 0.5) a trial at 0.47 is no worse.
+    st = _study_with([0.40, 0.50, 0.60], infeasible_at_step0=(0.9, 0.9, 0.95, 1.0))
+    t = st.ask({"x": FloatDistribution(0, 1)})
+    t.report(0.47, 0)
+    assert not t.should_prune()
+    t2 = st.ask({"x": FloatDistribution(0, 1)})
+    t2.report(0.44, 0)
+    assert t2.should_prune()
 
 
 def test_pruner_waits_for_its_startup_trials() -> None:
