@@ -53,7 +53,7 @@ safety:
 objective: {{guardrails: {{max_busbw_loss_percent: 100, p99_allowance_percent: 1000000,
             max_pfc_pause_us_per_s: 1000000}}}}
 budget: {{trials: {trials}, wall_time_s: 600, repeats: 1, baseline_every: 0, confirm_repeats: 5,
-         confirm_top_k: 1}}
+         confirm_top_k: 1, candidate_placements: 0}}
 sampler: {{name: random, seed: 3}}
 tracking: {{enabled: false}}
 results_dir: {results}

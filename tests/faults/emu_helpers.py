@@ -22,7 +22,8 @@ search:
 safety: {{deadman_timeout_s: {deadman}, max_pause_fraction: 1.0, poll_interval_s: 0.5{more}}}
 objective: {{guardrails: {{max_busbw_loss_percent: 100}}}}
 preflight: {{error_sample_s: 0.2}}
-budget: {{trials: {trials}, repeats: 1, baseline_every: 0, confirm_repeats: 0, confirm_top_k: 1}}
+budget: {{trials: {trials}, repeats: 1, baseline_every: 0, confirm_repeats: 0, confirm_top_k: 1,
+         candidate_placements: 0}}
 sampler: {{name: random, seed: 5}}
 tracking: {{enabled: false}}
 results_dir: {results}

@@ -210,7 +210,7 @@ def test_target_reboot_mid_trial(emu, tmp_path, reliability, case: str) -> None:
     t_fault: list[float] = []
 
     def reboot_during_first_trial(n: int) -> None:
-        if n == 2:  # measurement 1 is the baseline
+        if n == 2:  # measurement 1 is the baseline (candidate_placements: 0)
             emu.inject(emu.host_names[0], hang={"mpirun": 60})
 
             def reboot() -> None:
@@ -389,7 +389,7 @@ def test_nvue_window_shorter_than_the_trial_fails_the_trial(emu, tmp_path, relia
     window = 6
 
     def hold_first_trial(n: int) -> None:
-        if n == 2:  # measurement 1 is the baseline
+        if n == 2:  # measurement 1 is the baseline (candidate_placements: 0)
             emu.inject(emu.host_names[0], hang={"mpirun": 15})
             threading.Timer(15.0, emu.clear_faults, [emu.host_names[0]]).start()
 

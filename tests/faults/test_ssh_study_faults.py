@@ -136,7 +136,7 @@ def test_fault_during_a_study(emu, tmp_path: Path, reliability, fault: str) -> N
 
     def on_first_trial_measure(action: Callable[[], None]) -> Callable[[int], None]:
         def hook(n: int) -> None:
-            if n == 2:  # measurement 1 is the baseline trial
+            if n == 2:  # measurement 1 is the baseline trial (candidate_placements: 0)
                 mark()
                 action()
         return hook

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,9 @@ def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> Non
     """The README's headline, as bench/headline.py measures it: quick.yaml as shipped with
     sampler seeds 0-4, each study under the name the script gives it (the name draws the
     confirmation placements). The winners sit at the edge of the guardrails, so a seed may
-    confirm nothing on its placements: under the PFC-threshold Kmax ceiling (issue #22) one
-    seed of five confirms (seed 3, +23.1 %) and the median is +0.0 %, as the README says;
-    every seed keeps the canary safe and restores the baseline."""
+    confirm nothing on its placements: with would-be candidates measured on five placements
+    first, three seeds of five confirm (+14.6, +22.9, +18.8 %) and the median is +14.6 %, as
+    the README says; every seed keeps the canary safe and restores the baseline."""
     path = ROOT / "experiments" / "quick.yaml"
     shipped = load_experiment(path)
     changes = []
@@ -48,8 +49,9 @@ def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> Non
         assert trial0.is_baseline and trial0.metrics["pfc_pause_frames"] > 0  # counters kept
         assert cluster.read_back() == base
     confirmed = [c for c in changes if c > 0]
-    assert confirmed, changes  # the README: seed 3 confirms, the other four keep the baseline
-    assert min(confirmed) > 15.0, changes  # seed 3's winner: +23.1 % in the README
+    assert len(confirmed) >= 3, changes  # the README: seeds 2, 3 and 4 confirm
+    assert min(confirmed) > 10.0, changes  # their winners: +14.6 to +22.9 % in the README
+    assert statistics.median(changes) > 10.0, changes  # the headline: +14.6 %
 
 
 @pytest.mark.slow
