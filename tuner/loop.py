@@ -213,9 +213,9 @@ class StudyRunner:
             if role == "baseline" and self.policy.owns_baseline(asked):
                 out = baseline.run(self, asked)
             elif role == "baseline":  # another process's trial 0: this one has its own
-                out = self.run_trial(asked, "proposal")
+                out = self._trial(asked, "proposal")
             else:
-                out = self.run_trial(asked, role)
+                out = self._trial(asked, role)
                 used += 1
                 if (every and used % every == 0 and used < self.exp.budget.trials
                         and self.policy.concludes):
@@ -223,7 +223,7 @@ class StudyRunner:
             self.on_event("trial", {"outcome": out, "best": studies.best_unconfirmed(self.study),
                                     "used": used})
 
-    def run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
+    def _trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
         with self.policy.running(asked):
             return trial.run(self, asked, role)
 

@@ -1,8 +1,8 @@
 """One worker of a shared study: the trial loop on one canary slice, next to other workers.
 
 Workers on any number of machines share one Optuna study through its storage (PostgreSQL for
-several machines) and one MLflow parent run; nothing else coordinates them. What a worker adds
-to ``tuner.loop.StudyRunner``:
+several machines) and one MLflow parent run; nothing else coordinates them. A worker is
+``tuner.loop.StudyRunner`` with a ``SlicePolicy``, which adds:
 
 * **its slice, leased.** The slice's lease (``tuner.lease``) is held for the worker's life and
   renewed from a thread; a lost lease stops the running measurement at its next poll, restores
@@ -25,7 +25,8 @@ to ``tuner.loop.StudyRunner``:
 * **parallel proposals**: TPE's constant liar (the default sampler) treats the other workers'
   running trials as bad, so they do not all try the same point.
 
-Confirmation repeats and ``--keep-best`` are for ``ecntune run``; workers only explore.
+Drift checks, the confirmation and the study report are ``ecntune run``'s
+(``SlicePolicy.concludes``), and so is ``--keep-best``: workers only explore.
 """
 
 from __future__ import annotations
