@@ -1,8 +1,8 @@
 """One worker of a shared study: the trial loop on one canary slice, next to other workers.
 
 Workers on any number of machines share one Optuna study through its storage (PostgreSQL for
-several machines) and one MLflow parent run; nothing else coordinates them. What a worker adds
-to ``tuner.loop.StudyRunner``:
+several machines) and one MLflow parent run; nothing else coordinates them. A worker is
+``tuner.loop.StudyRunner`` with a ``SlicePolicy``, which adds:
 
 * **its slice, leased.** The slice's lease (``tuner.lease``) is held for the worker's life and
   renewed from a thread; a lost lease stops the running measurement at its next poll, restores
@@ -25,7 +25,8 @@ to ``tuner.loop.StudyRunner``:
 * **parallel proposals**: TPE's constant liar (the default sampler) treats the other workers'
   running trials as bad, so they do not all try the same point.
 
-Confirmation repeats and ``--keep-best`` are for ``ecntune run``; workers only explore.
+Drift checks, the confirmation and the study report are ``ecntune run``'s
+(``SlicePolicy.concludes``), and so is ``--keep-best``: workers only explore.
 """
 
 from __future__ import annotations
@@ -34,16 +35,19 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
-from objectives.measurement import Measurement
 from safety.rollback import restore
 from tuner import __version__, optuna_io, study_store
 from tuner.errors import ConfigError
 from tuner.lease import Lease, LeaseKeeper
-from tuner.loop import Interrupted, SignalGuard, StudyRunner, TrialOutcome
-from tuner.tracking import TrialRecord
+from tuner.loop import StudyRunner
+from tuner.phases import baseline
+from tuner.phases.trial import stripped
+from tuner.signals import Interrupted, SignalGuard
+from tuner.study import StudyResult
 
 if TYPE_CHECKING:
     from tuner.cluster.base import Cluster
@@ -113,47 +117,52 @@ class _LeaseGuard(SignalGuard):
         super().check()
 
 
-class SliceWorker(StudyRunner):
-    """``StudyRunner`` for one slice of a shared study (see the module docstring).
+class SlicePolicy:
+    """``tuner.phases.policy.Policy`` for one slice of a shared study (module docstring)."""
 
-    ``exp`` is the slice's experiment (``tuner.slices.for_slice``); ``exp_yaml`` the shared
-    experiment file, stored with the study when this worker is the one that creates it.
-    """
+    concludes = False  # drift, confirmation and the report are ``ecntune run``'s
 
-    def __init__(self, exp: Experiment, exp_yaml: str, cluster: Cluster, *, study_name: str,
-                 slice_name: str, keeper: LeaseKeeper, **kw: Any) -> None:
-        super().__init__(exp, exp_yaml, cluster, study_name=study_name, **kw)
+    def __init__(self, slice_name: str, keeper: LeaseKeeper) -> None:
         self.slice = slice_name
         self.keeper = keeper
         # Each worker counts its own twin trials (a shared key would keep the last writer's).
         self.twin_key = f"{study_store.TWIN_TRIALS}:{slice_name}:{uuid.uuid4().hex[:8]}"
         self.leases = keeper.leases
         self.heartbeat_s = max(1, round(self.leases.ttl_s / 3))
-        self.lease_guard = _LeaseGuard(slice_name)
-        self.lease_guard.keeper = keeper
-        self.guard = self.lease_guard
+        self.guard = _LeaseGuard(slice_name)
+        self.guard.keeper = keeper
         keeper.on_tick = self._tick
         self.current: int | None = None  # the trial whose heartbeat the lease thread beats
         self.died: list[int] = []  # trials of dead workers this worker failed and re-queued
         self._died_unlogged = False  # some of them not logged to MLflow yet (main thread)
         self._ask_lease: Lease | None = None
         self._lock = threading.Lock()
+        self._ctx: StudyRunner | None = None
+
+    def bind(self, ctx: StudyRunner) -> None:
+        self._ctx = ctx
+
+    @property
+    def ctx(self) -> StudyRunner:
+        assert self._ctx is not None, "SlicePolicy used before StudyRunner bound it"
+        return self._ctx
 
     # The lease thread ------------------------------------------------------------------------
     def _tick(self) -> None:
         """Every lease renewal: beat the running trial's heartbeat, fail dead workers' ones."""
-        if self.study is None:
+        study = self._ctx.study if self._ctx is not None else None
+        if study is None:
             return
         with self._lock:
             if self.current is not None:
-                optuna_io.record_heartbeat(self.study, self.current)
+                optuna_io.record_heartbeat(study, self.current)
             self._janitor()
 
     def _janitor(self) -> None:
-        for n in optuna_io.fail_dead(self.study):
+        for n in optuna_io.fail_dead(self.ctx.study):
             self.died.append(n)
             self._died_unlogged = True
-            self.on_event("worker_died", {"trial": n})
+            self.ctx.on_event("worker_died", {"trial": n})
 
     def _log_died(self) -> None:
         """Log the trials this worker failed for their dead workers to MLflow (each is failed
@@ -162,136 +171,114 @@ class SliceWorker(StudyRunner):
         with self._lock:
             pending, self._died_unlogged = self._died_unlogged, False
         if pending:
-            self.backfill()
-
-    def run(self, *, resume: bool = False) -> Any:
-        """The loop, while ``keeper`` (started by the caller right after the lease was
-        acquired) renews the lease."""
-        try:
-            return super().run(resume=resume)
-        except Interrupted as exc:
-            if exc.signame == "lease-lost":  # the loop re-raises every stop as Interrupted
-                raise LeaseLost(self.slice, self.keeper.error or "not renewed") from None
-            raise
-        finally:
-            self._release_ask()
+            self.ctx.backfill()
 
     # Set-up ----------------------------------------------------------------------------------
-    def _refuse_if_dirty(self) -> None:
+    def prepare(self) -> None:
         """The worker holds the slice's lease: an open change in the slice's journal is a dead
         worker's, so put the slice back on that change's baseline (verified) instead."""
-        entry = self.journal.dirty()
+        journal = self.ctx.journal
+        entry = journal.dirty()
         if entry is None:
             return
-        report = restore(self.cluster, entry.baseline)
-        self.journal.end(entry.id, "restored:recover")
-        self.on_event("slice_restored", {"slice": self.slice, "trial": entry.trial,
-                                         "seconds": report.seconds})
+        report = restore(self.ctx.cluster, entry.baseline)
+        journal.end(entry.id, "restored:recover")
+        self.ctx.on_event("slice_restored", {"slice": self.slice, "trial": entry.trial,
+                                             "seconds": report.seconds})
 
-    def _open_study(self, resume: bool) -> None:
-        multi = self.exp.objective.mode == "multi"
+    def open_study(self, resume: bool) -> Any:
+        ctx = self.ctx
+        multi = ctx.exp.objective.mode == "multi"
         # Each worker its own seed: with one seed every worker would draw the same startup
         # points (constant liar only steers the model-based proposals).
-        spec = self.exp.sampler
+        spec = ctx.exp.sampler
         if spec.seed is not None:
             spec = spec.model_copy(update={"seed": (spec.seed + zlib.crc32(self.slice.encode()))
                                                   % 2**32})
         sampler = optuna_io.make_sampler(spec, multi)
-        storage = self.exp.storage_url
+        storage = ctx.exp.storage_url
         with self.leases.mutex(STORAGE_INIT_LOCK):  # Optuna's table creation is not concurrent
             optuna_io.open_storage(storage, heartbeat_s=self.heartbeat_s)
-        pruner = self._pruner()
+        pruner = ctx.pruner()
         try:
-            self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
-                                              heartbeat_s=self.heartbeat_s)
+            ctx.study = optuna_io.load_study(ctx.study_name, storage, sampler, pruner,
+                                             heartbeat_s=self.heartbeat_s)
         except ConfigError:  # the first worker creates it; a twin may win the race
             dirs = ["maximize"] if not multi else ["maximize", "minimize"]
             try:
-                self.study = optuna_io.create_study(self.study_name, storage, dirs, sampler,
-                                                    pruner, heartbeat_s=self.heartbeat_s)
+                ctx.study = optuna_io.create_study(ctx.study_name, storage, dirs, sampler,
+                                                   pruner, heartbeat_s=self.heartbeat_s)
             except ConfigError:
-                self.study = optuna_io.load_study(self.study_name, storage, sampler, pruner,
-                                                  heartbeat_s=self.heartbeat_s)
+                ctx.study = optuna_io.load_study(ctx.study_name, storage, sampler, pruner,
+                                                 heartbeat_s=self.heartbeat_s)
             else:
-                study_store.created(self.study, experiment_yaml=self.exp_yaml,
-                                    experiment_name=self.exp.name,
-                                    mode=self.exp.objective.mode, ecntune_version=__version__,
-                                    startup_trials=self.exp.sampler.random_startup, shared=True)
-                self._enqueue_warm_starts()  # once per study, for any worker to take
+                study_store.created(ctx.study, experiment_yaml=ctx.exp_yaml,
+                                    experiment_name=ctx.exp.name,
+                                    mode=ctx.exp.objective.mode, ecntune_version=__version__,
+                                    startup_trials=ctx.exp.sampler.random_startup, shared=True)
+                baseline.enqueue_warm_starts(ctx)  # once per study, for any worker to take
         with self._lock:
             self._janitor()
+        return ctx.study
 
-    def _ensure_baseline(self) -> None:
+    def ensure_baseline(self) -> None:
         """This slice's trial 0: loaded if done, else measured now (see the module docstring).
         Its paired replicates are the ones every trial on this slice is scored against."""
+        ctx = self.ctx
         done = any(study_store.tags(t).role == "baseline"
                    and study_store.tags(t).slice == self.slice and t.state.name == "COMPLETE"
-                   for t in optuna_io.trials(self.study))
-        stored, repeats = study_store.baseline(self.study, self.slice)
+                   for t in optuna_io.trials(ctx.study))
+        stored, repeats = study_store.baseline(ctx.study, self.slice)
         if done and stored:
-            self.baseline_ms = stored
-            self.repeats = repeats or len(stored)
-            self._set_window()
+            baseline.adopt(ctx, stored, repeats or len(stored))
             return
-        asked = optuna_io.ask_fixed(self.study, self.space.params_of(self.baseline_values),
-                                    self.dists, {"role": "baseline", "slice": self.slice})
-        self._begin(asked)
-        try:
-            self._run_baseline(asked)
-        finally:
-            self._end()
-        study_store.save_baseline(self.study, self._stripped_baseline(), self.repeats,
-                                  self.slice)
+        asked = optuna_io.ask_fixed(ctx.study, ctx.space.params_of(ctx.baseline_values),
+                                    ctx.dists, {"role": "baseline", "slice": self.slice})
+        with self.running(asked):
+            baseline.run(ctx, asked)
+        study_store.save_baseline(ctx.study, [stripped(m) for m in ctx.baseline_ms],
+                                  ctx.repeats, self.slice)
 
-    def _stripped_baseline(self) -> list[Measurement]:
-        from tuner.loop import _stripped
-
-        return [_stripped(m) for m in self.baseline_ms]
-
-    def _start_tracking(self) -> None:
+    def tracking(self) -> AbstractContextManager[None]:
         """One parent run for all workers: the first creates it, the others re-open it."""
-        if not self.tracker.enabled:
-            return
-        with self.leases.mutex(PARENT_RUN_LOCK):
-            super()._start_tracking()
+        if not self.ctx.tracker.enabled:
+            return nullcontext()
+        return self.leases.mutex(PARENT_RUN_LOCK)
 
     # One trial -------------------------------------------------------------------------------
-    def _begin(self, asked: optuna_io.Asked) -> None:
-        self._release_ask()  # the trial is asked (RUNNING, counted): the next worker may ask
+    def owns_baseline(self, asked: optuna_io.Asked) -> bool:
+        """A queued baseline of a study `ecntune run` created is a proposal here: this
+        worker's trial 0 is its own."""
+        return study_store.tags(asked.trial).slice == self.slice
+
+    @contextmanager
+    def running(self, asked: optuna_io.Asked) -> Iterator[None]:
+        """The trial is asked (RUNNING, counted): the next worker may ask; the lease thread
+        beats its heartbeat until it is told."""
+        self.release_ask()
         study_store.tag(asked.trial, slice=self.slice)
         with self._lock:
             self.current = asked.number
-            optuna_io.record_heartbeat(self.study, asked.number)
-
-    def _end(self) -> None:
-        with self._lock:
-            self.current = None
-
-    def _run_trial(self, asked: optuna_io.Asked, role: str) -> TrialOutcome:
-        self._begin(asked)
+            optuna_io.record_heartbeat(self.ctx.study, asked.number)
         try:
-            return super()._run_trial(asked, role)
+            yield
         finally:
-            self._end()
+            with self._lock:
+                self.current = None
 
-    def _run_baseline(self, asked: optuna_io.Asked) -> TrialOutcome:
-        if study_store.tags(asked.trial).slice != self.slice:
-            # A queued baseline of a study `ecntune run` created: this worker's is its own.
-            return self._run_trial(asked, "proposal")
-        return super()._run_baseline(asked)
-
-    def _budget_spent(self, used: int) -> bool:
+    def budget_spent(self, used: int) -> bool:
         """``budget_step`` over the study; on ``ask`` the ask lock stays held until the trial
-        is asked (``_begin``), on ``wait`` the worker polls, beating its lease meanwhile."""
+        is asked (``running``), on ``wait`` the worker polls, beating its lease meanwhile."""
         while True:
             self.guard.check()
             self._log_died()
             self._take_ask()
             with self._lock:  # not between a janitor's fail and its re-queue of a dead trial
-                step = budget_step(optuna_io.trials(self.study), self.exp.budget.trials)
+                step = budget_step(optuna_io.trials(self.ctx.study),
+                                   self.ctx.exp.budget.trials)
             if step == "ask":
                 return False
-            self._release_ask()
+            self.release_ask()
             if step == "stop":
                 return True
             end = time.monotonic() + min(self.heartbeat_s, 5)  # each poll reads the study
@@ -304,25 +291,19 @@ class SliceWorker(StudyRunner):
         deadline = time.monotonic() + wait_s
         while (lease := self.leases.acquire(ASK_LOCK)) is None:
             if time.monotonic() > deadline:
-                raise ConfigError(f"study {self.study_name}: {ASK_LOCK} held by another worker "
-                                  f"for over {wait_s:.0f} s")
+                raise ConfigError(f"study {self.ctx.study_name}: {ASK_LOCK} held by another "
+                                  f"worker for over {wait_s:.0f} s")
             self.guard.check()
             time.sleep(0.02)
         self._ask_lease = lease
 
-    def _release_ask(self) -> None:
+    def release_ask(self) -> None:
         if self._ask_lease is not None:
             lease, self._ask_lease = self._ask_lease, None
             self.leases.release(lease)
 
     # MLflow ----------------------------------------------------------------------------------
-    def _record(self, number: int, state: str, tags: study_store.Tags,
-                params: dict[str, Any]) -> TrialRecord:
-        rec = super()._record(number, state, tags, params)
-        rec.tags["ecntune.slice"] = tags.slice or self.slice
-        return rec
-
-    def _backfills(self, t: Any) -> bool:
+    def backfills(self, t: Any) -> bool:
         """This slice's trials only: two workers back-filling one trial would log it twice
         (the other slices' are their workers' to log; a dead worker's, the janitor's that
         failed it)."""
@@ -331,15 +312,33 @@ class SliceWorker(StudyRunner):
             return t.number in self.died
         return tags.slice == self.slice
 
-    def _end_tracking(self, interrupted: str | None, failed: bool) -> None:
-        self._log_died()
-        super()._end_tracking(interrupted, failed)
 
-    def _confirm(self) -> None:
-        """Workers only explore; confirmation belongs to one process (``ecntune run``)."""
+class SliceWorker:
+    """A ``StudyRunner`` with a ``SlicePolicy``: one slice of a shared study.
 
-    def _drift_check(self, after_trial: int) -> None:
-        """The study's drift record is one canary's; slices would interleave in it."""
+    ``exp`` is the slice's experiment (``tuner.slices.for_slice``); ``exp_yaml`` the shared
+    experiment file, stored with the study when this worker is the one that creates it.
+    """
 
-    def _log_report(self) -> None:
-        """The study report is written once, not by every worker."""
+    def __init__(self, exp: Experiment, exp_yaml: str, cluster: Cluster, *, study_name: str,
+                 slice_name: str, keeper: LeaseKeeper, **kw: Any) -> None:
+        self.policy = SlicePolicy(slice_name, keeper)
+        self.runner = StudyRunner(exp, exp_yaml, cluster, study_name=study_name,
+                                  policy=self.policy, **kw)
+
+    @property
+    def study(self) -> Any:
+        return self.runner.study
+
+    def run(self, *, resume: bool = False) -> StudyResult:
+        """The loop, while ``keeper`` (started by the caller right after the lease was
+        acquired) renews the lease."""
+        try:
+            return self.runner.run(resume=resume)
+        except Interrupted as exc:
+            if exc.signame == "lease-lost":  # the loop re-raises every stop as Interrupted
+                raise LeaseLost(self.policy.slice,
+                                self.policy.keeper.error or "not renewed") from None
+            raise
+        finally:
+            self.policy.release_ask()

@@ -1,9 +1,9 @@
 """The loop's storm window decides verdicts (issue #20, item 8).
 
-``StudyRunner`` sizes the storm detection window from the baseline (``_set_window``: SONiC's
-200 ms watchdog window scaled down to half the mean baseline measurement) and hands it to the
-live monitor and to the post-hoc ``judge``. On experiments/quick.yaml (baseline 10.526 ms of
-simulated time, window 5.263 ms):
+``StudyRunner`` sizes the storm detection window from the baseline
+(``phases.baseline.window_for``: SONiC's 200 ms watchdog window scaled down to half the mean
+baseline measurement) and hands it to the live monitor and to the post-hoc ``judge``. On
+experiments/quick.yaml (baseline 10.526 ms of simulated time, window 5.263 ms):
 
 - BURST (tests/tuner/trial_variants.py) pauses the incast senders in the first milliseconds
   only: host6, the worst, is paused 17.5 % of its worst 5.263 ms window (limit 50 %) but 63 %

@@ -95,7 +95,7 @@ def command(study: str, group: str, inventory: Path | None, waves: str, gate_s: 
             click.echo(line)
         if not do_apply:
             return
-        from tuner.loop import SignalGuard
+        from tuner.signals import SignalGuard
 
         guard = SignalGuard()  # a signal waits until a wave's restore is complete
         guard.install()
