@@ -37,11 +37,12 @@ def check(exp: Experiment, cluster: Cluster) -> list[CheckResult]:
     from safety.preflight import run_checks
     from tuner.canary_layout import coverage_checks
     from tuner.preflight_facts import collect
+    from tuner.ssh.exec_trust import exec_checks
     from tuner.ssh.plan import workload_checks
 
     spec = spec_of(exp)
     return (run_checks(collect(exp, cluster, spec), spec) + workload_checks(exp, cluster)
-            + coverage_checks(exp, cluster))
+            + exec_checks(exp, cluster) + coverage_checks(exp, cluster))
 
 
 def render(console: Console, results: list[CheckResult], title: str) -> None:
