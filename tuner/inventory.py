@@ -346,6 +346,9 @@ class Launcher(BaseModel):
     bw_bin: str = "ib_write_bw"  # perftest bandwidth tool for background parts
     nccl_env: dict[str, str] = Field(default_factory=dict)
     trusted_env: list[str] = Field(default_factory=list)  # PLUGIN_ENV names the site vouches for
+    # nccl_tests_dir, listed here when the site vouches for binaries other accounts could
+    # change (pre-flight refuses them otherwise: tuner.ssh.exec_trust)
+    trusted_dirs: list[str] = Field(default_factory=list)
     gpus_per_host: int = Field(default=1, ge=1, le=64)
     warmup_iters: int = Field(default=2, ge=0, le=1000)
     latency_hosts: list[str] = Field(default_factory=list)  # probe pairs among these (default all)
@@ -368,6 +371,11 @@ class Launcher(BaseModel):
     @classmethod
     def _dir(cls, v: str) -> str:
         return _pattern("path", os.path.expandvars(v))
+
+    @field_validator("trusted_dirs")
+    @classmethod
+    def _trusted_dirs(cls, v: list[str]) -> list[str]:
+        return [_pattern("path", os.path.expandvars(d)) for d in v]
 
     @field_validator("perftest_bin", "bw_bin")
     @classmethod
@@ -419,6 +427,11 @@ class Launcher(BaseModel):
         words = self.mpirun.replace("{np}", "1").replace("{hostlist}", "h").split()
         for k in _template_env(words):
             _check_env_name("launcher.mpirun", k, self.trusted_env)
+        for d in self.trusted_dirs:  # a vouch is for the value it names, not for any later one
+            if d.rstrip("/") != self.nccl_tests_dir.rstrip("/"):
+                raise ValueError(f"launcher.trusted_dirs: {d!r} is not launcher.nccl_tests_dir "
+                                 f"({self.nccl_tests_dir!r}), the only directory whose "
+                                 "binaries run by path")
         return self
 
 

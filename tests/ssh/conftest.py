@@ -31,6 +31,41 @@ BASE_INVENTORY: dict[str, Any] = {
 }
 
 
+# An experiment for `ecntune preflight` on the emulated cluster: one collective part, no
+# error sampling or ping (fast).
+PREFLIGHT_EXP = """
+name: {name}
+fabric: {{backend: ssh, inventory_file: {inventory}}}
+workload: {{parts: [{{kind: collective, op: all_reduce, size_bytes: 1048576}}]}}
+search: {{knobs: {{kmin_bytes: {{low: 20000, high: 200000}}}}, warm_starts: false}}
+preflight: {{error_sample_s: 0, df_ping: false}}
+sampler: {{name: random}}
+tracking: {{enabled: false}}
+results_dir: {results}
+"""
+
+
+def run_preflight(emu: Any, tmp_path: Path, inv: dict[str, Any], name: str = "emu-preflight",
+                  workload: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, Any]]]:
+    """``ecntune preflight --json`` of PREFLIGHT_EXP (its workload replaced by ``workload``)
+    on the inventory mapping ``inv``: the CLI result and its rows."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(PREFLIGHT_EXP.format(name=name, inventory=tmp_path / "inv.yaml",
+                                        results=tmp_path / "results"))
+    if workload is not None:
+        exp.write_text(yaml.safe_dump({**yaml.safe_load(exp.read_text()), "workload": workload}))
+    res = CliRunner().invoke(main, ["preflight", str(exp), "--json"])
+    return res, [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+
+
 def sample(relpath: str) -> str:
     """A reference sample without its leading ``# source:`` provenance line."""
     text = (REFERENCE / relpath).read_text()

@@ -4,29 +4,16 @@ points the canary crosses and warns when tuned uplinks are never reached."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from tuner.cli import main
+from tests.ssh.conftest import run_preflight
 from tuner.emulated.cluster import EmulatedCluster
 
 pytestmark = [pytest.mark.ssh, pytest.mark.timeout(120)]
-
-EXP = """
-name: emu-cover
-fabric: {{backend: ssh, inventory_file: {inventory}}}
-workload: {{parts: [{{kind: collective, op: all_reduce, size_bytes: 1048576}}]}}
-search: {{knobs: {{kmin_bytes: {{low: 20000, high: 200000}}}}, warm_starts: false}}
-preflight: {{error_sample_s: 0, df_ping: false}}
-sampler: {{name: random}}
-tracking: {{enabled: false}}
-results_dir: {results}
-"""
 
 
 def preflight(emu: EmulatedCluster, tmp_path: Path, hosts: list[str]) -> list[dict[str, Any]]:
@@ -37,11 +24,7 @@ def preflight(emu: EmulatedCluster, tmp_path: Path, hosts: list[str]) -> list[di
     inv["switches"] = [s for s in inv["switches"] if s["platform"] == "sonic"]
     leaf = inv["switches"][0]
     leaf["canary_ports"] = leaf["canary_ports"] + leaf["uplink_ports"]
-    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
-    exp = tmp_path / "exp.yaml"
-    exp.write_text(EXP.format(inventory=tmp_path / "inv.yaml", results=tmp_path / "results"))
-    res = CliRunner().invoke(main, ["preflight", str(exp), "--json"])
-    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    _, rows = run_preflight(emu, tmp_path, inv, "emu-cover")
     return [r for r in rows if r["check"] == "congestion_points"]
 
 

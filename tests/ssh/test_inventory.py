@@ -56,6 +56,9 @@ def test_bad_values_are_refused_naming_the_entry(
         ({"nccl_env": {"ld preload": "x"}}, "launcher.nccl_env"),
         ({"nccl_tests_dir": "/opt/n`id`"}, "launcher.nccl_tests_dir"),
         ({"latency_hosts": ["host0"]}, "exactly two hosts"),
+        ({"trusted_dirs": ["/opt/n;id"]}, "launcher.trusted_dirs"),
+        ({"trusted_dirs": ["/home/eve/bin"]},
+         "launcher.trusted_dirs: '/home/eve/bin' is not launcher.nccl_tests_dir"),
     ],
 )
 def test_launcher_is_validated(inventory_data: dict[str, Any], patch: dict[str, Any],

@@ -225,9 +225,13 @@ def test_preflight_refuses_a_workload_the_ssh_backend_cannot_generate(
     import safety.preflight
     import tuner.canary_layout
     import tuner.preflight_facts
+    import tuner.ssh.exec_plan
+    import tuner.ssh.exec_trust
     from tuner.cli import preflight
 
     monkeypatch.setattr(tuner.preflight_facts, "collect", lambda *a: None)
+    monkeypatch.setattr(tuner.ssh.exec_trust, "exec_checks", lambda *a: [])
+    monkeypatch.setattr(tuner.ssh.exec_plan, "plan_checks", lambda *a: [])
     monkeypatch.setattr(safety.preflight, "run_checks", lambda *a: [])
     monkeypatch.setattr(tuner.canary_layout, "coverage_checks", lambda *a: [])
     cluster = SimpleNamespace(inventory=inv)

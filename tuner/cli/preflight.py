@@ -37,21 +37,27 @@ def check(exp: Experiment, cluster: Cluster) -> list[CheckResult]:
     from safety.preflight import run_checks
     from tuner.canary_layout import coverage_checks
     from tuner.preflight_facts import collect
+    from tuner.ssh.exec_plan import plan_checks
+    from tuner.ssh.exec_trust import exec_checks
     from tuner.ssh.plan import workload_checks
 
     spec = spec_of(exp)
     return (run_checks(collect(exp, cluster, spec), spec) + workload_checks(exp, cluster)
-            + coverage_checks(exp, cluster))
+            + exec_checks(exp, cluster) + coverage_checks(exp, cluster)
+            + plan_checks(exp, cluster))
 
 
 def render(console: Console, results: list[CheckResult], title: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False)
+    table = Table(title=escape(title), show_lines=False)
     for col in ("check", "target", "status", "evidence"):
         table.add_column(col, overflow="fold")
     for r in results:
-        table.add_row(r.check, r.target, f"[{STYLE[r.status]}]{r.status}[/]", r.evidence)
+        # evidence holds paths and YAML (`[/opt/x]`), never markup
+        table.add_row(escape(r.check), escape(r.target), f"[{STYLE[r.status]}]{r.status}[/]",
+                      escape(r.evidence))
     console.print(table)
 
 
@@ -116,7 +122,9 @@ def command(experiment: Path, as_json: bool, enable_counters: bool) -> None:
     """Check the canary of EXPERIMENT before tuning: MTU, PFC priority, DSCP trust, DCQCN
     enable and algorithm, RoCE MTU, links, error counters, versions, blast radius (from the
     switches' own configuration), PFC threshold, counter polling, CNP queue, shared RoCE priority,
-    the congestion points the canary's traffic crosses (and tuned ports it never reaches).
+    the congestion points the canary's traffic crosses (and tuned ports it never reaches);
+    over SSH, who could change the nccl-tests binaries, and every command line the study will
+    run per host (`executes` rows).
 
     Reads only; changes nothing (but --enable-counters). Exit 0 when no check fails
     (warnings allowed), 3 when one does; `ecntune run` refuses to start in that case.

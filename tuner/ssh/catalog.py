@@ -18,7 +18,8 @@ from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
 from tuner.drivers.sonic import CNP_WATERMARK
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
-from tuner.ssh.plan import background_flows, gpu_sets, nccl_command, probe_flows
+from tuner.ssh.exec_trust import probe_command
+from tuner.ssh.plan import background_flows, binary_path, gpu_sets, nccl_command, probe_flows
 from tuner.ssh.rails import command as rails_command
 from tuner.ssh.shell import wrap
 from tuner.workload import BackgroundPart, CollectivePart, ProbePart
@@ -28,6 +29,7 @@ TUNED = DcqcnSettings(rpg_time_reset=150, rpg_ai_rate=10, min_time_between_cnps=
 # Measurement processes and NIC counter reads never run under sudo (tuner/ssh/measure.py
 # ``_Run.start``, tuner/drivers/_mlx5.py ``counters``): sudo is for device settings and switches.
 UNPRIVILEGED = False
+EXAMPLE_OPS = ("all_reduce", "alltoall")  # the example measurement's collectives
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,12 @@ def catalog(inv: Inventory) -> list[Planned]:
         out.append(Planned(host.name, "pre-flight facts, read-only (`ecntune preflight`, start "
                            "of `ecntune run`; each tool may fail alone)", _preflight(host),
                            host.sudo))
+        out.append(Planned(host.name, "pre-flight, read-only (executables): who could change "
+                           "the nccl-tests binaries the workload runs (example: all_reduce, "
+                           "alltoall): the login user's uid, owner and mode of each binary and "
+                           "every directory up to /, where each resolves to",
+                           probe_command([binary_path(inv, op) for op in EXAMPLE_OPS]),
+                           UNPRIVILEGED))
         for h in host.rail_entries():
             layouts = list(NIC_LAYOUTS) if h.nic_layout == "auto" else [h.nic_layout]
             rail = f"{h.rdma_device} " if host.rails else ""

@@ -135,6 +135,11 @@ def gpu_sets(inv: Inventory, nparts: int) -> list[str | None]:
     return [",".join(pool[i * g:(i + 1) * g]) or None for i in range(nparts)]
 
 
+def binary_path(inv: Inventory, op: str) -> str:
+    """The nccl-tests binary of collective ``op`` (pre-flight checks who can change it)."""
+    return check("path", f"{inv.launcher.nccl_tests_dir.rstrip('/')}/{BINARIES[op]}")
+
+
 def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = None,
               cycles: int = 1, place: Placement | None = None,
               gpus: str | None = None) -> list[str]:
@@ -154,7 +159,7 @@ def nccl_argv(inv: Inventory, part: CollectivePart, iterations: int | None = Non
         for k in env:
             argv += ["-x", k]
     n = int(part.iterations if iterations is None else iterations)
-    argv += [check("path", f"{la.nccl_tests_dir.rstrip('/')}/{BINARIES[part.op]}"),
+    argv += [binary_path(inv, part.op),
              "-b", str(int(part.size_bytes)), "-e", str(int(part.size_bytes)), "-f", "2",
              "-g", "1", "-n", str(n), "-w", str(int(la.warmup_iters)), "-c", "1"]
     if cycles > 1:
