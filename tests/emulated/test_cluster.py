@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 import yaml
 
 from tests.emulated.helpers import connect, run
-from tuner.emulated import EmulatedCluster, sshd_available
+from tuner.emulated import EmulatedCluster, _procs, sshd_available
 from tuner.emulated.cluster import free_base_address
 from tuner.inventory import load_inventory
 
@@ -179,3 +181,28 @@ def test_the_cnp_priority_a_host_holds_reaches_the_fabric(
         assert built.dcqcn("host0/mlx5_0").cnp_802p_prio == 6
     finally:
         knob.write_text("6\n")
+
+
+def test_kill_all_stops_a_shell_before_its_child_dies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Child first, with a pause after each SIGKILL (a loaded machine): the shell must not get
+    to run ``echo never``."""
+    shell = subprocess.Popen(["bash", "-c", "echo started; sleep 20; echo never"],
+                             stdout=subprocess.PIPE, text=True)
+    assert shell.stdout is not None and shell.stdout.readline() == "started\n"
+    deadline = time.monotonic() + 5  # bash forks `sleep` after it has echoed
+    while not (child := _procs.descendants(shell.pid)):
+        assert time.monotonic() < deadline, "bash never started sleep"
+        time.sleep(0.01)
+    assert len(child) == 1
+    real_kill = _procs.kill
+
+    def slow_kill(pid: int, sig: int) -> int:
+        sent = real_kill(pid, sig)
+        if sig == signal.SIGKILL:
+            time.sleep(0.3)
+        return sent
+
+    monkeypatch.setattr(_procs, "kill", slow_kill)
+    assert _procs.kill_all([child[0], shell.pid]) == [child[0], shell.pid]
+    assert shell.stdout.read() == ""
+    assert shell.wait(timeout=5) == -signal.SIGKILL

@@ -7,6 +7,7 @@ process environment), so teardown never matches by name and never touches foreig
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -26,6 +27,16 @@ def kill(pid: int, sig: int) -> int:
         return 1
     except (ProcessLookupError, PermissionError):
         return 0
+
+
+def kill_all(pids: list[int]) -> list[int]:
+    """SIGKILL ``pids``, stopping every one first; returns those signalled. Killed one by one,
+    a shell whose child died first runs its next command before its own SIGKILL arrives
+    (``sleep 20; echo never`` printed ``never`` on a loaded machine). A stopped shell cannot,
+    and a non-interactive shell does not wait for stopped children."""
+    for pid in pids:
+        kill(pid, signal.SIGSTOP)
+    return [pid for pid in pids if kill(pid, signal.SIGKILL)]
 
 
 def is_sshd(pid: int) -> bool:

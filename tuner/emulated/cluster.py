@@ -437,9 +437,7 @@ class EmulatedCluster:
             found = set(_procs.pids_with_env(st.ENV_ROOT, str(self.root), st.ENV_NAME, target))
             found.update(_procs.descendants(listener) if listener else [])
             new = found - killed
-            for pid in new:
-                if _procs.kill(pid, signal.SIGKILL):
-                    killed.add(pid)
+            killed.update(_procs.kill_all(sorted(new)))
             quiet = 0 if new else quiet + 1
             time.sleep(0.02)
         return len(killed)
