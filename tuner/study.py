@@ -66,12 +66,15 @@ def baseline(study: Any) -> TrialOutcome | None:
 
 def pareto(study: Any) -> list[TrialOutcome]:
     """The non-dominated candidates (multi-objective mode); the best candidate (scalar)."""
+    return _front([o for o in outcomes(study) if o.candidate], optuna_io.directions(study))
+
+
+def _front(cands: list[TrialOutcome], dirs: list[str]) -> list[TrialOutcome]:
     from objectives.score import pareto_front
 
-    cands = [o for o in outcomes(study) if o.candidate and o.objective is not None]
+    cands = [o for o in cands if o.objective is not None]
     if not cands:
         return []
-    dirs = optuna_io.directions(study)
     if len(dirs) == 1:
         return [max(cands, key=_rank)]
     keep = set(pareto_front([(o.number, o.objective or ()) for o in cands], dirs))
@@ -85,9 +88,22 @@ def _rank(o: TrialOutcome) -> tuple[float, int]:
 def candidates(study: Any, k: int) -> list[TrialOutcome]:
     """The ``k`` best candidates by scalar score (in multi mode, from the Pareto front first),
     one per setting: a trial whose knob values equal a better one's adds nothing to confirm."""
-    cands = [o for o in outcomes(study) if o.candidate]
-    front = {o.number for o in pareto(study)}
-    cands.sort(key=lambda o: (o.number in front, *_rank(o)), reverse=True)
+    return _top([o for o in outcomes(study) if o.candidate], optuna_io.directions(study), k)
+
+
+def would_be_candidate(study: Any, k: int, trial: TrialOutcome) -> bool:
+    """Whether ``trial``, not yet told to the study, would be among ``candidates(study, k)``:
+    the same ranking, so the loop's early look at a trial cannot disagree with the end's."""
+    if not trial.candidate:
+        return False
+    cands = [o for o in outcomes(study) if o.candidate] + [trial]
+    top = _top(cands, optuna_io.directions(study), k)
+    return any(o.number == trial.number for o in top)
+
+
+def _top(cands: list[TrialOutcome], dirs: list[str], k: int) -> list[TrialOutcome]:
+    front = {o.number for o in _front(cands, dirs)}
+    cands = sorted(cands, key=lambda o: (o.number in front, *_rank(o)), reverse=True)
     out: list[TrialOutcome] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
     for o in cands:

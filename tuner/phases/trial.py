@@ -84,7 +84,7 @@ def run(ctx: StudyRunner, asked: optuna_io.Asked, role: str) -> TrialOutcome:
     try:
         with ctx.tx.applied(settings, asked.number) as change:
             verdict, detail = measure_replicates(ctx, asked, ms, change.counters_before)
-            if verdict == "ok" and would_confirm(ctx, ms, role):
+            if verdict == "ok" and would_confirm(ctx, asked, values, ms, role):
                 verdict, detail = measure_replicates(
                     ctx, asked, ms, change.counters_before,
                     range(len(ms), placements(ctx)), intensify=True)
@@ -119,17 +119,19 @@ def placements(ctx: StudyRunner) -> int:
     return max(ctx.repeats, min(ctx.exp.budget.candidate_placements, len(ctx.baseline_ms)))
 
 
-def would_confirm(ctx: StudyRunner, ms: list[Measurement], role: str) -> bool:
+def would_confirm(ctx: StudyRunner, asked: optuna_io.Asked, values: dict[str, int],
+                  ms: list[Measurement], role: str) -> bool:
     """Whether the trial measured so far would go to the confirmation: it meets every
-    guardrail and is a warm start, or beats the worst of the top candidates so far."""
+    guardrail and is a warm start, or ranks among the top candidates as the end will."""
     sc = score(ms, ctx.baseline_ms, ctx.cfg)
     if len(ms) >= placements(ctx) or not sc.feasible:
         return False
     if role.startswith("warm:"):
         return True
-    k = ctx.exp.budget.confirm_top_k
-    top = [c.score for c in studies.candidates(ctx.study, k) if c.score is not None]
-    return len(top) < k or sc.scalar > min(top)
+    so_far = TrialOutcome(number=asked.number, state="COMPLETE", verdict="ok",
+                          values=values, score=sc.scalar, objective=sc.values,
+                          role=role)
+    return studies.would_be_candidate(ctx.study, ctx.exp.budget.confirm_top_k, so_far)
 
 
 def measure_replicates(ctx: StudyRunner, asked: optuna_io.Asked, ms: list[Measurement],
