@@ -45,7 +45,6 @@ from tuner.errors import ConfigError
 from tuner.lease import Lease, LeaseKeeper
 from tuner.loop import StudyRunner
 from tuner.phases import baseline
-from tuner.phases.trial import stripped
 from tuner.signals import Interrupted, SignalGuard
 from tuner.study import StudyResult
 
@@ -195,7 +194,8 @@ class SlicePolicy:
         if spec.seed is not None:
             spec = spec.model_copy(update={"seed": (spec.seed + zlib.crc32(self.slice.encode()))
                                                   % 2**32})
-        sampler = optuna_io.make_sampler(spec, multi)
+        sampler = optuna_io.make_sampler(
+            spec, multi, pfc_alarm_us_per_s=ctx.exp.objective.guardrails.max_pfc_pause_us_per_s)
         storage = ctx.exp.storage_url
         with self.leases.mutex(STORAGE_INIT_LOCK):  # Optuna's table creation is not concurrent
             optuna_io.open_storage(storage, heartbeat_s=self.heartbeat_s)
@@ -235,9 +235,7 @@ class SlicePolicy:
         asked = optuna_io.ask_fixed(ctx.study, ctx.space.params_of(ctx.baseline_values),
                                     ctx.dists, {"role": "baseline", "slice": self.slice})
         with self.running(asked):
-            baseline.run(ctx, asked)
-        study_store.save_baseline(ctx.study, [stripped(m) for m in ctx.baseline_ms],
-                                  ctx.repeats, self.slice)
+            baseline.run(ctx, asked, self.slice)
 
     def tracking(self) -> AbstractContextManager[None]:
         """One parent run for all workers: the first creates it, the others re-open it."""

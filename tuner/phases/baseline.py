@@ -74,10 +74,11 @@ def adopt(ctx: StudyRunner, ms: list[Measurement], repeats: int) -> None:
 
 
 def enqueue(ctx: StudyRunner) -> None:
-    """Enqueue trial 0 (and the warm starts) on a new study; load its replicates on resume."""
+    """Enqueue trial 0 (and the warm starts) on a new study; load its replicates on resume.
+    A worker's trial 0 is its slice's (stored under the slice), never this canary's."""
     trials = optuna_io.trials(ctx.study)
     done = [t for t in trials if study_store.tags(t).role == "baseline"
-            and t.state.name == "COMPLETE"]
+            and study_store.tags(t).slice is None and t.state.name == "COMPLETE"]
     if done:
         ms, repeats = study_store.baseline(ctx.study)
         adopt(ctx, ms, repeats or len(ms) or 1)
@@ -110,8 +111,9 @@ def enqueue_warm_starts(ctx: StudyRunner) -> None:
         optuna_io.enqueue(ctx.study, params, f"warm:{label}")
 
 
-def run(ctx: StudyRunner, asked: optuna_io.Asked) -> TrialOutcome:
-    """Measure trial 0, size ``repeats`` from its noise, store it and tell Optuna."""
+def run(ctx: StudyRunner, asked: optuna_io.Asked, slice_name: str | None = None) -> TrialOutcome:
+    """Measure trial 0, size ``repeats`` from its noise, store it (a worker's under its
+    slice, so no worker overwrites the study's) and tell Optuna."""
     values = dict(ctx.baseline_values)
     b = ctx.exp.budget
     try:
@@ -134,7 +136,8 @@ def run(ctx: StudyRunner, asked: optuna_io.Asked) -> TrialOutcome:
         raise MeasurementError(f"baseline measurement failed: {exc}") from exc
     _refuse_starved_cnp_queue(ctx, asked, values, ms)
     adopt(ctx, ms, ctx.repeats)
-    study_store.save_baseline(ctx.study, [stripped(m) for m in ms], ctx.repeats, noise=noise)
+    study_store.save_baseline(ctx.study, [stripped(m) for m in ms], ctx.repeats, slice_name,
+                              noise=noise)
     ctx.on_event("noise", {"repeats": ctx.repeats, "noise": noise,
                            "auto": b.repeats == "auto"})
     sc = score(ms[:ctx.repeats], ms, ctx.cfg)
