@@ -43,7 +43,29 @@ def test_safe_binaries_pass_on_every_host(emulated_cluster: EmulatedCluster,
     res, rows = preflight(emulated_cluster, tmp_path, nccl_tests_dir=str(d))
     assert [(r["target"], r["status"]) for r in rows] == [
         (h, "pass") for h in emulated_cluster.host_names], res.output
-    assert f"{d}/all_reduce_perf: owned by root or the login user" in rows[0]["evidence"]
+    assert rows[0]["evidence"] == (
+        f"{d}/all_reduce_perf, mpirun: owned by root or the login user, writable by no one "
+        f"else, up to /; mpirun -> {emulated_cluster.bin_dir}/mpirun")
+
+
+def test_a_program_from_path_another_account_could_change_is_refused(
+        emulated_cluster: EmulatedCluster, tmp_path: Path) -> None:
+    """mpirun runs by name: where the login user's PATH finds it is judged like the nccl-tests
+    binaries, and ``trusted_dirs`` (a vouch for the nccl-tests directory) does not cover it."""
+    d = nccl_dir(emulated_cluster, tmp_path)
+    bin_dir = emulated_cluster.bin_dir
+    mode = bin_dir.stat().st_mode & 0o7777
+    bin_dir.chmod(0o777)
+    try:
+        res, rows = preflight(emulated_cluster, tmp_path, nccl_tests_dir=str(d),
+                              trusted_dirs=[str(d)])
+    finally:
+        bin_dir.chmod(mode)
+    assert res.exit_code == 3, res.output
+    assert [r["status"] for r in rows] == ["fail"] * len(emulated_cluster.host_names)
+    assert rows[0]["evidence"].startswith(
+        f"mpirun (on PATH: {bin_dir}/mpirun): {bin_dir} writable by group or others "
+        "(mode 0777): another account could choose the code"), rows[0]["evidence"]
 
 
 @pytest.mark.parametrize("change, why", [

@@ -18,7 +18,7 @@ from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
 from tuner.drivers.sonic import CNP_WATERMARK
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
-from tuner.ssh.exec_trust import probe_command
+from tuner.ssh.exec_trust import probe_command, resolve_command
 from tuner.ssh.plan import background_flows, binary_path, gpu_sets, nccl_command, probe_flows
 from tuner.ssh.rails import command as rails_command
 from tuner.ssh.shell import wrap
@@ -86,6 +86,13 @@ def catalog(inv: Inventory) -> list[Planned]:
                            "alltoall): the login user's uid, owner and mode of each binary and "
                            "every directory up to /, where each resolves to",
                            probe_command([binary_path(inv, op) for op in EXAMPLE_OPS]),
+                           UNPRIVILEGED))
+        programs = [inv.launcher.mpirun.split()[0], inv.launcher.perftest_bin,
+                    inv.launcher.bw_bin]
+        out.append(Planned(host.name, "pre-flight, read-only (executables): where the login "
+                           "user's PATH finds the programs a measurement runs by name (then "
+                           "`stat` as above of each, and of the PATH entries searched before it)",
+                           resolve_command([p for p in programs if "/" not in p]),
                            UNPRIVILEGED))
         for h in host.rail_entries():
             layouts = list(NIC_LAYOUTS) if h.nic_layout == "auto" else [h.nic_layout]
