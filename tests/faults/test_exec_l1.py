@@ -27,6 +27,7 @@ from tuner.cluster.ssh import SshCluster
 from tuner.experiment import load_experiment
 from tuner.inventory import load_inventory
 from tuner.ssh.exec_plan import SEP
+from tuner.ssh.rails import command as rails_command
 
 pytestmark = [pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -137,3 +138,38 @@ def test_preflight_lists_what_the_measurement_then_runs(emu, tmp_path: Path,
                        "(the hosts' command logs; the measured pass's -n sized at run time)",
                        dirty_targets=0, trials_lost=0, restore_s=None,
                        backend="ssh (emulated)")
+
+
+@pytest.mark.parametrize("timeout_s", [60, 0])
+def test_preflight_lists_the_dead_man_and_lock_commands(emu, tmp_path: Path,
+                                                       timeout_s: int) -> None:
+    """Per device: the lock check always; with timers on, the arm (whose restore is the
+    driver's own write back, the form the ``write`` row shows), the renewal and the disarm;
+    built by the same ``DeadmanTimer`` the study uses, under the target's sudo setting."""
+    inv = yaml.safe_load(Path(emu.inventory_path).read_text())
+    exp_extra = {"safety": {"deadman_timeout_s": timeout_s}}
+    res, out = run_preflight(emu, tmp_path, inv, "emu-deadman", WORKLOAD, extra=exp_extra)
+    assert res.exit_code == 0, res.output
+    rows = {(r["target"], r["evidence"].split(SEP)[0]): r["evidence"].split(SEP, 1)[1]
+            for r in out if r["check"] == "executes"}
+    host0 = "host0 (login user)" if not inv["hosts"][0].get("sudo") else "host0 (sudo -n)"
+    devices = {k[1].split()[0] for k in rows if k[1].endswith(" read")}
+    assert {"host0/mlx5_0", "leaf0"} <= devices
+    locks = [k for k in rows if " lock check" in k[1]]
+    assert sorted(k[1].split()[0] for k in locks) == sorted(devices)
+    arms = {k: v for k, v in rows.items() if " dead-man arm" in k[1]}
+    if timeout_s == 0:
+        assert arms == {} and not any("dead-man" in k[1] for k in rows)
+        return
+    assert sorted(k[1].split()[0] for k in arms) == sorted(devices)
+    write = rows[(host0, "host0/mlx5_0 write (form: the values are each trial's)")]
+    arm = next(v for k, v in arms.items() if k[1].startswith("host0/mlx5_0 "))
+    # the restore, inside the timer's quoted loop script, is the driver's own write
+    assert shlex.quote(f"( set +C; {write} ) || rc=1")[1:-1] in arm
+    assert {k[1].split(" dead-man ")[1].split(",")[0] for k in rows if "dead-man" in k[1]} == {
+        "arm", "renew", "disarm"}
+    # each host's rails check, read-only and never under sudo
+    rails = sorted(k[0] for k in rows if k[1].startswith("rails check"))
+    assert rails == sorted(f"{h} (login user)" for h in emu.host_names)
+    assert rows[("host0 (login user)", "rails check against sysfs, read-only, before any "
+                 "write")] == rails_command(load_inventory(tmp_path / "inv.yaml").hosts[0])

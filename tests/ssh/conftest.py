@@ -46,9 +46,10 @@ results_dir: {results}
 
 
 def run_preflight(emu: Any, tmp_path: Path, inv: dict[str, Any], name: str = "emu-preflight",
-                  workload: dict[str, Any] | None = None) -> tuple[Any, list[dict[str, Any]]]:
-    """``ecntune preflight --json`` of PREFLIGHT_EXP (its workload replaced by ``workload``)
-    on the inventory mapping ``inv``: the CLI result and its rows."""
+                  workload: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+                  ) -> tuple[Any, list[dict[str, Any]]]:
+    """``ecntune preflight --json`` of PREFLIGHT_EXP (its workload replaced by ``workload``,
+    ``extra`` sections added) on the inventory mapping ``inv``: the CLI result and its rows."""
     import json
 
     import yaml
@@ -60,8 +61,9 @@ def run_preflight(emu: Any, tmp_path: Path, inv: dict[str, Any], name: str = "em
     exp = tmp_path / "exp.yaml"
     exp.write_text(PREFLIGHT_EXP.format(name=name, inventory=tmp_path / "inv.yaml",
                                         results=tmp_path / "results"))
-    if workload is not None:
-        exp.write_text(yaml.safe_dump({**yaml.safe_load(exp.read_text()), "workload": workload}))
+    if workload is not None or extra:
+        more = {**({"workload": workload} if workload is not None else {}), **(extra or {})}
+        exp.write_text(yaml.safe_dump({**yaml.safe_load(exp.read_text()), **more}))
     res = CliRunner().invoke(main, ["preflight", str(exp), "--json"])
     return res, [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
 

@@ -2,14 +2,16 @@
 
 The lines come from the builders the measurement and the drivers use (``tuner.ssh.plan``,
 ``Driver.commands``), never from a second copy of their text: per host, the perftest servers
-and clients of the background and the probe, and on the launcher host the nccl-tests runs
-(``env ... mpirun ... -x ... <nccl_tests_dir>/<op>_perf ...``); per device, the read, the form
-of a write (the values are the trial's) and the counter read, marked ``sudo -n`` where the
-inventory runs that target under sudo. Each line is what ``tuner.ssh.shell.wrap`` then wraps in
-its timeout (``timeout --kill-after=5 T bash -c LINE``). Measurement lines are replicate 0's
-placement (other replicates reorder ``-H`` and the probe pairs); the measured pass's ``-n`` is
-sized from the timed pass at run time. URL credentials and values of variables named like a
-secret are shown as ``<redacted>``.
+and clients of the background and the probe, its rails check, and on the launcher host the
+nccl-tests runs (``env ... mpirun ... -x ... <nccl_tests_dir>/<op>_perf ...``); per device,
+the read, the form of a write (the values are the trial's), the counter read, the lock check
+and, with dead-man timers on, the timer's arm (its restore is the write back, in the form
+above), renewal and disarm; marked ``sudo -n`` where the inventory runs that target under
+sudo. Each line is what ``tuner.ssh.shell.wrap`` then wraps in its timeout (``timeout
+--kill-after=5 T bash -c LINE``). Measurement lines are replicate 0's placement (other
+replicates reorder ``-H`` and the probe pairs); the measured pass's ``-n`` is sized from the
+timed pass at run time. URL credentials and values of variables named like a secret are shown
+as ``<redacted>``.
 """
 
 from __future__ import annotations
@@ -75,10 +77,18 @@ def measurement_lines(inv: Inventory, workload: Workload, place: Placement | Non
     return out
 
 
+def rails_lines(inv: Inventory) -> list[Line]:
+    """Per host, the read-only check of its rails against sysfs (``tuner.ssh.rails``), run
+    once before anything is written; never under sudo."""
+    from tuner.ssh import rails
+
+    return [Line(h.name, "rails check against sysfs, read-only, before any write",
+                 rails.command(h)) for h in inv.hosts]
+
+
 def device_lines(inv: Inventory, drivers: dict[str, Any]) -> list[Line]:
     """Per device driver: its read, the form of its writes and its counter read."""
-    where = {r.nic: (h.name, h.sudo) for h in inv.hosts for r in h.rail_entries()}
-    where.update({s.name: (s.name, s.sudo) for s in inv.switches})
+    where = _targets(inv)
     out = []
     for key, drv in drivers.items():
         host, sudo = where[key]
@@ -88,6 +98,44 @@ def device_lines(inv: Inventory, drivers: dict[str, Any]) -> list[Line]:
                     else "write (form: the values are each trial's)")
             out.append(Line(host, f"{key} {role}", cmd, sudo))
     return out
+
+
+def deadman_lines(inv: Inventory, drivers: dict[str, Any], cluster: Any) -> list[Line]:
+    """Per device, the lock check and the commands of its dead-man timer
+    (``tuner.cluster.deadman``, built by ``safety.deadman.DeadmanTimer``; the token in them is
+    drawn per change)."""
+    from safety.deadman import DeadmanTimer
+    from tuner.cluster.deadman import NVUE_ROLLBACK
+    from tuner.drivers.nvue import NvueDriver
+
+    where = _targets(inv)
+    out = []
+    for key, drv in drivers.items():
+        host, sudo = where[key]
+        timer = DeadmanTimer.new(key, cluster.directory, cluster.who)
+        nvue = isinstance(drv, NvueDriver) and cluster.nvue_confirm_s > 0
+        restore = NVUE_ROLLBACK if nvue else drv.commands()[1]
+        out.append(Line(host, f"{key} lock check, at the snapshot and before a change "
+                              "(another tuner's change?)", timer.holder_command(), sudo))
+        if cluster.timeout_s <= 0:  # `deadman_timeout_s: 0`: the locks, no timers
+            continue
+        out += [
+            Line(host, f"{key} dead-man arm, before a trial's write (restores within "
+                       f"{cluster.timeout_s:g} s unless renewed: "
+                       f"{'NVUE rollback' if nvue else 'the write back, form as above'})",
+                 timer.arm_command([restore], cluster.timeout_s), sudo),
+            Line(host, f"{key} dead-man renew, every {cluster.renew_every_s:g} s",
+                 timer.renew_command(cluster.timeout_s), sudo),
+            Line(host, f"{key} dead-man disarm, once the restore is verified",
+                 f"{timer.disarm_command()}; {timer.cleanup_command()}", sudo)]
+    return out
+
+
+def _targets(inv: Inventory) -> dict[str, tuple[str, bool]]:
+    """Device key -> (the host or switch it runs on, whether under sudo)."""
+    where = {r.nic: (h.name, h.sudo) for h in inv.hosts for r in h.rail_entries()}
+    where.update({s.name: (s.name, s.sudo) for s in inv.switches})
+    return where
 
 
 def shown(command: str) -> str:
@@ -115,12 +163,15 @@ def plan_checks(exp: object, cluster: object) -> list[CheckResult]:
     if inv is None or workload is None:
         return []
     from safety.preflight import CheckResult
+    from tuner.cluster.deadman import DeadmanCluster
     from tuner.errors import TunerError
 
     lines: list[Line] = []
     try:  # a workload the backend cannot generate fails pre-flight in ``workload`` already
         lines += measurement_lines(inv, workload) if not unsupported(inv, workload) else []
-        lines += device_lines(inv, inner.drivers())
+        lines += rails_lines(inv) + device_lines(inv, inner.drivers())
+        if isinstance(cluster, DeadmanCluster):
+            lines += deadman_lines(inv, inner.drivers(), cluster)
     except TunerError as exc:
         return [*rows(lines), CheckResult(check="executes", target="ssh", status="warn",
                                           evidence=f"not every command is listed: {exc}")]
