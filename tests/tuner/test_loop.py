@@ -182,6 +182,27 @@ def test_a_would_be_candidate_is_measured_on_further_placements_first(tiny: Tiny
     assert res.confirmation is None or res.confirmation.candidates == []
 
 
+def test_no_intensification_where_the_backend_cannot_vary_placements(tiny: Tiny) -> None:
+    """A backend that repeats one placement (``placements: fixed``, an SSH canary of two
+    hosts): the baseline and every trial are measured on their paired repeats only."""
+    exp, text = tiny(trials=4, repeats=2, placements=4, top_k=3, confirm=5)
+
+    class Fixed(Spy):
+        def describe(self) -> Any:
+            d = self.inner.describe()
+            return d.model_copy(update={"facts": {**d.facts, "placements": "fixed"}})
+
+    spy = Fixed(build_cluster(exp))  # type: ignore[arg-type]
+    runner = _runner(exp, text, spy)
+    res = runner.run()
+    assert [t for t in res.trials if t.candidate], "a trial headed for the confirmation"
+    stored = {t.number: study_store.tags(t) for t in optuna_io.trials(runner.study)}
+    assert {stored[t.number].replicates for t in res.trials
+            if stored[t.number].replicates} == {2}
+    study_measures = sum(stored[t.number].replicates for t in res.trials)
+    assert sorted(set(spy.replicates[:study_measures])) == [0, 1]
+
+
 def test_a_setting_is_confirmed_once_however_many_trials_measured_it(tiny: Tiny) -> None:
     exp, text = tiny(trials=2, repeats=2, confirm=5, top_k=2)
     runner = _runner(exp, text, build_cluster(exp))

@@ -18,7 +18,13 @@ from objectives.score import ScoreConfig, score
 from safety.monitor import storm_window_s
 from tuner import optuna_io, study_store
 from tuner.errors import MeasurementError, SafetyAbort
-from tuner.phases.trial import finish, measure, stripped, tell_interrupted
+from tuner.phases.trial import (
+    candidate_placements,
+    finish,
+    measure,
+    stripped,
+    tell_interrupted,
+)
 from tuner.study import TrialOutcome
 from tuner.warm_starts import warm_starts
 
@@ -125,7 +131,7 @@ def run(ctx: StudyRunner, asked: optuna_io.Asked, slice_name: str | None = None)
         else:
             ctx.repeats = first
         # every placement a trial may be measured on, so each pairs with the baseline's own
-        wanted = max(ctx.repeats, b.candidate_placements)
+        wanted = max(ctx.repeats, candidate_placements(ctx))
         ms += [measure(ctx, r, abort=False) for r in range(len(ms), wanted)]
     except KeyboardInterrupt:
         tell_interrupted(ctx, asked, values)

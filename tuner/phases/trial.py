@@ -115,8 +115,16 @@ def run(ctx: StudyRunner, asked: optuna_io.Asked, role: str) -> TrialOutcome:
 
 def placements(ctx: StudyRunner) -> int:
     """How many study placements a would-be candidate is measured on: up to
-    ``budget.candidate_placements``, as far as the baseline was measured on them."""
-    return max(ctx.repeats, min(ctx.exp.budget.candidate_placements, len(ctx.baseline_ms)))
+    ``candidate_placements``, as far as the baseline was measured on them."""
+    return max(ctx.repeats, min(candidate_placements(ctx), len(ctx.baseline_ms)))
+
+
+def candidate_placements(ctx: StudyRunner) -> int:
+    """``budget.candidate_placements``, or 0 (off) where the backend cannot vary placements
+    (an SSH canary of two hosts): there the extra measurements would repeat the one placement
+    the trial was measured on, canary time that judges no guardrail anywhere new."""
+    fixed = ctx.desc is not None and ctx.desc.facts.get("placements") == "fixed"
+    return 0 if fixed else ctx.exp.budget.candidate_placements
 
 
 def would_confirm(ctx: StudyRunner, asked: optuna_io.Asked, values: dict[str, int],
