@@ -209,6 +209,15 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
     return "\n".join(lines)
 
 
+def stress_section(doc: Path) -> str:
+    """The "Flakes under load" section ``bench/stress.py`` wrote, kept as it is."""
+    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    start, end = "<!-- stress:start -->", "<!-- stress:end -->"
+    if start not in old or end not in old:
+        return ""
+    return "\n" + start + old.split(start, 1)[1].split(end, 1)[0] + end + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=Path, help="existing records (skip running the suite)")
@@ -245,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [json.loads(x) for x in records.read_text().splitlines() if x.strip()] \
         if records.exists() else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(rows, verdicts(junit), command, kept, kept_from), encoding="utf-8")
+    text = render(rows, verdicts(junit), command, kept, kept_from)
+    args.out.write_text(text + stress_section(args.out), encoding="utf-8")
     print(f"wrote {args.out} ({len(rows)} fault rows); pytest exit code {rc}")
     return rc
 
