@@ -665,7 +665,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write or args.only:
         print(text)
     else:
-        DOC.write_text(text)
+        from doc_sections import kept_section  # bench/dce_tcp_g.py's section stays
+
+        DOC.write_text(text + kept_section(DOC, "<!-- dce-tcp-g:start -->",
+                                           "<!-- dce-tcp-g:end -->"))
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

@@ -29,6 +29,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from doc_sections import kept_section  # noqa: E402
+
 SUITES = ["tests/faults", "tests/inputs"]
 
 
@@ -209,15 +212,6 @@ def render(rows: list[dict], results: dict[str, tuple[str, float]], command: str
     return "\n".join(lines)
 
 
-def stress_section(doc: Path) -> str:
-    """The "Flakes under load" section ``bench/stress.py`` wrote, kept as it is."""
-    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    start, end = "<!-- stress:start -->", "<!-- stress:end -->"
-    if start not in old or end not in old:
-        return ""
-    return "\n" + start + old.split(start, 1)[1].split(end, 1)[0] + end + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=Path, help="existing records (skip running the suite)")
@@ -255,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         if records.exists() else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = render(rows, verdicts(junit), command, kept, kept_from)
-    args.out.write_text(text + stress_section(args.out), encoding="utf-8")
+    kept_stress = kept_section(args.out, "<!-- stress:start -->", "<!-- stress:end -->")
+    args.out.write_text(text + kept_stress, encoding="utf-8")
     print(f"wrote {args.out} ({len(rows)} fault rows); pytest exit code {rc}")
     return rc
 

@@ -531,15 +531,10 @@ def render(studies: list[dict[str, Any]], best: dict[str, Any], meta: dict[str, 
 
 
 def write_doc(text: str, start: str = START, end: str = END) -> None:
-    """``text`` as the section between ``start`` and ``end`` of docs/benchmarks.md (appended
-    when the markers are missing); the other sections are kept."""
-    doc = DOC.read_text(encoding="utf-8")
-    block = f"{start}\n{text}\n{end}"
-    if start in doc and end in doc:
-        doc = doc[:doc.index(start)] + block + doc[doc.index(end) + len(end):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(doc, encoding="utf-8")
+    """``text`` as the section between ``start`` and ``end`` of docs/benchmarks.md."""
+    from doc_sections import write_section
+
+    write_section(DOC, start, end, text)
 
 
 def _pool_map(jobs: list[dict[str, Any]], procs: int) -> list[dict[str, Any]]:

@@ -62,7 +62,7 @@ def one_run(hogs: int) -> Run:
 
 
 def section(runs: list[Run], hogs: int, commit: str, when: str) -> str:
-    lines = [START, "## Flakes under load",
+    lines = ["## Flakes under load",
              "",
              f"Produced by `bench/stress.py --runs {len(runs)} --hogs {hogs}` on {when} at "
              f"commit {commit} ({platform.machine()}, {os.cpu_count()} cores shared, Python "
@@ -72,19 +72,9 @@ def section(runs: list[Run], hogs: int, commit: str, when: str) -> str:
     for i, r in enumerate(runs, 1):
         failed = "; ".join(f"`{t}` ({why})" for t, why in r.failed) or "none"
         lines.append(f"| {i} | {r.rc} | {r.wall_s / 60:.1f} min | {r.summary} | {failed} |")
-    lines += ["", "Why each failure happened, and the rule that fixed it (by hand):", "", END]
+    if any(r.failed for r in runs):
+        lines += ["", "Why each failure happened, and the rule that fixed it (by hand):", ""]
     return "\n".join(lines)
-
-
-def write(text: str) -> None:
-    """``text`` as the section between the markers (appended on first use)."""
-    doc = DOC.read_text(encoding="utf-8")
-    if START in doc and END in doc:
-        head, rest = doc.split(START, 1)
-        doc = head + text + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(doc, encoding="utf-8")
 
 
 def main() -> int:
@@ -99,7 +89,9 @@ def main() -> int:
         runs.append(one_run(a.hogs))
         print(f"run {i + 1}: exit {runs[-1].rc}, {runs[-1].summary}", flush=True)
     when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write(section(runs, a.hogs, commit, when))
+    from doc_sections import write_section
+
+    write_section(DOC, START, END, section(runs, a.hogs, commit, when))
     print(f"wrote {DOC}")
     return 0 if all(r.rc == 0 for r in runs) else 1
 

@@ -399,7 +399,7 @@ def rp_cnp(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int, now:
 def rp_alpha(ff: np.ndarray, fi: np.ndarray, f: int, par: np.ndarray, n: int,
              dt: float) -> None:
     """α update every ``dce_tcp_rtt``: α <- (1 - g) α + g if a CNP arrived in the period, else
-    (1 - g) α, with g = ``P_G`` (see engine: g = (1024 - dce_tcp_g) / 1024)."""
+    (1 - g) α, with g = ``P_G`` (see engine: from dce_tcp_g as the fabric reads it)."""
     ff[f, TALPHA] += dt
     if ff[f, TALPHA] >= par[n, P_ALPHA_RTT] - 1e-9:
         ff[f, TALPHA] -= par[n, P_ALPHA_RTT]

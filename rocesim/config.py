@@ -60,6 +60,11 @@ class Topology:
     # rpg_max_rate, so the flow's next CNP takes the first-CNP path again (initial_alpha_value,
     # rate_to_set_on_first_cnp); off by default, see docs/fidelity.md
     release_limiter: bool = False
+    # How the NICs read dce_tcp_g, until hardware settles it (docs/fidelity.md): "kept", the
+    # share of alpha kept per dce_tcp_rtt (gain (1024 - G)/1024: factory 1019 ~ the DCQCN
+    # paper's 1/256), or "vendor", mstflint's text, alpha = cnp*g + (1 - g)*alpha with
+    # g = G/1024 (factory 1019: alpha follows the last period's CNPs almost entirely)
+    dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
 
     def __post_init__(self) -> None:
         if self.kind not in ("leaf_spine", "single_switch"):
@@ -75,6 +80,9 @@ class Topology:
             raise ValueError("Topology.link_delay_us must be >= 0")
         if not 0.0 < self.wrr_weight_roce <= 1.0:
             raise ValueError("Topology.wrr_weight_roce must be in (0, 1]")
+        if self.dce_tcp_g_reading not in ("kept", "vendor"):
+            raise ValueError(f"Topology.dce_tcp_g_reading: 'kept' or 'vendor', got "
+                             f"{self.dce_tcp_g_reading!r}")
 
     @property
     def n_leaves(self) -> int:

@@ -18,7 +18,8 @@ What one step (``dt_us``, default ``DEFAULT_DT_US``) does, in order (the phase f
    only; sent in the data's priority, they also wait out the current delay of the switch
    queues on the flow's ACK path (same ring bound);
 3. the sender NIC (reaction point) runs DCQCN per flow with ConnectX semantics; every
-   ``dce_tcp_rtt`` µs α <- (G/1024) α, plus (1 - G/1024) if a CNP arrived, G = ``dce_tcp_g``
+   ``dce_tcp_rtt`` µs α <- (1 - g) α, plus g if a CNP arrived, g = (1024 - ``dce_tcp_g``)/1024
+   (``Topology.dce_tcp_g_reading`` "kept"), or ``dce_tcp_g``/1024 ("vendor", mstflint's text)
    (see ``_kernel.rp_cnp``, ``rp_alpha``, ``rp_rate`` and ``_increase``); the first CNP
    starts the α and rate-decrease timers, a cut happens at a decrease-timer tick that follows
    a CNP;
@@ -228,10 +229,12 @@ class Simulation:
             p[S.P_MIN_DEC] = d.rpg_min_dec_fac / 100.0
             p[S.P_MIN_RATE] = _mbps(d.rpg_min_rate)
             p[S.P_FIRST_RATE] = _mbps(d.rate_to_set_on_first_cnp)
-            # dce_tcp_g is the share of alpha KEPT per dce_tcp_rtt (Mellanox "DCQCN
-            # Parameters", DOC-2790: alpha <- G/1024 alpha [+ 1 - G/1024 with a CNP]), so the
-            # DCQCN paper's gain g is (1024 - G)/1024: factory 1019 -> 5/1024 ~ the paper's 1/256
-            p[S.P_G] = (1024 - d.dce_tcp_g) / 1024.0
+            # the gain g of alpha <- (1 - g) alpha + g [a CNP in the period], per the fabric's
+            # reading of dce_tcp_g (Topology.dce_tcp_g_reading): "kept", the share of alpha
+            # kept (g = (1024 - G)/1024, factory 1019 -> 5/1024 ~ the paper's 1/256), or
+            # "vendor", mstflint's DCE_TCP_G text (g = G/1024)
+            p[S.P_G] = (d.dce_tcp_g if topo.dce_tcp_g_reading == "vendor"
+                        else 1024 - d.dce_tcp_g) / 1024.0
             p[S.P_ALPHA_RTT] = d.dce_tcp_rtt
             p[S.P_RRMP] = d.rate_reduce_monitor_period
             p[S.P_INIT_ALPHA] = d.initial_alpha_value / 1024.0

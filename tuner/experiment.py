@@ -55,6 +55,8 @@ class TopologySpec(BaseModel):
     link_delay_us: float = Field(default=1.0, gt=0, le=1000)
     payload_bytes: int = Field(default=4096, ge=256, le=9000)
     buffer_bytes: int = Field(default=32 * 2**20, ge=2**16, le=2**31)
+    # the twin's reading of dce_tcp_g (rocesim Topology): "kept" or "vendor" (mstflint's text)
+    dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
 
 
 HashField = Literal["src_ip", "dst_ip", "udp_sport"]

@@ -17,6 +17,10 @@ Sources:
   ``rpg_min_dec_fac``: one cut keeps at least that % of the rate; ``rate_to_set_on_first_cnp``
   sets the rate on a flow's first CNP; ``rate_reduce_monitor_period``: time between cuts;
   ``rpg_threshold``: increase events per stage (fast recovery, additive, hyper).
+- [MSTFLINT] mstflint's mlxconfig database, DCE_TCP_G (../shared/reference/mlx5-dcqcn-config/
+  mlxconfig-roce-cc-params-mstflint-db.txt): "Alpha = (cnp_received * dceTcpG) + (1 - dceTcpG)
+  * alpha . dceTcpG is divided by 2^10", the opposite reading of G; rocesim takes either
+  (``Topology.dce_tcp_g_reading``), "kept" ([CX-PARAMS]) by default.
 """
 
 from __future__ import annotations
@@ -74,11 +78,13 @@ def test_alpha_rises_towards_one_with_a_cnp_in_every_period() -> None:
     assert ff[0, S.ALPHA] == pytest.approx(1 - (1 - g) ** 20, rel=1e-12)
 
 
-def test_dce_tcp_g_is_the_share_of_alpha_kept_per_period() -> None:
-    # [CX-PARAMS]: α <- (dce_tcp_g/1024) α without CNP. Engine end to end: one CNP allocates the
-    # limiter with α = initial_alpha_value/1024, then 100 µs without CNP at dce_tcp_rtt = 10 µs
-    # leave α = 1023/1024 x (1000/1024)^10 (0.788), not x (24/1024)^10 (the reverse reading).
-    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=2))
+@pytest.mark.parametrize("reading, kept", [("kept", 1000 / 1024), ("vendor", 24 / 1024)])
+def test_dce_tcp_g_read_as_the_fabric_says(reading: str, kept: float) -> None:
+    # [CX-PARAMS]: α <- (dce_tcp_g/1024) α without CNP; [MSTFLINT]: α <- (1 - dce_tcp_g/1024) α.
+    # Engine end to end: one CNP allocates the limiter with α = initial_alpha_value/1024, then
+    # 100 µs without CNP at dce_tcp_rtt = 10 µs leave α = 1023/1024 x (1000/1024)^10 (0.788)
+    # read as kept, x (24/1024)^10 (1.5e-17) read as the vendor's text.
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=2, dce_tcp_g_reading=reading))
     fab.set_ecn("sw0", EcnConfig(enabled=False))
     for nic in fab.nic_names:
         fab.set_dcqcn(nic, DcqcnConfig(dce_tcp_g=1000, dce_tcp_rtt=10))
@@ -89,8 +95,7 @@ def test_dce_tcp_g_is_the_share_of_alpha_kept_per_period() -> None:
     sim.advance(1)
     assert sim.flow_stats()["alpha"][0] == pytest.approx(1023 / 1024)
     sim.advance(100)
-    assert sim.flow_stats()["alpha"][0] == pytest.approx(1023 / 1024 * (1000 / 1024) ** 10,
-                                                         rel=1e-9)
+    assert sim.flow_stats()["alpha"][0] == pytest.approx(1023 / 1024 * kept ** 10, rel=1e-9)
 
 
 # cuts ---------------------------------------------------------------------------------------

@@ -109,3 +109,16 @@ def test_the_static_limits_are_built_into_the_space(name: str) -> None:
     inside = dict(base, kmin_bytes=64_000, kmax_bytes=256_000)
     back = space.values(space.params_of(inside), base)
     assert abs(back["kmin_bytes"] - 64_000) <= 1 and abs(back["kmax_bytes"] - 256_000) <= 2
+
+
+@pytest.mark.parametrize("fabric, low_high", [
+    ("", (768, 1_023)),  # the twin's default reading: share of alpha kept
+    ("fabric: {topology: {dce_tcp_g_reading: vendor}}\n", (1, 256)),  # same gains, read as g
+    ("fabric: {backend: ssh, inventory_file: inv.yaml}\n", (1, 1_023)),  # the vendor range
+])
+def test_dce_tcp_g_default_range_follows_the_reading(fabric: str,
+                                                     low_high: tuple[int, int]) -> None:
+    exp = parse_experiment("name: t\nworkload: {parts: [{kind: collective, op: alltoall, "
+                           "size_bytes: 65536}]}\n" + fabric)
+    dim = next(d for d in build_space(exp).dims if d.name == "dce_tcp_g")
+    assert (dim.low, dim.high) == low_high
