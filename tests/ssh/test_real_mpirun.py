@@ -36,13 +36,22 @@ def _variants(inv: Inventory) -> list[Inventory]:
             inv.model_copy(update={"launcher": la.model_copy(update={"nccl_env": {}})})]
 
 
+def _runs_mpirun(command: str) -> bool:
+    """The line's program is mpirun (after ``env`` and its assignments), not a line that only
+    names it (pre-flight's ``command -v -- mpirun``)."""
+    words = shlex.split(command)
+    if words and words[0] == "env":
+        words = [w for w in words[1:] if "=" not in w]
+    return bool(words) and words[0].rsplit("/", 1)[-1] == "mpirun"
+
+
 def mpirun_lines() -> list[str]:
     lines = []
     parts = [CollectivePart(op="all_reduce", size_bytes=1 << 20, nccl_algo="Ring",
                             nccl_proto="Simple", channels=8, qps_per_connection=2),
              CollectivePart(op="alltoall", size_bytes=1 << 16)]
     for inv in _variants(_docs_inventory()):
-        lines += [p.command for p in catalog(inv) if "mpirun" in p.command]
+        lines += [p.command for p in catalog(inv) if _runs_mpirun(p.command)]
         names = [h.name for h in inv.hosts]
         for part in parts:
             for place in (None, Placement(replicate=1, ranks=tuple(reversed(names)),

@@ -59,7 +59,7 @@ def test_the_loop_asks_the_winner_policy_whether_to_intensify(
     _add(st, score=0.30, objective=(1.05, 0.90), knob=100)
     so_far = SimpleNamespace(feasible=True, scalar=0.10, values=(1.10, 0.80))
     monkeypatch.setattr(trial_phase, "score", lambda *_: so_far)
-    ctx = SimpleNamespace(study=st, repeats=2, baseline_ms=[None] * 5, cfg=None,
+    ctx = SimpleNamespace(study=st, repeats=2, baseline_ms=[None] * 5, cfg=None, desc=None,
                           exp=SimpleNamespace(budget=SimpleNamespace(
                               candidate_placements=5, confirm_top_k=1)))
     asked = optuna_io.Asked(trial=None, number=1, params={})
