@@ -56,7 +56,9 @@ SCENARIOS = {"quick": "experiments/quick.yaml", "moe-mix": "experiments/moe-mix.
              "moe-100g-deep": "bench/scenarios/moe-100g-deep.yaml",
              "single-200g-incast": "bench/scenarios/single-200g-incast.yaml",
              "leafspine-200g-tenant": "bench/scenarios/leafspine-200g-tenant.yaml",
-             "leafspine-100g-lossless-tight": "bench/scenarios/leafspine-100g-lossless-tight.yaml"}
+             "leafspine-100g-lossless-tight": "bench/scenarios/leafspine-100g-lossless-tight.yaml",
+             "leafspine-200g-alltoall-shallow":
+                 "bench/scenarios/leafspine-200g-alltoall-shallow.yaml"}
 DEFAULT = "twin"  # the default sampler (tuner/experiment.py SamplerSpec), judged by _targets
 METHODS = [DEFAULT, "tpe", "random", "hillclimb", "ecn-shifter", "static"]
 ALL_METHODS = [*METHODS, "local-tpe"]  # local-tpe: on request (--methods)
