@@ -27,6 +27,7 @@ from safety.preflight import (
     SwitchFacts,
 )
 from tuner.drivers import SonicDriver, switch_driver
+from tuner.drivers.sonic import show
 from tuner.errors import TunerError
 from tuner.pfc_threshold import switch_threshold
 from tuner.ssh.shell import check, q
@@ -316,7 +317,7 @@ def _nvue_extra(sw: SwitchEntry, found: dict[str, Any], roce_dscp: int, confirm_
 def _switch_pfc(conn: Connection, sw: SwitchEntry) -> str | None:
     if sw.platform != "sonic":
         return None  # NVUE: `nv show qos pfc` is per profile, not per port; not read yet
-    res = conn.run("show pfc priority", check=False, timeout_s=30)
+    res = conn.run(show("show pfc priority"), check=False, timeout_s=30)
     return res.stdout if res.status == 0 else None
 
 

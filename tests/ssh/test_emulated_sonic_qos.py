@@ -1,5 +1,8 @@
-"""Stock SONiC on the emulated cluster: the RoCE DSCP's queue, the operator's QoS fix, and a
-202411 switch without WRED/ECN queue counters (real sshd, stand-in SONiC CLIs)."""
+"""Stock SONiC on the emulated cluster: the RoCE DSCP's queue, the operator's QoS fix, a
+202411 switch without WRED/ECN queue counters, and a login in alias naming mode
+(``config interface_naming_mode alias``: vendor port names, ``etp1``..., in every ``show``)
+that changes nothing ecntune reads, since every ``show`` it runs names the default mode
+(real sshd, stand-in SONiC CLIs that honour the mode as sonic-utilities does)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import yaml
 
 from safety.preflight import PreflightSpec, run_checks
 from tuner.cluster.ssh import SshCluster
+from tuner.diagnose.switch import first_parts
+from tuner.diagnose.switch_parse import sonic_status
 from tuner.emulated.cluster import EmulatedCluster
 from tuner.errors import ConfigError
 from tuner.inventory import load_inventory, parse_inventory
@@ -150,3 +155,25 @@ def test_ecntune_run_stops_after_a_baseline_that_starves_the_cnp_queue(
     assert "cnp_starvation" in out and "drops under the baseline load" in out
     with SshCluster(load_inventory(emu.inventory_path)) as c:
         assert c.snapshot() == before  # no trial ran
+
+
+def test_a_login_in_alias_mode_changes_nothing_ecntune_reads(emu: EmulatedCluster) -> None:
+    with pytest.raises(ConfigError, match="naming mode 'vendor' is not default or alias"):
+        emu.set_naming_mode("leaf0", "vendor")
+    emu.set_naming_mode("leaf0", "alias")
+    with _sonic_only(emu) as c:
+        conn = c.pool["leaf0"]
+        ports = c.inventory.switches[0].canary_ports
+        # What the operator sees: the login's mode renames every port (the test can tell).
+        seen = conn.run("show pfc counters").stdout
+        assert "etp1" in seen and "Ethernet0" not in seen
+        # What ecntune reads: SONiC names, as in the inventory and CONFIG_DB.
+        counters = c.counters()
+        assert {f"leaf0/{p}" for p in ports} <= set(counters.ports)
+        assert "pfc3_rx_pkts" in counters.ports[f"leaf0/{ports[0]}"]
+        pfc = _lines(c, "pfc_priority")
+        for p in ports:
+            assert pfc[f"leaf0/{p}"] == ("warn", "lossless priorities [3, 4]; only 3 carries "
+                                                 "RoCE")
+        status = sonic_status(conn.run(first_parts(c.inventory.switches[0])["status"]).stdout)
+        assert set(ports) <= set(status)

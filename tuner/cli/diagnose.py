@@ -44,6 +44,11 @@ def render(console: Console, diag: Diagnosis, title: str) -> None:
     _table(console, "OS per switch", ("switch", "platform", "OS"),
            [(n, row.get("platform", "?"), row.get("os", "?"))
             for n, row in diag.switch_versions.items()])
+    _table(console, "NCCL per all_reduce part (busbw GB/s)",
+           ("part", "NCCL", "chosen", "as chosen", "Ring", "Tree"),
+           [(p, row["nccl"], row["chosen"], *(row.get(f"busbw {k} (GB/s)", "-")
+                                               for k in ("as chosen", "Ring", "Tree")))
+            for p, row in diag.nccl.items()])
     if diag.not_checked:
         nt = Table(title="not checked")
         for col in ("layer", "check", "where", "reason"):
@@ -76,15 +81,21 @@ def _table(console: Console, title: str, cols: tuple[str, ...], rows: list[tuple
 @click.option("--bw-s", type=click.IntRange(0, 60), default=2, show_default=True,
               help="SSH: seconds of the single-QP ib_write_bw test (one flow per host to the "
                    "next, all at once, no rate limit); 0 skips it.")
+@click.option("--collectives/--no-collectives", default=True, show_default=True,
+              help="SSH: run each all_reduce part of the workload three times (as the job "
+                   "runs it, with NCCL_DEBUG naming NCCL's algorithm, then NCCL_ALGO=Ring and "
+                   "=Tree) and compare.")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnosis.json instead of tables.")
 @handle_errors
-def command(experiment: Path, sample_s: float, load: bool, bw_s: int, as_json: bool) -> None:
+def command(experiment: Path, sample_s: float, load: bool, bw_s: int, collectives: bool,
+            as_json: bool) -> None:
     """Find what tuning cannot fix on EXPERIMENT's fabric, bottom-up: link speed, FEC, CRC
     errors, flaps, optics, the switches' canary ports; PCIe link, NUMA/IRQ placement, GPU-NIC
-    affinity; MTU end to end; RDMA port, GID, RoCE ToS, single-QP bandwidth; fabric; versions
-    per host, OS per switch.
+    affinity; MTU end to end; RDMA port, GID, RoCE ToS, single-QP bandwidth; fabric; NCCL's
+    algorithm against Ring and Tree measured apart; versions per host, OS per switch.
 
-    Reads only (--load and the bandwidth test add traffic, change no setting). Exit 0: no
+    Reads only (--load, the bandwidth test and the collectives add traffic, change no
+    setting). Exit 0: no
     finding; 1: findings; 2: bad input; 3: nothing could be checked (e.g. every host
     unreachable).
     """
@@ -104,7 +115,7 @@ def command(experiment: Path, sample_s: float, load: bool, bw_s: int, as_json: b
     except ConfigError as exc:
         raise with_source(exc, source) from None
     with cluster:
-        diag, checked = diagnose(exp, cluster, sample_s, load, bw_s)
+        diag, checked = diagnose(exp, cluster, sample_s, load, bw_s, collectives)
     out = save(exp, diag)
     if as_json:
         click.echo(out.read_text(), nl=False)

@@ -86,9 +86,29 @@ def render(inv: Inventory, mtu: int = 9000) -> str:
                              "`--bw-s`, 2 here), {role} one flow, as the login user (never "
                              "under sudo, as perftest in a measurement)")
         lines.append("")
+    if len(hosts) > 1:
+        lines += _collectives(inv)
     for sw in inv.switches:
         lines += _switch(sw)
     return "\n".join(lines)
+
+
+def _collectives(inv: Inventory) -> list[str]:
+    """The nccl-tests runs of the collectives layer, on the launcher host (``--collectives``)."""
+    from tuner.diagnose.nccl import runs_of
+    from tuner.ssh.plan import nccl_command
+    from tuner.workload import CollectivePart
+
+    part = CollectivePart(op="all_reduce", size_bytes=4_194_304, iterations=5)
+    what = {"as chosen": "as the job runs it, NCCL naming its choice (TUNING lines)",
+            "Ring": "Ring forced", "Tree": "Tree forced"}
+    lines = [f"#### {inv.launcher.host} (launcher)", "",
+             "- the collectives layer, last (`--collectives`, the default), for each all_reduce "
+             "part of the workload (example: 4 MiB, 5 iterations), one run at a time, as the "
+             "login user:"]
+    lines += [f"  - {what[name]}: `{nccl_command(i, p)}`"
+              for name, (i, p) in runs_of(inv, part).items()]
+    return [*lines, ""]
 
 
 def _flow_lines(flows: list[Flow], host: str, what: str) -> list[str]:

@@ -54,6 +54,8 @@ class Diagnosis(BaseModel):
     versions: dict[str, dict[str, str]] = Field(default_factory=dict)
     # switch -> {"platform": ..., "os": ...}: the OS build per canary switch
     switch_versions: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # all_reduce part -> NCCL's version and choice, busbw as chosen, with Ring, with Tree
+    nccl: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @property
     def dominant(self) -> list[Finding]:

@@ -3,7 +3,8 @@
 Layers in order: physical, host, IP, RDMA (the hosts, over SSH; with the single-QP
 ``ib_write_bw`` test, ``tuner.diagnose.bw``), fabric (``tuner.diagnose.fabric
 .check(exp, cluster)`` when that module exists: the seam for the switch/simulator checks), and
-collectives (versions per host). A host that cannot be read is a finding, not a crash; when no
+collectives (versions per host; NCCL's algorithm choice against Ring and Tree measured apart,
+``tuner.diagnose.nccl``). A host that cannot be read is a finding, not a crash; when no
 host and no fabric could be read at all the run "could not check" (exit 3).
 """
 
@@ -52,7 +53,8 @@ def host_rows(reads: list[HostRead], roce_dscp: int) -> tuple[list[Finding | Not
     table, drift = checks.versions(live)
     rows += drift
     rows.append(NotChecked(layer="collectives", check="nccl_version", where="canary",
-                           reason="read from an nccl-tests banner; diagnose runs no collective"))
+                           reason="not read per host: nccl-tests prints rank 0's library "
+                                  "only (the NCCL table)"))
     return rows, table
 
 
@@ -92,8 +94,23 @@ def bw_rows(cluster: Any, reads: list[HostRead], bw_s: int) -> list[Finding | No
     return bw.rows(bw.measure(cluster, live, bw_s))
 
 
+def nccl_rows(cluster: Any, exp: Experiment, reads: list[HostRead], collectives: bool
+              ) -> tuple[list[Finding | NotChecked], dict[str, dict[str, str]]]:
+    """NCCL's algorithm choice against Ring and Tree measured apart (``tuner.diagnose.nccl``)."""
+    from tuner.diagnose import nccl
+
+    live = [r for r in reads if r.error is None]
+    if not collectives or len(live) < len(reads) or len(live) < 2:
+        why = ("skipped (--no-collectives)" if not collectives
+               else "needs every canary host reachable")
+        return [NotChecked(layer="collectives", check=nccl.CHECK, where="canary",
+                           reason=why)], {}
+    runs = nccl.measure(cluster, exp.workload)
+    return nccl.rows(runs), nccl.table(runs)
+
+
 def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: bool = False,
-             bw_s: int = 2) -> tuple[Diagnosis, bool]:
+             bw_s: int = 2, collectives: bool = True) -> tuple[Diagnosis, bool]:
     """Run every check; returns the diagnosis and whether anything could be checked at all."""
     from tuner.cli.preflight import spec_of
 
@@ -101,6 +118,7 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: boo
     rows: list[Finding | NotChecked] = []
     table: dict[str, dict[str, str]] = {}
     switch_table: dict[str, dict[str, str]] = {}
+    nccl_table: dict[str, dict[str, str]] = {}
     checked = False
     if backend == "ssh":
         from tuner.diagnose.collect import read_hosts
@@ -113,10 +131,15 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: boo
         rows += bw_rows(inner, reads, bw_s)
         sw_found, switch_table = switch_rows(sreads, inner.inventory)
         rows += sw_found
+        found, nccl_table = nccl_rows(inner, exp, reads, collectives)
+        rows += found
     else:
         rows += [NotChecked(layer=layer, check="hosts", where=backend,  # type: ignore[arg-type]
                             reason=f"the {backend} backend has no hosts to read over SSH")
                  for layer in HOST_LAYERS]
+        rows.append(NotChecked(layer="collectives", check="nccl_algo", where=backend,
+                               reason=f"the {backend} backend runs the algorithm the workload "
+                                      "names (algo); NCCL's own choice is not modelled"))
     rows += fabric_rows(exp, cluster)
     checked = checked or backend == "sim"  # the fabric stress ran on the simulated canary
     order = {layer: i for i, layer in enumerate(LAYERS)}
@@ -124,7 +147,8 @@ def diagnose(exp: Experiment, cluster: Cluster, sample_s: float = 2.0, load: boo
     ran = sorted({x.check for x in rows})
     return Diagnosis(backend=backend, findings=[x for x in rows if isinstance(x, Finding)],
                      not_checked=[x for x in rows if isinstance(x, NotChecked)],
-                     checks_run=ran, versions=table, switch_versions=switch_table), checked
+                     checks_run=ran, versions=table, switch_versions=switch_table,
+                     nccl=nccl_table), checked
 
 
 def save(exp: Experiment, diag: Diagnosis) -> Path:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from tuner.diagnose import switch_parse as sp
 from tuner.diagnose.finding import Finding, NotChecked
+from tuner.drivers.sonic import show
 from tuner.ssh.shell import q
 
 if TYPE_CHECKING:
@@ -48,14 +49,14 @@ def _link_key(i: int) -> str:
 
 def first_parts(sw: SwitchEntry) -> dict[str, str]:
     if sw.platform == "sonic":
-        return {"version": "show version", "status": "show interfaces status",
-                "counters": "show interfaces counters"}
+        return {"version": show("show version"), "status": show("show interfaces status"),
+                "counters": show("show interfaces counters")}
     return {"version": "nv show system", **second_parts(sw)}
 
 
 def second_parts(sw: SwitchEntry) -> dict[str, str]:
     if sw.platform == "sonic":
-        return {"counters": "show interfaces counters"}
+        return {"counters": show("show interfaces counters")}
     return {_link_key(i): f"nv show interface {q('switch_port', p)} link"
             for i, p in enumerate(sw.canary_ports)}
 

@@ -43,9 +43,23 @@ FLAGS = {"kmin_bytes": "-gmin", "kmax_bytes": "-gmax", "pmax_percent": "-gdrop"}
 FIELDS = {"kmin_bytes": "green_min_threshold", "kmax_bytes": "green_max_threshold",
           "pmax_percent": "green_drop_probability"}
 GREEN_MODES = {"ecn_green", "ecn_green_yellow", "ecn_green_red", "ecn_all"}
+
+
+def show(command: str) -> str:
+    """``command`` (a sonic-utilities ``show``) in the default interface naming mode.
+
+    With ``SONIC_CLI_IFACE_MODE=alias`` in the login's environment (``config
+    interface_naming_mode alias`` writes that export into ``~/.bashrc``), sonic-utilities prints
+    the vendor aliases (``etp1``, ...) instead of the SONiC port names the inventory and the
+    CONFIG_DB use (``utilities_common/cli.py``: ``get_interface_naming_mode`` reads the
+    variable, ``run_command_in_alias_mode`` rewrites the output). Every ``show`` ecntune runs
+    names its mode, so the parsers always see SONiC names."""
+    return f"SONIC_CLI_IFACE_MODE=default {command}"
+
+
 SECTIONS = ("pfc", "queue", "wred", "pfcwd")
-SHOW = {"pfc": "show pfc counters", "queue": "show queue counters",
-        "wred": "show queue wredcounters", "pfcwd": "show pfcwd stats"}
+SHOW = {"pfc": show("show pfc counters"), "queue": show("show queue counters"),
+        "wred": show("show queue wredcounters"), "pfcwd": show("show pfcwd stats")}
 QUEUE_MARK = "==ecntune:queue-table=="
 READ_QUEUES = "sonic-cfggen -d --var-json QUEUE"
 DB = "sonic-db-cli CONFIG_DB"
@@ -59,7 +73,7 @@ PROBE_WRED = f"{SHOW['wred']} --help >/dev/null 2>&1 && echo present || echo abs
 # click 7.0 (sonic-utilities pins it) on an unknown subcommand: 'Error: No such command "x".'
 NO_SUCH_COMMAND = "No such command"
 # peak occupancy per unicast queue since the last clear (watermarkstat -t q_shared_uni)
-CNP_WATERMARK = "show queue watermark unicast"
+CNP_WATERMARK = show("show queue watermark unicast")
 
 
 def stock_profile(settings: EcnSettings) -> dict[str, str]:

@@ -320,6 +320,17 @@ class EmulatedCluster:
                 done.append(name)
         return done
 
+    def set_naming_mode(self, switch: str, mode: str) -> None:
+        """What ``config interface_naming_mode <mode>`` leaves on SONiC switch ``switch`` until
+        the next reset: its login exports ``SONIC_CLI_IFACE_MODE=<mode>`` (``~/.bashrc``), so a
+        ``show`` that does not name its mode prints vendor aliases in ``alias`` mode."""
+        if mode not in ("default", "alias"):
+            raise ConfigError(f"{switch}: interface naming mode {mode!r} is not default or alias")
+        if self.targets[switch].platform != "sonic":
+            raise ConfigError(f"{switch}: interface naming mode on a "
+                              f"{self.targets[switch].platform} switch")
+        self.edit_state(switch, lambda s: s.update(iface_naming_mode=mode))
+
     def play_release(self, switch: str, release: str) -> None:
         """Make SONiC switch ``switch`` behave like ``release`` until the next reset: before
         202505 there is no ``show queue wredcounters``/``counterpoll wredqueue``, no

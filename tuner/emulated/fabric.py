@@ -163,11 +163,12 @@ def idle_samples(root: Path, a_nic: str, b_nic: str, size: int) -> list[float]:
 
 
 def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iters: int,
-                   counted_iters: int | None = None, probe_pairs: int = 2
-                   ) -> tuple[list[SizeResult], list[float]]:
-    """One simulation per size; counters of every run are added to the targets, scaled to
-    ``counted_iters`` (nccl-tests runs warmup + out-of-place + in-place iterations). Also
-    returns the latencies of probes between the ranks while the collective ran."""
+                   counted_iters: int | None = None, probe_pairs: int = 2,
+                   algo: str = "ring") -> tuple[list[SizeResult], list[float]]:
+    """One simulation per size, with NCCL's algorithm ``algo`` (``ring`` or ``tree``);
+    counters of every run are added to the targets, scaled to ``counted_iters`` (nccl-tests
+    runs warmup + out-of-place + in-place iterations). Also returns the latencies of probes
+    between the ranks while the collective ran."""
     counted = iters if counted_iters is None else counted_iters
     import rocesim
 
@@ -181,7 +182,8 @@ def run_collective(root: Path, op: str, ranks: list[str], sizes: list[int], iter
         scale = size / sim_size
         workload = rocesim.Workload(
             collectives=[rocesim.Collective(op, sim_size, ranks,  # type: ignore[arg-type]
-                                            iterations=min(iters, MAX_SIM_ITERATIONS))],
+                                            iterations=min(iters, MAX_SIM_ITERATIONS),
+                                            algo=algo)],  # type: ignore[arg-type]
             background=background(root, fabric.nic_names),
             probes=rocesim.Probes(pairs=probe_pairs, nics=ranks))
         res = rocesim.simulate(fabric, workload, seed=seed)

@@ -39,6 +39,8 @@ FAULT_KEYS = {
     "exit_code": "{command: rc} the stand-in prints an error and exits with rc",
     "nccl_warn": "text: mpirun prints an 'NCCL WARN' line with it",
     "nccl_wrong": "int: nccl-tests '#wrong' column reports this many errors",
+    "nccl_algo_choice": "'Ring'|'Tree': NCCL's own AllReduce choice when NCCL_ALGO leaves it "
+                        "one (default Ring; read on the first rank's host)",
     "pfc_storm": "float: pause frames per second received on the lossless priority (50 us each)",
     "lossless_drops": "float: drops per second on the lossless priority",
     "cnp_drops": "float: drops per second on a switch's CNP queue (6: a starved DWRR queue)",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tuner.drivers import NIC_LAYOUTS, NvueDriver, SonicDriver, detect_command, switch_driver
 from tuner.drivers._sonic_reload import QOS_TEMPLATE, render_command
 from tuner.drivers.nvue import CONFIRM_YES, REVISIONS
-from tuner.drivers.sonic import CNP_WATERMARK
+from tuner.drivers.sonic import CNP_WATERMARK, show
 from tuner.inventory import Inventory, load_inventory
 from tuner.settings import DcqcnSettings, EcnSettings
 from tuner.ssh.exec_trust import probe_command, resolve_command
@@ -131,6 +131,8 @@ def catalog(inv: Inventory) -> list[Planned]:
                     sw.write_command(LOW, EcnSettings()), s.sudo),
         ]
         if isinstance(sw, SonicDriver):
+            out.append(Planned(s.name, "pre-flight, read-only (pfc_priority): the ports' "
+                               "lossless priorities", show("show pfc priority"), s.sudo))
             out += [Planned(s.name, "counters (the four run at once, one channel each)", cmd,
                             s.sudo) for cmd in sw.counters_commands()]
             out.append(Planned(s.name, "pre-flight, read-only (qos_reload): what `config qos "

@@ -173,11 +173,17 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
             print(f"{h}:{pid + r}:{pid + r} [0] NCCL INFO Using network IB")
     n = len(ranks_hosts)
     szs = nccl_tests.sizes(a, n, op)
+    algo = nccl_tests.algorithm(op, env.get("NCCL_ALGO"),
+                                faults[ranks_hosts[0]].get("nccl_algo_choice"))
+    if algo is None:
+        print(f"{ranks_hosts[0]}:{pid}:{pid + 3} [0] NCCL WARN Error : no algorithm/protocol "
+              f"available for NCCL_ALGO={env.get('NCCL_ALGO')}", file=sys.stderr)
+        return 1
     time.sleep(START_S)
     cycles = a.cycles if a.cycles > 0 else 10**9
     results, lat = fabric.run_collective(
         root, op, nics, szs, a.iters,
-        counted_iters=a.warmup + 2 * a.iters * min(cycles, 10**6))
+        counted_iters=a.warmup + 2 * a.iters * min(cycles, 10**6), algo=algo.lower())
     wrong = sum(int(faults[h].get("nccl_wrong", 0) or 0) for h in ranks_hosts)
     out("# nccl-tests version 2.18.0 nccl-headers=22703 nccl-library=22703")
     out(f"# Collective test starting: {prog}")
@@ -193,6 +199,13 @@ def _run(root: Path, prog: str, ranks_hosts: list[str], a: nccl_tests.NcclArgs,
     for line in nccl_tests.HEADER.splitlines():
         out(line)
     sys.stdout.flush()
+    subsys = {x.upper() for x in env.get("NCCL_DEBUG_SUBSYS", "").split(",")}
+    if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE") and subsys & {"TUNING", "ALL"} \
+            and op in nccl_tests.FUNCS:
+        h0 = ranks_hosts[0]
+        for size in szs:  # rank 0, once per call: warmup, then out-of-place and in-place
+            for _ in range(a.warmup + 2 * a.iters):
+                out(f"{h0}:{pid}:{pid} [0] " + nccl_tests.tuning_line(op, size, algo))
     for h in ranks_hosts:
         if faults[h].get("nccl_warn"):
             print(f"{h}:{pid}:{pid + 7} [0] NCCL WARN {faults[h]['nccl_warn']}", flush=True)

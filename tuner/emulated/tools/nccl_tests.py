@@ -110,6 +110,37 @@ def row(size: int, op: str, nranks: int, halves: list[tuple[float, float, float,
     return text
 
 
+# NCCL's names (ncclFuncStr, ncclAlgoStr, ncclProtoStr); rocesim runs Ring and Tree AllReduce.
+# AlltoAll is grouped send/recv, which takes the point-to-point path: no TUNING line.
+FUNCS = {"all_reduce": "AllReduce"}
+CHANNELS = 4  # rocesim.Collective's default channels
+
+
+def algorithm(op: str, nccl_algo: str | None, planted: str | None) -> str | None:
+    """The algorithm NCCL runs: its own choice (``planted``, else Ring) among those
+    ``NCCL_ALGO`` allows (a list, or ``^`` and a list to exclude); None when it allows neither
+    Ring nor Tree (NCCL: no algorithm available). AlltoAll is point-to-point: Ring here."""
+    if op != "all_reduce":
+        return "Ring"
+    known = ("Ring", "Tree")
+    allowed = list(known)
+    if nccl_algo:
+        names = {x.strip().lower() for x in nccl_algo.lstrip("^").split(",")}
+        excluded = nccl_algo.startswith("^")
+        allowed = [k for k in known if (k.lower() in names) != excluded]
+    want = planted if planted in known else "Ring"
+    return want if want in allowed else (allowed[0] if allowed else None)
+
+
+def tuning_line(op: str, size: int, algo: str) -> str:
+    """NCCL 2.27's TUNING line for one call (src/enqueue.cc: "%s: %ld Bytes -> Algo %s proto %s
+    channel{Lo..Hi}={%d..%d}", names from ncclAlgoToString/ncclProtoToString: RING, TREE;
+    LL, LL128, SIMPLE); SIMPLE above 64 KiB, LL below, as NCCL picks on a network."""
+    proto = "SIMPLE" if size >= 65536 else "LL"
+    return (f"NCCL INFO {FUNCS[op]}: {size} Bytes -> Algo {algo.upper()} proto {proto} "
+            f"channel{{Lo..Hi}}={{0..{CHANNELS - 1}}}")
+
+
 def main(argv: list[str]) -> int:
     prog = sys.argv[0].rsplit("/", 1)[-1]
     print(f"{prog}: no MPI peers: run it through mpirun on the emulated cluster "

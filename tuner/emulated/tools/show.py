@@ -1,12 +1,20 @@
-"""Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``queue counters [-j]``,
+"""Stand-in SONiC ``show``: ``ecn``, ``pfc counters``, ``pfc priority``, ``queue counters [-j]``,
 ``queue wredcounters`` (202505 and later), ``queue watermark unicast``, ``pfcwd stats`` (formats:
 shared/reference/sonic/*.txt, produced by pfcstat, queuestat, wredstat and pfcwd in
-sonic-utilities @691b1bbc4); ``interfaces status``, ``interfaces counters`` and ``version``
-for ``ecntune diagnose`` (``_swdiag``)."""
+sonic-utilities @691b1bbc4; ``pfc priority``: doc/Command-Reference.md); ``interfaces status``,
+``interfaces counters`` and ``version`` for ``ecntune diagnose`` (``_swdiag``).
+
+The interface naming mode is honoured as sonic-utilities does: ``SONIC_CLI_IFACE_MODE`` as the
+command sees it, or, unset, what the login's ``~/.bashrc`` exports (``config
+interface_naming_mode alias`` writes it; the state's ``iface_naming_mode``). In alias mode port
+names in the output become the vendor aliases (``etp1``, ... in port order), by the rule of
+``utilities_common/cli.py`` ``run_command_in_alias_mode``'s default branch."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 
 from tuner.emulated.switches import WRED_ECN_SINCE, has_wred_ecn
@@ -95,8 +103,36 @@ def pfcwd_stats(t: Target) -> str:
     return simple_table(head, rows, stralign="right") + "\n"
 
 
+def pfc_priority(t: Target) -> str:
+    """``show pfc priority``: the lossless priorities of every port (PORT_QOS_MAP pfc_enable)."""
+    qos = t.state.get("config_db", {}).get("PORT_QOS_MAP", {})
+    rows = [[p, qos.get(p, {}).get("pfc_enable") or "N/A"] for p in _ports(t)]
+    return "\n" + simple_table(["Interface", "Lossless priorities"], rows) + "\n\n"
+
+
+def naming_mode(t: Target) -> str:
+    return os.environ.get("SONIC_CLI_IFACE_MODE") or t.state.get("iface_naming_mode", "default")
+
+
+def in_alias_mode(t: Target, text: str) -> str:
+    """Each port name at the start of a line or after whitespace, and followed by the end of
+    the line, whitespace or a comma and whitespace, becomes its alias."""
+    for i, name in enumerate(_ports(t)):
+        text = re.sub(rf"(?<!\S){re.escape(name)}(?=$|,?\s)", f"etp{i + 1}", text,
+                      flags=re.M)
+    return text
+
+
 def main(argv: list[str]) -> int:
     t = target("show")
+    out: list[str] = []
+    status = _show(t, argv, out)
+    text = "".join(out)
+    sys.stdout.write(in_alias_mode(t, text) if naming_mode(t) == "alias" else text)
+    return status
+
+
+def _show(t: Target, argv: list[str], out: list[str]) -> int:
     if t.state.get("platform") != "sonic":
         print("bash: show: command not found", file=sys.stderr)
         return 127
@@ -117,21 +153,23 @@ def main(argv: list[str]) -> int:
         print(f"Port doesn't exist! {port}")
         return 1
     if words == ["pfc", "counters"]:
-        sys.stdout.write(pfc_counters(t))
+        out.append(pfc_counters(t))
     elif words[:2] == ["queue", "counters"] and len(words) <= 3:
-        sys.stdout.write(queue_counters(t, bool({"-j", "--json"} & set(flags)), port))
+        out.append(queue_counters(t, bool({"-j", "--json"} & set(flags)), port))
     elif words[:2] == ["queue", "wredcounters"] and len(words) <= 3:
-        sys.stdout.write(wred_counters(t, port))
+        out.append(wred_counters(t, port))
     elif words == ["queue", "watermark", "unicast"]:
-        sys.stdout.write(queue_watermark(t))
+        out.append(queue_watermark(t))
+    elif words == ["pfc", "priority"]:
+        out.append(pfc_priority(t))
     elif words == ["pfcwd", "stats"]:
-        sys.stdout.write(pfcwd_stats(t))
+        out.append(pfcwd_stats(t))
     elif words in (["interfaces", "status"], ["interface", "status"]):
-        sys.stdout.write(_swdiag.sonic_status(t))
+        out.append(_swdiag.sonic_status(t))
     elif words in (["interfaces", "counters"], ["interface", "counters"]):
-        sys.stdout.write(_swdiag.sonic_counters(t))
+        out.append(_swdiag.sonic_counters(t))
     elif words == ["version"]:
-        sys.stdout.write(_swdiag.sonic_version(t))
+        out.append(_swdiag.sonic_version(t))
     else:
         print("Usage: show [OPTIONS] COMMAND [ARGS]...\nTry \"show -h\" for help.\n\n"
               f"Error: No such command \"{' '.join(words) or '?'}\".", file=sys.stderr)
