@@ -131,12 +131,26 @@ def test_export_render_golden() -> None:
         'for p in $HOST_PORTS; do sudo sonic-db-cli CONFIG_DB HSET "QUEUE|$p|3" wred_profile '
         "ECNTUNE_CANARY; done",
         "",
-        "# Cumulus Linux NVUE ECN on the RoCE traffic class",
-        "# on leaf0: congestion-control default-global, traffic-class 3",
-        "nv set qos congestion-control default-global traffic-class 3 min-threshold 40000",
-        "nv set qos congestion-control default-global traffic-class 3 max-threshold 120000",
-        "nv set qos congestion-control default-global traffic-class 3 probability 20",
-        "nv set qos congestion-control default-global traffic-class 3 ecn enable",
+        "# Cumulus Linux NVUE ECN of the host-facing ports",
+        "# on leaf0: congestion-control profile ECNTUNE_CANARY on the host-facing ports only, "
+        "traffic-class 3 with the new thresholds; every other port, uplinks included, keeps "
+        "default-global, which is not written",
+        "# ECNTUNE_CANARY replaces default-global on these ports, so it carries default-global's "
+        "other classes: NVUE's factory TC 0 below; copy any other class this switch's "
+        "default-global sets (nv show qos congestion-control default-global)",
+        ': "${HOST_PORTS:?set HOST_PORTS to the host-facing ports of this switch, e.g. '
+        "'swp1 swp2' (uplinks excluded)}\"",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0 ecn enable",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0 red disable",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0 min-threshold 150000",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0 max-threshold 1500000",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0 probability 100",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3 min-threshold 40000",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3 max-threshold 120000",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3 probability 20",
+        "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3 ecn enable",
+        'for p in $HOST_PORTS; do nv set interface "$p" qos congestion-control profile '
+        "ECNTUNE_CANARY; done",
         "nv config apply",
     ]) + "\n"
 

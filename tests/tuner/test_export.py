@@ -35,6 +35,28 @@ def test_sonic_export_tunes_the_host_facing_ports_only() -> None:
     assert ': "${HOST_PORTS:?set HOST_PORTS to the host-facing ports' in bare
 
 
+def test_nvue_export_tunes_the_host_facing_ports_only() -> None:
+    """As the NVUE driver does: the host-facing ports get a profile of their own, bound per
+    port, carrying default-global's factory TC 0 as well as the tuned class; default-global,
+    which every other port uses (uplinks included), is never written; the way back unbinds
+    the ports and removes the profile."""
+    sw = SwitchTarget("leaf1", "nvue", queue=3, ports=("swp1", "swp2"))
+    best = {**BASE, "kmin_bytes": 40_000, "kmax_bytes": 120_000, "pmax_percent": 20}
+    text = render(best, BASE, [sw], [], ("nvue",))
+    sets = [ln for ln in text.splitlines() if ln.startswith("nv set qos")]
+    assert sets and not any("default-global" in ln for ln in sets)
+    assert "nv set qos congestion-control ECNTUNE_CANARY traffic-class 0 ecn enable" in sets
+    assert "nv set qos congestion-control ECNTUNE_CANARY traffic-class 3 min-threshold 40000" \
+        in sets
+    assert "HOST_PORTS='swp1 swp2'" in text
+    assert ('for p in $HOST_PORTS; do nv set interface "$p" qos congestion-control profile '
+            "ECNTUNE_CANARY; done\nnv config apply") in text
+    back = render(BASE, best, [sw], [], ("nvue",), back_out=True)
+    assert ('for p in $HOST_PORTS; do nv unset interface "$p" qos congestion-control; done\n'
+            "nv unset qos congestion-control ECNTUNE_CANARY\nnv config apply") in back
+    assert "default-global traffic-class" not in back
+
+
 def test_each_target_gets_its_own_platform_names_and_layout() -> None:
     data: dict[str, Any] = {**BASE_INVENTORY, "switches": [
         {**BASE_INVENTORY["switches"][0], "wred_profile": "LOSSLESS_X", "lossless_queue": 4},

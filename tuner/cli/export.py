@@ -10,9 +10,10 @@ the platforms and the defaults are used (``AZURE_LOSSLESS``, traffic class 3, OF
 Formats, one name each (the inventory's names): ``mlx5`` (DCQCN files of the host's layout,
 runtime only, as root), ``sonic`` (the host-facing ports' lossless queue bound to their own
 WRED profile, written whole by one ``sonic-db-cli HSET``; the production profile and the
-uplinks are left alone: the study tuned the host-facing role only), ``nvue`` (``nv set qos
-congestion-control default-global traffic-class <tc> ...`` then ``nv config apply``, every
-port of the switch).
+uplinks are left alone: the study tuned the host-facing role only), ``nvue`` (the host-facing
+ports bound to their own congestion-control profile, ``nv set interface <swp> qos
+congestion-control profile <name>``, then ``nv config apply``; ``default-global``, which every
+other port uses, uplinks included, is left alone).
 """
 
 from __future__ import annotations
@@ -106,14 +107,14 @@ def _ecn(values: dict[str, int]) -> EcnSettings:
                        pmax_percent=int(values["pmax_percent"]))
 
 
-def _ports_line(sw: SwitchTarget) -> str:
+def _ports_line(sw: SwitchTarget, example: str = "Ethernet0 Ethernet4") -> str:
     """``HOST_PORTS`` from the inventory, or a line that stops the script until it is set."""
     from tuner.ssh.shell import check
 
     if sw.ports:
         return "HOST_PORTS=" + shlex.quote(" ".join(check("switch_port", p) for p in sw.ports))
     return (': "${HOST_PORTS:?set HOST_PORTS to the host-facing ports of this switch, e.g. '
-            "'Ethernet0 Ethernet4' (uplinks excluded)}\"")
+            f"'{example}' (uplinks excluded)}}\"")
 
 
 def sonic_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget,
@@ -147,15 +148,38 @@ def sonic_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchT
             _ports_line(sw), f"sudo {DB} HSET {key} {fields}", bind(role)]
 
 
-def nvue_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget
-                  ) -> list[str]:
-    """The NVUE driver's staged ``nv set`` lines (default-global), then ``nv config apply``."""
-    from tuner.drivers.nvue import nv_set_steps
+def nvue_commands(values: dict[str, int], baseline: dict[str, int], sw: SwitchTarget,
+                  back_out: bool = False) -> list[str]:
+    """The host-facing ports get their own congestion-control profile (``role_profile``),
+    as the NVUE driver gives the canary ports: it replaces default-global on those ports, so
+    it carries default-global's other traffic classes (NVUE's factory TC 0 row here: an
+    export is text, not a read of the switch), with the winner's thresholds on the tuned
+    class; every other port, uplinks included, keeps default-global, which is never written.
+    ``back_out`` unbinds the ports and removes the profile."""
+    from tuner.drivers.nvue import GLOBAL, clone_rows, clone_steps, nv_set_steps
+    from tuner.ssh.shell import q
 
     target = _ecn(values)
+    if not back_out and baseline and target == _ecn(baseline):
+        return [f"# on {sw.name}: ECN unchanged"]
+    role = q("wred_profile", sw.role_profile)
+    ports = _ports_line(sw, "swp1 swp2")
+    if back_out:
+        return [f"# on {sw.name}: the host-facing ports back to default-global; "
+                f"{sw.role_profile} removed", ports,
+                'for p in $HOST_PORTS; do nv unset interface "$p" qos congestion-control; '
+                "done", f"nv unset qos congestion-control {role}", "nv config apply"]
     start = _ecn(baseline) if baseline else target
-    return [f"# on {sw.name}: congestion-control default-global, traffic-class {sw.queue}",
-            *nv_set_steps("default-global", sw.queue, start, target), "nv config apply"]
+    return [f"# on {sw.name}: congestion-control profile {sw.role_profile} on the host-facing "
+            f"ports only, traffic-class {sw.queue} with the new thresholds; every other port, "
+            "uplinks included, keeps default-global, which is not written",
+            f"# {sw.role_profile} replaces default-global on these ports, so it carries "
+            "default-global's other classes: NVUE's factory TC 0 below; copy any other class "
+            "this switch's default-global sets (nv show qos congestion-control default-global)",
+            ports, *clone_steps(sw.role_profile, clone_rows(sw.name, {}, GLOBAL, sw.queue)),
+            *nv_set_steps(sw.role_profile, sw.queue, start, target),
+            f'for p in $HOST_PORTS; do nv set interface "$p" qos congestion-control profile '
+            f"{role}; done", "nv config apply"]
 
 
 def render(values: dict[str, int], baseline: dict[str, int], switches: list[Any],
@@ -171,7 +195,7 @@ def render(values: dict[str, int], baseline: dict[str, int], switches: list[Any]
         out += mlx5_commands(values, nics, knobs, hosts)
     ecn_changed = any(k in SWITCH_KNOBS for k in knobs)
     for fmt, title in (("sonic", "SONiC WRED/ECN of the host-facing ports (sonic-db-cli)"),
-                       ("nvue", "Cumulus Linux NVUE ECN on the RoCE traffic class")):
+                       ("nvue", "Cumulus Linux NVUE ECN of the host-facing ports")):
         mine = [t for t in targets if t.platform in (None, fmt)]
         if fmt not in formats or not mine:
             continue
@@ -181,7 +205,7 @@ def render(values: dict[str, int], baseline: dict[str, int], switches: list[Any]
             continue
         for sw in mine:
             out += (sonic_commands(values, baseline, sw, back_out) if fmt == "sonic"
-                    else nvue_commands(values, baseline, sw))
+                    else nvue_commands(values, baseline, sw, back_out))
     return "\n".join(out).strip("\n") + "\n"
 
 
