@@ -55,6 +55,8 @@ class TopologySpec(BaseModel):
     link_delay_us: float = Field(default=1.0, gt=0, le=1000)
     payload_bytes: int = Field(default=4096, ge=256, le=9000)
     buffer_bytes: int = Field(default=32 * 2**20, ge=2**16, le=2**31)
+    # the lossless PGs' PFC dynamic threshold, as SONiC's dynamic_th: alpha = 2**value
+    pfc_alpha_log2: int = Field(default=-3, ge=-7, le=3)
     # the twin's reading of dce_tcp_g (rocesim Topology): "kept" or "vendor" (mstflint's text)
     dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
 
@@ -270,6 +272,10 @@ class ScreenSpec(BaseModel):
     # experiment's own fabric with the next seed, so its placements differ from the canary's.
     fabric: FabricSpec | None = None
     canary_switches: list[str] | None = None  # default: canary.switches
+    # Placements each setting is measured on, on the twin (paired with the twin's baseline),
+    # every guardrail judged on each, as the canary judges them. 1 by default: 2 doubled the
+    # twin's cost and confirmed no more winners (docs/benchmarks.md, search notes).
+    placements: int = Field(default=1, ge=1, le=8)
 
 
 class TrackingSpec(BaseModel):

@@ -2,8 +2,9 @@
 bus bandwidth than its guardrail allows, before it touches the canary.
 
 The twin is rocesim configured like the canary (topology, speeds, buffer, the declared
-workload). Each proposal is applied to the twin and measured once, under the same live monitor
-and post-hoc rules as a trial, against the twin's own baseline; a predicted storm (or any other
+workload). Each proposal is applied to the twin and measured on ``screen.placements`` paired
+placements, under the same live monitor and post-hoc rules as a trial, against the twin's own
+baseline on the same placements, every guardrail judged on each; a predicted storm (or any other
 safety violation) or a busbw loss beyond ``objective.guardrails.max_busbw_loss_percent`` gives
 the verdict ``screened:<reason>``: recorded, told to the sampler as infeasible, never applied.
 The screen costs simulator time only, and is judged by ``bench/search.py`` (storms prevented,
@@ -14,7 +15,6 @@ once, for both.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from objectives.score import score
@@ -49,8 +49,10 @@ class TwinScreen:
         self.twin: SimCluster = SimCluster(spec, switches, dict(exp.current), name="twin")
         self.desc = self.twin.describe()
         self.base_settings = self.twin.snapshot()
-        self.baseline: Measurement = self.twin.measure(exp.workload)
-        self.window_s = storm_window_s(exp.safety, self.baseline.duration_s)
+        self.baselines: list[Measurement] = [self.twin.measure(exp.workload, replicate=r)
+                                             for r in range(exp.screen.placements)]
+        self.window_s = storm_window_s(exp.safety,
+                                       min(m.duration_s for m in self.baselines))
         self._seen: dict[tuple[tuple[str, int], ...],
                          tuple[Score | None, tuple[str, str] | None]] = {}
 
@@ -64,12 +66,11 @@ class TwinScreen:
         return ("screened:busbw_loss", f"twin: {loss[0]}") if loss else None
 
     def evaluate(self, values: dict[str, int]) -> TwinResult:
-        """The twin's score for ``values`` and its guardrail violation (``sampler: twin``)."""
+        """The twin's score for ``values`` and its guardrail margins (``sampler: twin``)."""
         sc, trouble = self._measure(values)
         if trouble is not None or sc is None:
-            return TwinResult(score=None, violation=math.inf)
-        return TwinResult(score=sc.scalar,
-                          violation=sum(max(v, 0.0) for v in sc.constraints.values()))
+            return TwinResult(score=None)
+        return TwinResult(score=sc.scalar, margins=dict(sc.constraints))
 
     def _measure(self, values: dict[str, int]) -> tuple[Score | None, tuple[str, str] | None]:
         """One twin measurement of ``values`` (kept: the screen and the search ask alike)."""
@@ -83,11 +84,15 @@ class TwinScreen:
         settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics, values)
         self.twin.apply(settings)
         try:
-            m = self.twin.measure(self.exp.workload, LiveMonitor(self.exp.safety, self.window_s))
-            found = judge(m, self.exp.safety, self.window_s)
-            if found:
-                return None, (f"screened:{found[0].code}", "twin: " + describe(found))
-            return score([m], [self.baseline], self.cfg), None
+            ms = []
+            for r in range(len(self.baselines)):
+                m = self.twin.measure(self.exp.workload,
+                                      LiveMonitor(self.exp.safety, self.window_s), replicate=r)
+                found = judge(m, self.exp.safety, self.window_s)
+                if found:
+                    return None, (f"screened:{found[0].code}", "twin: " + describe(found))
+                ms.append(m)
+            return score(ms, self.baselines, self.cfg), None
         except SafetyAbort as exc:
             return None, (f"screened:{exc.reason}", f"twin: {exc.detail}")
         finally:

@@ -6,22 +6,27 @@ shown so far:
 
 1. **Explore** (once, at the first proposal): a multivariate TPE study on the twin alone,
    ``twin_trials`` trials, scored against the twin's own baseline with the study's objective and
-   guardrails (``TwinScreen.evaluate``: the score, and the violation, the sum of the positive
-   guardrail margins). The canary's baseline and warm starts seed it.
+   guardrails (``TwinScreen.evaluate``: the score, and each guardrail's signed margin; the
+   violation is the sum of their positive parts). The canary's baseline and warm starts seed it.
 2. **Refine** (every proposal): ``local`` steps around the canary's incumbent (the best feasible
    canary trial; while there is none, the measured trial closest to meeting every guardrail),
    measured on the twin too, join the pool.
 3. **Correct**: the canary re-ranks the twin. The residuals (canary - twin) of the score and of
-   the violation of every measured trial are smoothed over the search space (Gaussian kernel in
-   the unit cube, shrunk towards the residuals' mean), so the twin's bias is removed where the
-   canary has been and the prediction is left uncertain where it has not. A rollback on the
+   each guardrail's margin of every measured trial are smoothed over the search space (Gaussian
+   kernel in the unit cube, shrunk towards the residuals' mean), so the twin's bias is removed
+   where the canary has been and the prediction is left uncertain where it has not. Each
+   guardrail is corrected on its own: the canary judges every guardrail on its worst
+   placement and the twin on its own placements, so each is biased by its own amount, and a
+   summed violation (0 wherever the twin meets every guardrail, however comfortably) would
+   carry one guardrail's bias onto points that meet it with room to spare. A rollback on the
    canary (a storm, drops) makes its neighbourhood likelier to roll back too; a guardrail break
-   is corrected through the violation, not banned.
+   is corrected through its margin, not banned.
 4. **Propose**, among the pool points the twin measured safe that the canary has not measured
    and is not measuring now (other workers' trials included), nor any whose knob values equal
    those of such a trial (params that round to the same settings): first those whose
    neighbourhood rolled back in fewer than half the weighted cases; then, by Deb's rule,
-   those predicted to meet every guardrail (optimistic violation 0) by the highest
+   those predicted to meet every guardrail (optimistic violation 0: every corrected margin,
+   less ``kappa`` uncertainties, at most 0) by the highest
    ``prediction + kappa * uncertainty``, or, while none is, the smallest optimistic violation.
    With no safe point left, a hill-climb step.
 
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,7 +48,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import study_store
+from tuner import optuna_io, study_store
 from tuner.samplers import HillClimbSampler, _bounds, _clip, _finished
 
 # A canary outcome that says the setting broke a safety limit (a storm, drops): not a guardrail
@@ -56,12 +61,20 @@ _STORM = 10.0
 
 @dataclass(frozen=True)
 class TwinResult:
-    """One twin trial: its score against the twin's baseline and by how much it broke the
-    guardrails there (the sum of the positive constraint margins, 0 when it met every one).
-    Score None and violation ``inf``: it stormed or broke a safety limit."""
+    """One twin trial: its score against the twin's baseline and each guardrail's signed margin
+    there (the study's constraints: met when <= 0). Score None: it stormed or broke a safety
+    limit."""
 
     score: float | None
-    violation: float
+    margins: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def violation(self) -> float:
+        """By how much it broke the guardrails (the sum of the positive margins, 0 when it met
+        every one; ``inf`` when it was not safe)."""
+        if self.score is None:
+            return math.inf
+        return float(sum(max(v, 0.0) for v in self.margins.values()))
 
     @property
     def feasible(self) -> bool:
@@ -69,7 +82,7 @@ class TwinResult:
 
     @property
     def safe(self) -> bool:
-        return self.score is not None and math.isfinite(self.violation)
+        return self.score is not None
 
 
 Evaluate = Callable[[dict[str, Any]], TwinResult]
@@ -89,13 +102,35 @@ def unit(params: dict[str, Any], space: dict[str, BaseDistribution],
     return np.array(out)
 
 
+# A guardrail no canary trial has a residual for: no correction, and unsure.
+_UNKNOWN = (0.0, 0.1)
+
+
+@dataclass(frozen=True)
+class Local:
+    """The correction at one point of the search space (``Correction.at``)."""
+
+    score: tuple[float, float]  # (correction, its uncertainty)
+    margins: dict[str, tuple[float, float]]  # per guardrail, likewise
+    broke: float  # weighted share of broken limits nearby
+
+    def violation(self, margins: dict[str, float], kappa: float) -> float:
+        """The optimistic violation of a twin point with these ``margins``: each guardrail's
+        margin corrected here, less ``kappa`` uncertainties; the positive parts summed."""
+        total = 0.0
+        for g, m in margins.items():
+            c, u = self.margins.get(g, _UNKNOWN)
+            total += max(m + c - kappa * u, 0.0)
+        return total
+
+
 @dataclass
 class Correction:
     """Kernel-smoothed canary-minus-twin residuals and canary limit breaks (see step 3)."""
 
     points: np.ndarray  # (n, d) canary trials in the unit cube
     residuals: np.ndarray  # (n,) score residuals, NaN where the canary has no score
-    violations: np.ndarray  # (n,) guardrail-violation residuals, NaN likewise
+    margins: dict[str, np.ndarray]  # per guardrail: (n,) margin residuals, NaN likewise
     bad: np.ndarray  # (n,) 1.0 where the canary outcome broke a limit
     bandwidth: float
     prior: float = 1.0  # pseudo-observations of the mean residual / of a clean outcome
@@ -110,23 +145,23 @@ class Correction:
         known = ~np.isnan(residuals)
         r, wk = residuals[known], w[known]
         if len(r) == 0:
-            return 0.0, 0.1
+            return _UNKNOWN
         mean = float(r.sum() / (len(r) + self.prior))
         spread = max(float(np.std(r)) if len(r) > 1 else 0.1, 0.02)
         total = float(wk.sum())
         corr = (float((wk * r).sum()) + self.prior * mean) / (total + self.prior)
         return corr, spread * math.sqrt(self.prior / (total + self.prior))
 
-    def at(self, x: np.ndarray) -> tuple[float, float, float, float, float]:
-        """(score correction, its uncertainty, violation correction, its uncertainty, weighted
-        share of broken limits) at ``x``."""
+    def at(self, x: np.ndarray) -> Local:
+        """The score's and each guardrail's correction at ``x``, and the share of broken
+        limits there."""
         if len(self.points) == 0:
-            return 0.0, 0.1, 0.0, 0.1, 0.0
+            return Local(score=_UNKNOWN, margins={}, broke=0.0)
         w = self.weights(x)
-        c, u = self.smooth(self.residuals, w)
-        vc, vu = self.smooth(self.violations, w)
         broke = float((w * self.bad).sum()) / (float(w.sum()) + self.prior)
-        return c, u, vc, vu, broke
+        return Local(score=self.smooth(self.residuals, w),
+                     margins={g: self.smooth(r, w) for g, r in self.margins.items()},
+                     broke=broke)
 
 
 class TwinSampler(optuna.samplers.BaseSampler):
@@ -212,7 +247,8 @@ class TwinSampler(optuna.samplers.BaseSampler):
     def records(self) -> list[dict[str, Any]]:
         """Every twin trial, for the record (``twin/trials.json`` in the study's MLflow run)."""
         return [{"params": params, "score": res.score,
-                 "violation": res.violation if res.safe else None, "safe": res.safe,
+                 "violation": res.violation if res.safe else None, "margins": res.margins,
+                 "safe": res.safe,
                  "feasible": res.safe and res.feasible} for params, res in self._pool.values()]
 
     # The proposal ----------------------------------------------------------------------------
@@ -245,14 +281,15 @@ class TwinSampler(optuna.samplers.BaseSampler):
                 continue
             if self._knobs is not None and self._knob_key(params) in taken_knobs:
                 continue
-            c, u, vc, vu, broke = corr.at(x)
+            here = corr.at(x)
             # Safety first: a point whose neighbourhood mostly rolled back on the canary goes
             # last. Then feasibility (Deb's rule): a point likely to meet every guardrail beats
             # any that is not; among those, the optimistic score; among the rest, the smallest
             # optimistic violation.
             assert res.score is not None
-            violation = max(res.violation + vc - self.kappa * vu, 0.0)
-            key = (0.0 if broke < 0.5 else -broke, -violation, res.score + c + self.kappa * u)
+            c, u = here.score
+            key = (0.0 if here.broke < 0.5 else -here.broke,
+                   -here.violation(res.margins, self.kappa), res.score + c + self.kappa * u)
             if best is None or key > best[0]:
                 best = (key, params)
         if best is None:
@@ -276,7 +313,10 @@ class TwinSampler(optuna.samplers.BaseSampler):
     def correction(self, done: list[FrozenTrial], space: dict[str, BaseDistribution],
                    names: list[str]) -> Correction:
         """Step 3 from the canary's finished trials (the twin measures any it has not)."""
-        pts, res, vio, bad = [], [], [], []
+        pts: list[np.ndarray] = []
+        res: list[float] = []
+        bad: list[float] = []
+        rows: list[dict[str, float]] = []  # each trial's margin residuals
         for t in done:
             tags = study_store.tags(t)
             if tags.verdict.startswith(("rejected", "screened", "failed")):
@@ -288,11 +328,15 @@ class TwinSampler(optuna.samplers.BaseSampler):
             pts.append(unit(params, space, names))
             res.append(float(s) - float(twin.score)
                        if measured and s is not None and twin.score is not None else math.nan)
-            vio.append(_violation(t) - twin.violation if measured else math.nan)
+            canary = optuna_io.constraints(t)
+            rows.append({g: canary[g] - m for g, m in twin.margins.items() if g in canary}
+                        if measured else {})
             bad.append(1.0 if tags.verdict.startswith(_BAD) else 0.0)
+        guardrails = sorted({g for r in rows for g in r})
+        margins = {g: np.array([r.get(g, math.nan) for r in rows]) for g in guardrails}
         d = len(names)
-        return Correction(np.array(pts).reshape(-1, d), np.array(res), np.array(vio),
-                          np.array(bad), bandwidth=0.15 * math.sqrt(d))
+        return Correction(np.array(pts).reshape(-1, d), np.array(res), margins, np.array(bad),
+                          bandwidth=0.15 * math.sqrt(d))
 
 
 def _inner_violation(t: FrozenTrial) -> list[float]:
@@ -304,7 +348,7 @@ def _inner_violation(t: FrozenTrial) -> list[float]:
 
 def _violation(t: FrozenTrial) -> float:
     """A canary trial's guardrail violation (the sum of its positive constraint margins)."""
-    return float(sum(max(float(v), 0.0) for v in dict(t.constraints).values()))
+    return float(sum(max(float(v), 0.0) for v in optuna_io.constraints(t).values()))
 
 
 def _from_unit(d: BaseDistribution, u: float) -> float | int:
@@ -314,4 +358,4 @@ def _from_unit(d: BaseDistribution, u: float) -> float | int:
     return _clip(d, x)
 
 
-__all__ = ["Correction", "TwinResult", "TwinSampler", "unit"]
+__all__ = ["Correction", "Local", "TwinResult", "TwinSampler", "unit"]

@@ -179,3 +179,22 @@ def test_yaml_merge_keys_work_and_binary_values_are_refused() -> None:
     assert (ai.low, ai.high, ai.log) == (1, 100, True)  # merged, then overridden
     msg = _error(MINIMAL + "results_dir: !!binary cmVzdWx0cwpldmls\n")  # b"results\nevil"
     assert "exp.yaml: results_dir: a binary value (!!binary)" in msg
+
+
+def test_the_pfc_dynamic_threshold_reaches_the_simulated_switch() -> None:
+    """``fabric.topology.pfc_alpha_log2`` is the switch's alpha (SONiC's dynamic_th): the PFC
+    onset, so the Kmax ceiling, is N*alpha*B/(1 + N*alpha) of the simulated switch's pool
+    (quick.yaml: 12 MiB, two ingress PGs; alpha 1/8: 2516582 B, alpha 1/4: 4194304 B)."""
+    from safety.limits import PfcThreshold
+    from tuner.cluster.sim import SimCluster
+
+    exp = load_experiment(Path(__file__).resolve().parents[2] / "experiments" / "quick.yaml")
+    onset = {}
+    for a in (-3, -2):
+        fabric = exp.fabric.model_copy(update={"topology": exp.fabric.topology.model_copy(
+            update={"pfc_alpha_log2": a})})
+        facts = SimCluster(fabric, ["leaf0"], dict(exp.current)).describe().facts
+        pfc = PfcThreshold.from_facts(facts)
+        assert pfc is not None
+        onset[a] = pfc.onset_bytes()
+    assert onset == {-3: 2516582, -2: 4194304}

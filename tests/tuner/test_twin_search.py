@@ -40,14 +40,19 @@ def _near(p: dict[str, Any], q: dict[str, Any], tol: float = 0.05) -> bool:
 
 
 def _peaks(a: float = 1.0, b: float = 0.9,
-           violation: Callable[[np.ndarray], float] = lambda x: 0.0) -> Callable[..., TwinResult]:
-    """A twin with two peaks: ``a`` at A and ``b`` at B, falling off with distance."""
+           violation: Callable[[np.ndarray], float] = lambda x: 0.0,
+           tenant: Callable[[np.ndarray], float] = lambda x: -0.2) -> Callable[..., TwinResult]:
+    """A twin with two peaks: ``a`` at A and ``b`` at B, falling off with distance. Its PFC
+    margin is ``violation`` where that breaks the guardrail (-0.2 elsewhere); its tenant
+    margin is ``tenant``."""
     ua, ub = _u(A), _u(B)
 
     def twin(params: dict[str, Any]) -> TwinResult:
         x = _u(params)
         s = max(a - 4 * float(((x - ua) ** 2).sum()), b - 4 * float(((x - ub) ** 2).sum()))
-        return TwinResult(score=s, violation=violation(x))
+        v = violation(x)
+        return TwinResult(score=s, margins={"pfc_pause": v if v > 0 else -0.2,
+                                            "tenant_goodput": tenant(x)})
 
     return twin
 
@@ -68,7 +73,7 @@ def _add(study: optuna.Study, params: dict[str, Any], *, verdict: str = "ok",
          constraints: dict[str, float] | None = None) -> None:
     study.add_trial(create_trial(
         state=state, value=score if state == TrialState.COMPLETE else None, params=params,
-        distributions=DISTS, constraints=constraints or {"busbw_loss": -0.5},
+        distributions=DISTS, constraints=constraints or {"pfc_pause": -0.5},
         user_attrs={"role": "proposal", "verdict": verdict, "score": score}))
 
 
@@ -86,22 +91,33 @@ def _ask(study: optuna.Study) -> dict[str, Any]:
 def test_correction_is_the_kernel_weighted_residual_shrunk_to_the_mean() -> None:
     x0, far = np.zeros(2), np.ones(2) * 10
     c = Correction(points=np.array([x0]), residuals=np.array([-1.0]),
-                   violations=np.array([0.2]), bad=np.array([1.0]), bandwidth=0.3)
-    corr, unsure, vcorr, vunsure, broke = c.at(x0)
+                   margins={"tenant_goodput": np.array([0.2])}, bad=np.array([1.0]),
+                   bandwidth=0.3)
+    here = c.at(x0)
+    corr, unsure = here.score
     # weight 1 at the point, prior 1 of the mean residual -1 / (1 + 1) = -0.5
     assert corr == pytest.approx((-1.0 + -0.5) / 2)
-    assert vcorr == pytest.approx((0.2 + 0.1) / 2)
+    assert here.margins["tenant_goodput"][0] == pytest.approx((0.2 + 0.1) / 2)
     assert unsure == pytest.approx(0.1 * math.sqrt(1 / 2))  # one residual: spread 0.1
-    assert broke == pytest.approx(1 / 2)
-    corr, unsure, _, _, broke = c.at(far)
-    assert corr == pytest.approx(-0.5) and unsure == pytest.approx(0.1)
-    assert broke == pytest.approx(0.0)
+    assert here.broke == pytest.approx(1 / 2)
+    # The optimistic violation: each margin corrected, less kappa uncertainties. A guardrail
+    # the canary has no residual for is left as the twin says, and unsure.
+    m, u = here.margins["tenant_goodput"]
+    assert here.violation({"tenant_goodput": 0.1, "p99": 0.05}, kappa=1.0) == pytest.approx(
+        0.1 + m - u)  # p99: 0.05 less its uncertainty 0.1 is met
+    assert here.violation({"tenant_goodput": 0.1, "p99": 0.15}, kappa=0.0) == pytest.approx(
+        0.1 + m + 0.15)
+    far_here = c.at(far)
+    assert far_here.score == pytest.approx((-0.5, 0.1))
+    assert far_here.broke == pytest.approx(0.0)
 
 
 def test_correction_without_canary_data_changes_nothing_and_is_unsure() -> None:
-    c = Correction(points=np.zeros((0, 2)), residuals=np.zeros(0), violations=np.zeros(0),
+    c = Correction(points=np.zeros((0, 2)), residuals=np.zeros(0), margins={},
                    bad=np.zeros(0), bandwidth=0.3)
-    assert c.at(np.zeros(2)) == (0.0, 0.1, 0.0, 0.1, 0.0)
+    here = c.at(np.zeros(2))
+    assert here.score == (0.0, 0.1) and here.margins == {} and here.broke == 0.0
+    assert here.violation({"tenant_goodput": 0.05}, kappa=1.0) == 0.0
 
 
 # The proposal ----------------------------------------------------------------------------
@@ -149,6 +165,27 @@ def test_the_canary_can_clear_a_guardrail_the_twin_breaks() -> None:
     assert _near(_ask(study), B)
 
 
+def test_each_guardrail_is_corrected_on_its_own() -> None:
+    # The canary's tenant goodput is worse than the twin's by about 0.25 wherever it measured
+    # (near the baseline, far from A and B; PFC as the twin says). The twin's A (score 1.0)
+    # meets the tenant guardrail by 0.05, B (0.9) by 0.6. One summed violation would carry the
+    # tenant bias onto both alike and leave the higher score; corrected per guardrail, A is
+    # predicted to break the tenant guardrail and B to meet it.
+    twin = _peaks(tenant=lambda x: -0.05 if float(np.abs(x - _u(A)).max()) < 0.2 else -0.6)
+    near_base = [dict(BASE, rpg_min_dec_fac=v) for v in (46, 48, 52, 54)]
+
+    def study_of(measured: bool) -> optuna.Study:
+        study = _study(_sampler(twin, kappa=0.0))
+        for p in near_base if measured else []:
+            tenant = twin(p).margins["tenant_goodput"] + 0.25
+            _add(study, p, verdict="infeasible:tenant_goodput", score=0.0,
+                 constraints={"pfc_pause": -0.2, "tenant_goodput": tenant})
+        return study
+
+    assert _near(_ask(study_of(measured=False)), A)  # the twin alone: the higher score
+    assert _near(_ask(study_of(measured=True)), B)
+
+
 def test_a_neighbourhood_that_rolled_back_on_the_canary_goes_last() -> None:
     study = _study(_sampler(_peaks()), dict(A, rpg_min_dec_fac=22), dict(A, rpg_min_dec_fac=25))
     _add(study, A, verdict="rolled_back:pfc_storm", score=None, state=TrialState.FAIL,
@@ -167,8 +204,10 @@ def test_a_guardrail_break_on_the_canary_is_corrected_not_banned_like_a_rollback
          constraints={"safety": 1.0})
     corr = s.correction(list(study.get_trials()), DISTS, NAMES)
     assert corr.bad.tolist() == [0.0, 0.0, 1.0]  # only the storm counts as a broken limit
-    assert corr.violations[1] == pytest.approx(0.05)  # the twin met every guardrail at A
-    assert math.isnan(corr.violations[2]) and math.isnan(corr.residuals[2])
+    # Each guardrail's residual, canary minus twin (the twin's tenant margin is -0.2 at A).
+    assert corr.margins["tenant_goodput"][1] == pytest.approx(0.05 + 0.2)
+    assert "p99" not in corr.margins  # the twin judged no p99 guardrail: nothing to correct
+    assert math.isnan(corr.margins["tenant_goodput"][2]) and math.isnan(corr.residuals[2])
 
 
 def test_never_proposes_what_the_canary_measured_or_another_worker_is_measuring() -> None:
@@ -208,7 +247,7 @@ def test_a_screened_point_is_not_proposed_again() -> None:
 def test_storms_on_the_twin_are_never_proposed() -> None:
     def twin(params: dict[str, Any]) -> TwinResult:
         if _near(params, A):
-            return TwinResult(score=None, violation=math.inf)
+            return TwinResult(score=None)
         return _peaks()(params)
 
     assert _near(_ask(_study(_sampler(twin))), B)
