@@ -1,0 +1,202 @@
+"""The twin screen when the canary's fabric is not the twin's (issue 24, item 3).
+
+    .venv/bin/python bench/screen_error.py [--settings 50] [--no-write]
+
+The screen skips a proposal the twin predicts to storm (any safety violation) or to lose more
+busbw than its guardrail allows. With the twin built as the canary is, "no good setting wrongly
+skipped" holds almost by construction; this bench builds the canary's fabric wrong on purpose,
+one model error at a time (buffer -30 % and +30 %, link delay x2 so base RTT x2, PFC dynamic
+threshold alpha x2), keeps the twin at the nominal values, and measures the same settings per
+experiment: each searched knob alone at 20, 50 and 80 % of its range, and random pairs of knobs
+(each uniform in its range, log knobs on a log scale), the others at the baseline and those the
+static limits refuse left out (uniform settings of every knob at once nearly all storm, which
+would measure the screen on the easy case only):
+
+* **missed storms**: settings the canary stopped (a storm, drops: the live monitor and the
+  post-hoc rules, on any of its placements) that the screen let through, as a share of the
+  canary's storms;
+* **wrongly skipped improvements**: settings the screen skipped that met every guardrail on
+  each canary placement with a busbw gain over the canary's baseline, as a share of those
+  improvements.
+
+The twin differs from the canary by its seed in every row (placements, ECMP hashes), as in a
+study. Writes the section between the markers in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.doc_sections import write_section  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- screen-error:start -->", "<!-- screen-error:end -->"
+EXPERIMENTS = ["experiments/quick.yaml", "experiments/moe-mix.yaml",
+               "experiments/allreduce-400g.yaml"]
+PLACEMENTS = 2
+# (label, the change to the canary's topology)
+ERRORS: list[tuple[str, Any]] = [
+    ("none", lambda t: {}),
+    ("buffer -30 %", lambda t: {"buffer_bytes": int(t.buffer_bytes * 0.7)}),
+    ("buffer +30 %", lambda t: {"buffer_bytes": int(t.buffer_bytes * 1.3)}),
+    ("base RTT x2", lambda t: {"link_delay_us": t.link_delay_us * 2}),
+    ("alpha x2", lambda t: {"pfc_alpha_log2": t.pfc_alpha_log2 + 1}),
+]
+
+
+def candidate_settings(exp: Any, n: int, seed: int = 0) -> list[dict[str, int]]:
+    """One knob at a time (``bench/dce_tcp_g.settings_for``), then ``n`` random pairs of knobs
+    that pass the static limits."""
+    from bench.dce_tcp_g import settings_for
+    from safety.limits import PfcThreshold, check_proposal, kmax_ceiling
+    from tuner.cluster.sim import SimCluster
+    from tuner.space import build_space
+
+    cluster = SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current))
+    desc, base = cluster.describe(), cluster.snapshot().flat()
+    pfc = PfcThreshold.from_facts(desc.facts)
+    space = build_space(exp).bounded(kmax_ceiling(pfc, exp.safety) if pfc else None)
+    start = space.params_of(base)
+    rng = np.random.default_rng(seed)
+    out = settings_for(exp)
+    pairs = 0
+    while pairs < n:
+        params = dict(start)
+        for i in rng.choice(len(space.dims), size=2, replace=False):
+            d = space.dims[int(i)]
+            u = float(rng.random())
+            params[d.name] = math.exp(math.log(d.low) + u * (math.log(d.high) - math.log(d.low))) \
+                if d.log and d.low > 0 else d.low + u * (d.high - d.low)
+        values = space.values(params, base)
+        if values not in out and not check_proposal(
+                values, pfc=pfc, line_rate_mbps=int(desc.nic_gbps * 1000), limits=exp.safety):
+            out.append(values)
+            pairs += 1
+    return out
+
+
+def truth(exp: Any, settings: list[dict[str, int]]) -> list[str]:
+    """What the canary (``exp``'s fabric) shows for each setting: ``storm``, ``improves``
+    (every guardrail met on each placement, busbw above the baseline's) or ``other``."""
+    from objectives.score import score
+    from safety.monitor import LiveMonitor, judge, storm_window_s
+    from tuner.cluster.sim import SimCluster
+    from tuner.errors import SafetyAbort
+    from tuner.loop import score_config
+    from tuner.settings import Settings
+
+    cluster = SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current))
+    desc = cluster.describe()
+    cfg = score_config(exp)
+    base = [cluster.measure(exp.workload, replicate=r) for r in range(PLACEMENTS)]
+    window = storm_window_s(exp.safety, min(m.duration_s for m in base))
+    out = []
+    for values in settings:
+        cluster.apply(Settings.uniform(desc.canary_switches, desc.canary_nics, values))
+        try:
+            ms = [cluster.measure(exp.workload, LiveMonitor(exp.safety, window), replicate=r)
+                  for r in range(PLACEMENTS)]
+        except SafetyAbort:
+            out.append("storm")
+            continue
+        if any(judge(m, exp.safety, window) for m in ms):
+            out.append("storm")
+            continue
+        sc = score(ms, base, cfg)
+        gain = sc.metrics().get("busbw_change_percent", 0.0)
+        out.append("improves" if sc.feasible and gain > 0 else "other")
+    return out
+
+
+def screened(exp: Any, settings: list[dict[str, int]]) -> list[bool]:
+    """Whether the screen (the twin as built for ``exp``) skips each setting."""
+    from tuner.loop import score_config
+    from tuner.screen import TwinScreen
+
+    twin = TwinScreen(exp, score_config(exp))
+    return [twin.verdict(v) is not None for v in settings]
+
+
+def measure(path: str, n: int) -> list[dict[str, Any]]:
+    from tuner.experiment import load_experiment
+
+    exp = load_experiment(ROOT / path)
+    settings = candidate_settings(exp, n)
+    skips = screened(exp, settings)
+    rows = []
+    for label, change in ERRORS:
+        topo = exp.fabric.topology
+        canary = exp.model_copy(update={"fabric": exp.fabric.model_copy(update={
+            "topology": topo.model_copy(update=change(topo))})})
+        t0 = time.monotonic()
+        got = truth(canary, settings)
+        storms = [i for i, g in enumerate(got) if g == "storm"]
+        good = [i for i, g in enumerate(got) if g == "improves"]
+        rows.append({"experiment": exp.name, "error": label,
+                     "settings": len(settings), "storms": len(storms),
+                     "missed": sum(not skips[i] for i in storms),
+                     "improves": len(good), "skipped": sum(skips[i] for i in good),
+                     "screened": sum(skips), "seconds": time.monotonic() - t0})
+    return rows
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k}/{n} ({k / n:.0%})" if n else "0/0"
+
+
+def render(rows: list[dict[str, Any]], n: int) -> str:
+    when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    storms = sum(r["storms"] for r in rows if r["error"] != "none")
+    missed = sum(r["missed"] for r in rows if r["error"] != "none")
+    good = sum(r["improves"] for r in rows if r["error"] != "none")
+    skipped = sum(r["skipped"] for r in rows if r["error"] != "none")
+    lines = ["## The screen under model error", "",
+             f"Produced by `bench/screen_error.py` on {when}: per experiment each searched knob "
+             f"alone at 20, 50 and 80 % of its range and {n} random pairs of knobs (static "
+             "limits applied), screened once "
+             "by the twin as built (nominal fabric, another seed), then measured on a canary "
+             f"whose fabric is built wrong, one error at a time, on {PLACEMENTS} placements. "
+             "Targets (issue 24): missed storms ≤ 5 %, wrongly skipped improvements ≤ 10 %.",
+             "",
+             "| experiment | canary's model error | screened | canary storms | missed by the "
+             "screen | canary improvements | wrongly skipped |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['experiment']} | {r['error']} | {r['screened']}/{r['settings']} | "
+                     f"{r['storms']} | {_share(r['missed'], r['storms'])} | {r['improves']} | "
+                     f"{_share(r['skipped'], r['improves'])} |")
+    lines += ["", f"Over the four model errors: missed storms {_share(missed, storms)}, "
+              f"wrongly skipped improvements {_share(skipped, good)}. What this cannot show: "
+              "the storms here are mostly far from the storm boundary (compare each "
+              "experiment's storm count across the errors), and quick and allreduce-400g have "
+              "few improvements to skip, since their baselines break the PFC budget and few "
+              "single or paired knob moves meet every guardrail. The screen is not made "
+              "uncertainty-aware: at these errors it needs no margin."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--settings", type=int, default=40, help="random pairs of knobs")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    rows = [r for path in EXPERIMENTS for r in measure(path, args.settings)]
+    text = render(rows, args.settings)
+    print(text)
+    if not args.no_write:
+        write_section(DOC, START, END, text)
+
+
+if __name__ == "__main__":
+    main()
