@@ -9,11 +9,11 @@ detected; when the algorithm it picked runs ``SLOWER`` below the faster of the t
 leaves bandwidth on the table whatever ECN does, and a tuner that measures it would tune around
 that. NCCL's TUNING line, from its own source (src/enqueue.cc):
 
-* NCCL 2.19 and later: ``AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}=
-  {0..3}`` (names from ``ncclAlgoToString``/``ncclProtoToString``: ``TREE``, ``RING``, ...,
-  ``LL``, ``LL128``, ``SIMPLE``; from ``ncclAlgoStr``, ``Tree``/``Ring``, in the releases
-  between; some builds append `` comm 0x...``);
-* earlier: ``4194304 Bytes -> Algo 1 proto 2 time 123.4`` (indices; older still with the
+* current (NVIDIA/nccl@01e6dd9): ``AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE
+  channel{Lo..Hi}={0..3}`` (``ncclAlgoToString``/``ncclProtoToString``: ``TREE``, ``RING``,
+  ..., ``LL``, ``LL128``, ``SIMPLE``); releases that printed ``ncclAlgoStr``/``ncclProtoStr``
+  there show ``Tree``/``Ring`` and ``Simple``, and some append `` comm 0x...``;
+* older: ``4194304 Bytes -> Algo 1 proto 2 time 123.4`` (indices, with or without the
   function's name first): algorithm 0 Tree, 1 Ring; protocol 0 LL, 1 LL128, 2 Simple.
 """
 
@@ -117,7 +117,7 @@ def measure(cluster: Any, workload: Workload) -> list[AlgoRun]:
     """Run every all_reduce part of ``workload`` three ways (``cluster``: an ``SshCluster``),
     as the login user on the launcher host, one run at a time."""
     from objectives.parsers import parse_nccl_tests
-    from tuner.errors import MeasurementError
+    from tuner.errors import TunerError
     from tuner.ssh.measure import part_result
     from tuner.ssh.plan import nccl_command
 
@@ -134,7 +134,7 @@ def measure(cluster: Any, workload: Workload) -> list[AlgoRun]:
                     check=False)
                 text = res.stdout + res.stderr
                 got = part_result(text, res.status, p, i)
-            except (MeasurementError, OSError) as exc:
+            except (TunerError, OSError, ValueError) as exc:  # not measured: "not checked"
                 run = replace(run, errors={**run.errors, name: str(exc)})
                 continue
             run = replace(run, busbw={**run.busbw, name: got.busbw_gbytes_per_s})

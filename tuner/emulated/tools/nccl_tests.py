@@ -133,9 +133,9 @@ def algorithm(op: str, nccl_algo: str | None, planted: str | None) -> str | None
 
 
 def tuning_line(op: str, size: int, algo: str) -> str:
-    """NCCL 2.27's TUNING line for one call (src/enqueue.cc: "%s: %ld Bytes -> Algo %s proto %s
-    channel{Lo..Hi}={%d..%d}", names from ncclAlgoToString/ncclProtoToString: RING, TREE;
-    LL, LL128, SIMPLE); SIMPLE above 64 KiB, LL below, as NCCL picks on a network."""
+    """NCCL's current TUNING line for one call (NVIDIA/nccl@01e6dd9 src/enqueue.cc: "%s: %ld
+    Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}", names from ncclAlgoToString and
+    ncclProtoToString: RING, TREE; LL, LL128, SIMPLE); SIMPLE above 64 KiB, LL below."""
     proto = "SIMPLE" if size >= 65536 else "LL"
     return (f"NCCL INFO {FUNCS[op]}: {size} Bytes -> Algo {algo.upper()} proto {proto} "
             f"channel{{Lo..Hi}}={{0..{CHANNELS - 1}}}")
