@@ -584,7 +584,8 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--append", action="store_true",
-                    help="add these studies to bench/search-results.json instead of replacing")
+                    help="keep bench/search-results.json's other studies: these replace only "
+                         "the earlier studies of the same scenario, method and screen")
     ap.add_argument("--report-only", action="store_true",
                     help="re-render the section from bench/search-results.json")
     a = ap.parse_args()
@@ -618,7 +619,9 @@ def main() -> None:
         wall = (time.monotonic() - t0) / 60
         if a.append:
             old = json.loads(RESULTS.read_text(encoding="utf-8"))
-            studies = old["studies"] + studies
+            redone = {(s["scenario"], s["method"], s["screen"]) for s in studies}
+            studies = [s for s in old["studies"]
+                       if (s["scenario"], s["method"], s["screen"]) not in redone] + studies
             wall += old["meta"]["wall_min"]
             load = old["meta"]["load"]
         meta = {"date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
