@@ -4,7 +4,8 @@
 starting a daemon: an option it does not know ends it at once with ``unknown option``. The
 lines are the catalog's (docs/real-cluster.md) and each shape the plan can take: NCCL variables
 from the inventory and from a workload part, several GPUs per host, a placement's rank order,
-``-N`` cycles. ``.ci/run`` installs openmpi-bin.
+``-N`` cycles, and diagnose's three runs of a part (NCCL's choice, Ring, Tree). ``.ci/run``
+installs openmpi-bin.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import pytest
 
 from tests.ssh.test_real_perftest import _docs_inventory
+from tuner.diagnose.nccl import runs_of
 from tuner.inventory import Inventory
 from tuner.ssh.catalog import catalog
 from tuner.ssh.placement import Placement
@@ -52,6 +54,7 @@ def mpirun_lines() -> list[str]:
              CollectivePart(op="alltoall", size_bytes=1 << 16)]
     for inv in _variants(_docs_inventory()):
         lines += [p.command for p in catalog(inv) if _runs_mpirun(p.command)]
+        lines += [nccl_command(i, p) for i, p in runs_of(inv, parts[0]).values()]
         names = [h.name for h in inv.hosts]
         for part in parts:
             for place in (None, Placement(replicate=1, ranks=tuple(reversed(names)),
