@@ -26,6 +26,13 @@ ETHERNET_GAP_BYTES = 20
 class Topology:
     """A two-tier leaf-spine (or one switch) fabric; oversubscription follows from the counts.
 
+    Hosts with several NIC ports (``nics_per_host``, a GPU host's rails) connect all of them
+    to one leaf by default. ``rails``: rail-aligned leaves, as 8-rail GPU clusters are built
+    (NVIDIA DGX SuperPOD reference architecture): hosts come in groups of ``hosts_per_leaf``
+    and NIC ``k`` of every host of group ``g`` connects to leaf ``g * nics_per_host + k``, so
+    a leaf carries one rail of one group and same-rail traffic between hosts of a group never
+    leaves it. ``leaves`` must then be a multiple of ``nics_per_host``.
+
     Buffer model (per switch): ``buffer_bytes`` of shared buffer; each ingress port/priority
     owns ``reserve_bytes`` before it draws from the shared pool; PFC XOFF fires when its
     shared use exceeds ``min(pfc_static_xoff_bytes, 2**pfc_alpha_log2 * free shared)``
@@ -65,6 +72,7 @@ class Topology:
     # paper's 1/256), or "vendor", mstflint's text, alpha = cnp*g + (1 - g)*alpha with
     # g = G/1024 (factory 1019: alpha follows the last period's CNPs almost entirely)
     dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
+    rails: bool = False  # rail-aligned leaves (see above)
 
     def __post_init__(self) -> None:
         if self.kind not in ("leaf_spine", "single_switch"):
@@ -83,6 +91,12 @@ class Topology:
         if self.dce_tcp_g_reading not in ("kept", "vendor"):
             raise ValueError(f"Topology.dce_tcp_g_reading: 'kept' or 'vendor', got "
                              f"{self.dce_tcp_g_reading!r}")
+        if self.rails and self.kind != "leaf_spine":
+            raise ValueError("Topology.rails: rail-aligned leaves need kind leaf_spine")
+        if self.rails and self.leaves % self.nics_per_host:
+            raise ValueError(f"Topology.rails: leaves ({self.leaves}) must be a multiple of "
+                             f"nics_per_host ({self.nics_per_host}): one leaf per rail of each "
+                             "group of hosts")
 
     @property
     def n_leaves(self) -> int:
@@ -90,7 +104,14 @@ class Topology:
 
     @property
     def n_hosts(self) -> int:
+        if self.rails:  # a group of hosts_per_leaf hosts spans nics_per_host leaves
+            return self.n_leaves // self.nics_per_host * self.hosts_per_leaf
         return self.n_leaves * self.hosts_per_leaf
+
+    @property
+    def nics_per_leaf(self) -> int:
+        """NIC-facing ports of one leaf (one per host of its group when rail-aligned)."""
+        return self.hosts_per_leaf if self.rails else self.hosts_per_leaf * self.nics_per_host
 
     @property
     def n_nics(self) -> int:
@@ -110,7 +131,7 @@ class Topology:
     def oversubscription(self) -> float:
         if self.kind == "single_switch":
             return 1.0
-        down = self.hosts_per_leaf * self.nics_per_host * self.nic_gbps
+        down = self.nics_per_leaf * self.nic_gbps
         return down / (self.spines * self.uplink_gbps)
 
     def headroom_for(self, gbps: float) -> int:

@@ -63,18 +63,18 @@ class Fabric:
         self.switch_names = self.leaf_names + self.spine_names
         g = topo.nics_per_host
         self.nic_names = [f"host{h}/mlx5_{k}" for h in range(topo.n_hosts) for k in range(g)]
-        self.nic_leaf = np.array([i // (topo.hosts_per_leaf * g) for i in range(topo.n_nics)],
-                                 dtype=np.int64)
+        per_leaf = topo.nics_per_leaf
+        place = [self._place(topo, i) for i in range(topo.n_nics)]  # (leaf, port index)
+        self.nic_leaf = np.array([leaf for leaf, _ in place], dtype=np.int64)
         self._nic_index = {n: i for i, n in enumerate(self.nic_names)}
         self._sw_index = {n: i for i, n in enumerate(self.switch_names)}
         self.links: list[Link] = []
-        per_leaf = topo.hosts_per_leaf * g
         # up[i] = NIC i -> leaf, down[i] = leaf -> NIC i
         self.nic_up = np.zeros(topo.n_nics, dtype=np.int64)
         self.nic_down = np.zeros(topo.n_nics, dtype=np.int64)
         for i, nic in enumerate(self.nic_names):
-            leaf = self.leaf_names[int(self.nic_leaf[i])]
-            port = f"{leaf}/Ethernet{4 * (i % per_leaf)}"
+            leaf = self.leaf_names[place[i][0]]
+            port = f"{leaf}/Ethernet{4 * place[i][1]}"
             self.nic_up[i] = self._add(Link(nic, leaf, nic, port, topo.nic_gbps))
             self.nic_down[i] = self._add(Link(leaf, nic, port, nic, topo.nic_gbps))
         n_sp = len(self.spine_names)
@@ -92,6 +92,15 @@ class Fabric:
             self._ecn[(sw, ROCE_TC)] = default_ecn
         self._dcqcn: dict[str, DcqcnConfig] = {n: DcqcnConfig() for n in self.nic_names}
         self._buffer: dict[str, int] = {}
+
+    @staticmethod
+    def _place(topo: Topology, i: int) -> tuple[int, int]:
+        """NIC ``i`` (port ``k`` of host ``h``): its leaf and its port's index there."""
+        if not topo.rails:
+            return divmod(i, topo.nics_per_leaf)
+        h, k = divmod(i, topo.nics_per_host)
+        group, port = divmod(h, topo.hosts_per_leaf)
+        return group * topo.nics_per_host + k, port
 
     def _add(self, link: Link) -> int:
         self.links.append(link)

@@ -59,6 +59,17 @@ class TopologySpec(BaseModel):
     pfc_alpha_log2: int = Field(default=-3, ge=-7, le=3)
     # the twin's reading of dce_tcp_g (rocesim Topology): "kept" or "vendor" (mstflint's text)
     dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
+    # rail-aligned leaves: NIC k of every host of a group of hosts_per_leaf on its own leaf
+    rails: bool = False
+
+    @model_validator(mode="after")
+    def _rails(self) -> TopologySpec:
+        if self.rails and self.kind != "leaf_spine":
+            raise ValueError("rails: rail-aligned leaves need kind leaf_spine")
+        if self.rails and self.leaves % self.nics_per_host:
+            raise ValueError(f"rails: leaves ({self.leaves}) must be a multiple of "
+                             f"nics_per_host ({self.nics_per_host}), one leaf per rail")
+        return self
 
 
 HashField = Literal["src_ip", "dst_ip", "udp_sport"]

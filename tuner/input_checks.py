@@ -236,7 +236,7 @@ def machine_bytes() -> int:
 def sim_bytes(exp: Experiment) -> tuple[int, str]:
     """A (generous) estimate of the simulation's memory, and the field that dominates it."""
     topo, wl, fab = exp.fabric.topology, exp.workload, exp.fabric
-    nics = topo.hosts_per_leaf * topo.nics_per_host * (
+    nics = topo.hosts_per_leaf * (1 if topo.rails else topo.nics_per_host) * (
         topo.leaves if topo.kind == "leaf_spine" else 1)
     terms: dict[str, float] = {}
     from tuner.workload import CollectivePart, ProbePart

@@ -51,3 +51,24 @@ def test_trials_never_touch_the_rest_of_the_fabric() -> None:
 def test_unknown_canary_switch_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="canary.switches"):
         SimCluster(SPEC, ["leaf9"])
+
+
+def test_a_rail_aligned_canary_is_one_rail_of_its_group() -> None:
+    # fabric.topology.rails: leaf1 carries rail 1 (mlx5_1) of hosts 0-2; a trial changes those
+    # three NIC ports and leaf1, and rail 0 of the same hosts keeps the baseline
+    spec = FabricSpec(topology=TopologySpec(leaves=4, spines=1, hosts_per_leaf=3,
+                                            nics_per_host=2, rails=True),
+                      max_time_us=5_000, step_us=250)
+    c = SimCluster(spec, ["leaf1"])
+    d = c.describe()
+    assert d.canary_nics == ["host0/mlx5_1", "host1/mlx5_1", "host2/mlx5_1"]
+    assert "host0/mlx5_0" in d.other_nics and len(d.other_nics) == 9
+    assert d.facts["rails"] == "true"
+    c.apply(Settings.uniform(d.canary_switches, d.canary_nics, {"rpg_ai_rate": 100}))
+    after = c.read_all()
+    assert after.nics["host0/mlx5_1"].rpg_ai_rate == 100
+    assert after.nics["host0/mlx5_0"].rpg_ai_rate != 100
+    # rails 0 and 1 of the same hosts: their ring would cross the fabric where NCCL uses NVLink
+    with pytest.raises(ConfigError, match="several rails of the same hosts"):
+        SimCluster(spec, ["leaf0", "leaf1"])
+    SimCluster(spec, ["leaf1", "leaf3"])  # rail 1 of both groups: distinct hosts

@@ -95,6 +95,13 @@ class SimCluster(Cluster):
         if len(nics) < 2:
             raise ConfigError(f"canary.switches: {self._switches} have {len(nics)} NICs under "
                               "them; a workload needs at least 2")
+        hosts = [n.split("/")[0] for n in nics]
+        if spec.topology.rails and len(set(hosts)) < len(hosts):
+            # The ranks are the canary's NICs: two rails of one host would exchange their data
+            # over the fabric, where NCCL uses the host's NVLink (not modelled).
+            raise ConfigError(f"canary.switches: {self._switches} carry several rails of the "
+                              "same hosts; with fabric.topology.rails the canary is one leaf "
+                              "(one rail) per group of hosts")
         self._nics = nics
         self._other_switches = [s for s in switches if s not in self._switches]
         self._other_nics = [n for n in self._fabric.nic_names if n not in nics]
@@ -124,7 +131,8 @@ class SimCluster(Cluster):
             other_nics=list(self._other_nics), nic_gbps=t.nic_gbps,
             facts={"topology": t.kind, "leaves": str(t.leaves), "spines": str(t.spines),
                    "hosts_per_leaf": str(t.hosts_per_leaf),
-                   "nics_per_host": str(t.nics_per_host), "nic_gbps": f"{t.nic_gbps:g}",
+                   "nics_per_host": str(t.nics_per_host), "rails": str(t.rails).lower(),
+                   "nic_gbps": f"{t.nic_gbps:g}",
                    "uplink_gbps": f"{t.uplink_gbps:g}", "buffer_bytes": str(t.buffer_bytes),
                    "pfc_threshold": pfc.to_fact(), "seed": str(self.spec.seed),
                    # every replicate has its own seed: probe pairs, ECMP paths, background
