@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/dce_tcp_g.py [--no-write]
 
-NVIDIA's community page and the DCQCN paper read ``dce_tcp_g`` as the share of alpha kept per
-``dce_tcp_rtt`` (rocesim's ``kept``, the default); mstflint's own text reads it as the gain
-(``vendor``: alpha = cnp*g + (1 - g)*alpha, g = G/1024). Until hardware settles it, this bench
+NVIDIA's community page and the DCQCN paper read ``dce_tcp_g`` as the share of alpha kept
+per ``dce_tcp_rtt`` (``kept``, the rocesim library's default); mstflint's own text reads it
+as the gain (``vendor``: alpha = cnp*g + (1 - g)*alpha, g = G/1024; the tuner's twin's
+default). Until hardware settles it, this bench
 measures what the choice changes for the tuner: for each shipped simulated experiment, the same
 settings (one knob at a time away from the baseline, the factory ``dce_tcp_g`` 1019 untouched
 unless searched) are scored against that reading's own baseline, on the study's
@@ -112,8 +113,10 @@ def render(results: list[dict[str, Any]]) -> str:
              "one knob at a time away from the baseline (each searched knob at 20, 50 and 80 % "
              "of its range; those the static limits refuse left out), each scored against its "
              f"reading's own baseline on {REPLICATES} paired placements by the tuner's score "
-             "and guardrails; `kept` is rocesim's default reading (share of alpha kept per "
-             "`dce_tcp_rtt`), `vendor` is mstflint's text (the gain).", "",
+             "and guardrails; `kept` is the rocesim library's default reading (share of alpha "
+             "kept per `dce_tcp_rtt`), `vendor` is mstflint's text (the gain) and, since "
+             "2026-12-06, the tuner's twin's default (`fabric.topology.dce_tcp_g_reading`).",
+             "",
              "| experiment | settings | baseline busbw/line, kept → vendor | baseline PFC µs/s | "
              "baseline p99 µs | score rank ρ | feasibility agrees | feasible (kept, vendor) | "
              "best 5 shared (feasible first, then score) |",

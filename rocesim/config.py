@@ -70,7 +70,10 @@ class Topology:
     # How the NICs read dce_tcp_g, until hardware settles it (docs/fidelity.md): "kept", the
     # share of alpha kept per dce_tcp_rtt (gain (1024 - G)/1024: factory 1019 ~ the DCQCN
     # paper's 1/256), or "vendor", mstflint's text, alpha = cnp*g + (1 - g)*alpha with
-    # g = G/1024 (factory 1019: alpha follows the last period's CNPs almost entirely)
+    # g = G/1024 (factory 1019: alpha follows the last period's CNPs almost entirely). The
+    # library keeps "kept", in which its physics tests and the packet-level calibration state
+    # the DCQCN paper's g; the tuner's twin passes its own, mstflint's "vendor" by default
+    # (fabric.topology.dce_tcp_g_reading).
     dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
     rails: bool = False  # rail-aligned leaves (see above)
 

@@ -57,8 +57,9 @@ class TopologySpec(BaseModel):
     buffer_bytes: int = Field(default=32 * 2**20, ge=2**16, le=2**31)
     # the lossless PGs' PFC dynamic threshold, as SONiC's dynamic_th: alpha = 2**value
     pfc_alpha_log2: int = Field(default=-3, ge=-7, le=3)
-    # the twin's reading of dce_tcp_g (rocesim Topology): "kept" or "vendor" (mstflint's text)
-    dce_tcp_g_reading: Literal["kept", "vendor"] = "kept"
+    # the twin's reading of dce_tcp_g (rocesim Topology): "vendor", mstflint's own text (the
+    # gain), until hardware settles it; "kept", the share of alpha kept (docs/fidelity.md)
+    dce_tcp_g_reading: Literal["kept", "vendor"] = "vendor"
     # rail-aligned leaves: NIC k of every host of a group of hosts_per_leaf on its own leaf
     rails: bool = False
 

@@ -62,10 +62,11 @@ KNOBS: dict[str, Knob] = {
         Knob("rpg_min_rate", "nic", "Mbit/s", 1, 131_071, 1, "floor of the limited rate"),
         Knob("rate_to_set_on_first_cnp", "nic", "Mbit/s", 0, 131_071, 0,
              "rate on the first CNP (0 = keep port speed)"),
-        # Share of alpha kept per dce_tcp_rtt (Mellanox "DCQCN Parameters", DOC-2790): the
-        # DCQCN paper's gain is g = (1024 - value)/1024, 1019 -> 5/1024 (paper: 1/256).
+        # mstflint's text (shared/reference INDEX.md): the gain of alpha per dce_tcp_rtt,
+        # g = value/1024. NVIDIA's community page reads it as the share kept, 1 - g; the twin
+        # takes either (fabric.topology.dce_tcp_g_reading, "vendor" until hardware settles it).
         Knob("dce_tcp_g", "nic", "1/1024", 1, 1023, 1019,
-             "alpha kept per dce_tcp_rtt: alpha <- value/1024 * alpha (+ 1 - value/1024 on CNP)"),
+             "alpha gain per dce_tcp_rtt: alpha <- cnp * value/1024 + (1 - value/1024) * alpha"),
         Knob("dce_tcp_rtt", "nic", "us", 1, 131_071, 1, "alpha update period"),
         Knob("rate_reduce_monitor_period", "nic", "us", 1, 131_071, 4,
              "minimum time between two rate cuts of a flow"),

@@ -25,10 +25,9 @@ DEFAULT_SPACE: dict[str, KnobRange] = {
     "rpg_min_dec_fac": KnobRange(low=1, high=100),
     "rate_reduce_monitor_period": KnobRange(low=1, high=1_000, log=True),
     "min_time_between_cnps": KnobRange(low=0, high=500),
-    # the twin's default reading of dce_tcp_g, share of alpha kept per dce_tcp_rtt: gain
-    # (1024 - value)/1024 from 1/4 to 1/1024 (the DCQCN paper's g = 1/256 is 1020); lower
-    # values forget congestion within microseconds. ``default_space`` adapts it.
-    "dce_tcp_g": KnobRange(low=768, high=1_023),
+    # the knob's whole range, as mstflint's text reads it (the gain g = value/1024; the
+    # factory 1019 included); ``default_space`` narrows it where the twin reads it as kept.
+    "dce_tcp_g": KnobRange(),
     "rpg_byte_reset": KnobRange(low=64, high=32_767, log=True),
     "rpg_threshold": KnobRange(low=1, high=31),
 }
@@ -149,15 +148,15 @@ class SearchSpace:
 
 
 def default_space(exp: Experiment) -> dict[str, KnobRange]:
-    """``DEFAULT_SPACE`` for ``exp``'s fabric. ``dce_tcp_g``'s range came from the twin: on
-    real hardware it is the whole vendor range (the vendors' texts disagree on which way the
-    value goes, so nothing is ruled out there); on the twin it is the same gains (1/1024 to
-    1/4) in the reading the twin is given (``fabric.topology.dce_tcp_g_reading``)."""
+    """``DEFAULT_SPACE`` for ``exp``'s fabric. ``dce_tcp_g`` spans the knob's whole range on
+    real hardware (the vendors' texts disagree on which way the value goes, so nothing is
+    ruled out there) and on a twin that reads it as mstflint does (the default). A twin that
+    reads it as the share of alpha kept (``fabric.topology.dce_tcp_g_reading: kept``) searches
+    the gains 1/1024 to 1/4 (768..1023): below them alpha forgets congestion within
+    microseconds there, the rate cuts vanish and the incast storms."""
     space = dict(DEFAULT_SPACE)
-    if exp.fabric.backend != "sim":
-        space["dce_tcp_g"] = KnobRange()  # the knob's hardware range
-    elif exp.fabric.topology.dce_tcp_g_reading == "vendor":
-        space["dce_tcp_g"] = KnobRange(low=1, high=256)
+    if exp.fabric.backend == "sim" and exp.fabric.topology.dce_tcp_g_reading == "kept":
+        space["dce_tcp_g"] = KnobRange(low=768, high=1_023)
     return space
 
 

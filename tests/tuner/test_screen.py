@@ -21,7 +21,10 @@ SETTING = {"kmin_bytes": 400_000, "kmax_bytes": 1_599_999, "pmax_percent": 20}
 def test_the_twin_judges_each_guardrail_on_its_worst_placement() -> None:
     exp = load_experiment(QUICK)
     assert exp.screen.placements == 1  # the default
-    exp = exp.model_copy(update={"screen": exp.screen.model_copy(update={"placements": 2})})
+    # measured with the twin reading dce_tcp_g as the share kept (tests/tuner/trial_variants)
+    topo = exp.fabric.topology.model_copy(update={"dce_tcp_g_reading": "kept"})
+    exp = exp.model_copy(update={"screen": exp.screen.model_copy(update={"placements": 2}),
+                                 "fabric": exp.fabric.model_copy(update={"topology": topo})})
     twin = TwinScreen(exp, score_config(exp))
     assert [m.replicate for m in twin.baselines] == [0, 1]
     values = {**exp.current, **SETTING}

@@ -112,8 +112,8 @@ def test_the_static_limits_are_built_into_the_space(name: str) -> None:
 
 
 @pytest.mark.parametrize("fabric, low_high", [
-    ("", (768, 1_023)),  # the twin's default reading: share of alpha kept
-    ("fabric: {topology: {dce_tcp_g_reading: vendor}}\n", (1, 256)),  # same gains, read as g
+    ("", (1, 1_023)),  # the twin's default reading, mstflint's: the whole range
+    ("fabric: {topology: {dce_tcp_g_reading: kept}}\n", (768, 1_023)),  # same gains, as 1 - g
     ("fabric: {backend: ssh, inventory_file: inv.yaml}\n", (1, 1_023)),  # the vendor range
 ])
 def test_dce_tcp_g_default_range_follows_the_reading(fabric: str,
