@@ -58,10 +58,12 @@ def test_quick_yaml_headline_holds(tmp_path: Path, mlflow_template: Path) -> Non
 @pytest.mark.timeout(900)
 def test_moe_mix_ends_with_a_confirmed_winner(tmp_path: Path) -> None:
     """The re-tune example (AlltoAll-heavy, storage in the RoCE priority, multi-objective):
-    under the storm rule that judges sustained pausing, fresh studies confirm a winner. Under
-    the PFC-threshold Kmax ceiling (issue #22: 2982616 B on this fabric, was 3370188 B) sampler
-    seed 0 confirms nothing (its best candidate's probe p99 misses the guardrail on two of the
-    eight placements); seeds 1 and 2 confirm +22.5 % and +23.9 % busbw."""
+    no rollback, the baseline restored, and a confirmed winner on the Pareto front. With the
+    twin reading dce_tcp_g as mstflint does (the default since 2026-12-06), sampler seed 0
+    confirms busbw +16.1 % [+8.1, +24.8] with p99 on the worst placement 146 -> 92 µs; seeds 1
+    and 2 keep the baseline: their candidates gain at most +1.4 % busbw and break the p99
+    guardrail on one to four of the eight placements. (Read as the share kept, seeds 1 and 2
+    confirmed +22.5 and +23.9 %.)"""
     path = ROOT / "experiments" / "moe-mix.yaml"
     shipped = load_experiment(path)
     confirmed = 0
@@ -83,4 +85,4 @@ def test_moe_mix_ends_with_a_confirmed_winner(tmp_path: Path) -> None:
         assert best is not None and best.confirmed and best.ci95_low > 0
         assert res.pareto and all(o.feasible for o in res.pareto)
         confirmed += 1
-    assert confirmed >= 2, confirmed
+    assert confirmed >= 1, confirmed
