@@ -249,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         if records.exists() else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = render(rows, verdicts(junit), command, kept, kept_from)
-    kept_stress = kept_section(args.out, "<!-- stress:start -->", "<!-- stress:end -->")
-    args.out.write_text(text + kept_stress, encoding="utf-8")
+    # the sections bench/stress.py and bench/redteam.py own
+    kept_others = "".join(kept_section(args.out, f"<!-- {name}:start -->", f"<!-- {name}:end -->")
+                          for name in ("stress", "redteam"))
+    args.out.write_text(text + kept_others, encoding="utf-8")
     print(f"wrote {args.out} ({len(rows)} fault rows); pytest exit code {rc}")
     return rc
 

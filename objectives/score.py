@@ -53,9 +53,12 @@ class Guardrails(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     max_busbw_loss_percent: float = Field(default=20.0, ge=0, le=100)
     max_tenant_loss_percent: float = Field(default=20.0, ge=0, le=100)  # RoCE-class tenants
-    p99_target_us: float = Field(default=20.0, gt=0)  # met when p99 <= target, or ...
-    p99_allowance_percent: float = Field(default=25.0, ge=0)  # <= baseline p99 * (1 + this)
-    max_pfc_pause_us_per_s: float = Field(default=1000.0, gt=0)  # µs paused per s, per port
+    # p99 is met when p99 <= p99_target_us, or <= baseline p99 * (1 + p99_allowance_percent);
+    # max_pfc_pause_us_per_s: µs paused per s, per port. All finite: .inf switched the p99
+    # guardrail off and made the PFC margin NaN (a traceback when the trial was told).
+    p99_target_us: float = Field(default=20.0, gt=0, allow_inf_nan=False)
+    p99_allowance_percent: float = Field(default=25.0, ge=0, allow_inf_nan=False)
+    max_pfc_pause_us_per_s: float = Field(default=1000.0, gt=0, allow_inf_nan=False)
 
 
 GUARDRAILS = ("busbw_loss", "tenant_goodput", "p99", "pfc_pause")

@@ -33,7 +33,8 @@ def check_private(folder: Path) -> None:
     OpenSSH refuses a ``~/.ssh`` others can write: it and each parent up to the first parent
     this account owns must belong to this account (or root) and be writable by no one else,
     unless sticky (``/tmp``: others cannot replace what is ours there). Its lock, journal and state
-    files are what ``recover`` trusts and what a tuner running as root writes through."""
+    files are what ``recover`` trusts and what a tuner running as root writes through, so every
+    entry in it must belong to this account (or root) and be writable by no other account."""
     me = os.geteuid()
     for d in (folder, *folder.parents):
         st = d.stat()
@@ -45,7 +46,17 @@ def check_private(folder: Path) -> None:
                 f"of {folder} (a journal is what `recover` restores from). Use a folder only "
                 f"this account can write (chmod go-w {d})")
         if d != folder and st.st_uid == me:  # ours, and safe: nothing above can swap it
-            return
+            break
+    # Its files too: one planted while the folder was open to others stays there after the
+    # `chmod go-w` the message above asks for, and a forged journal is restored by `recover`.
+    for f in folder.iterdir():
+        st = f.lstat()
+        if st.st_uid not in (me, 0) or (st.st_mode & 0o002 and not stat.S_ISLNK(st.st_mode)):
+            raise ConfigError(
+                f"{f}: owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}: another "
+                f"account wrote it or can write it, and `recover` trusts the lock, journal and "
+                f"state files of {folder}. Check what it holds, then remove it (or give it to "
+                f"this account: chown, chmod o-w)")
 
 
 @contextmanager

@@ -128,8 +128,9 @@ class KnobRange(BaseModel):
     """One searched dimension. ``low``/``high`` default to the knob's hardware range."""
 
     model_config = _STRICT
-    low: float | None = None
-    high: float | None = None
+    # Finite (.inf and .nan are refused by name): an infinite kmax_ratio reached the sampler.
+    low: float | None = Field(default=None, allow_inf_nan=False)
+    high: float | None = Field(default=None, allow_inf_nan=False)
     log: bool = False
 
     @model_validator(mode="after")
@@ -203,9 +204,9 @@ class ObjectiveSpec(BaseModel):
     mode: Literal["primary", "scalar", "multi"] = "primary"
     primary: Literal["busbw", "p99_us"] = "busbw"
     guardrails: Guardrails = Field(default_factory=Guardrails)
-    busbw_weight: float = Field(default=1.0, ge=0)  # scalar mode only
-    latency_weight: float = Field(default=0.5, ge=0)
-    pfc_weight: float = Field(default=0.5, ge=0)
+    busbw_weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)  # scalar mode only
+    latency_weight: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    pfc_weight: float = Field(default=0.5, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _some_weight(self) -> ObjectiveSpec:
@@ -223,14 +224,14 @@ class ObjectiveSpec(BaseModel):
 class BudgetSpec(BaseModel):
     model_config = _STRICT
     trials: int = Field(default=20, ge=1, le=100_000)  # proposals after the baseline trial 0
-    wall_time_s: float = Field(default=3600.0, gt=0)
+    wall_time_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
     # Paired replicates per trial: every trial is measured on the same K placements/seeds and
     # scored against the baseline's K. "auto": K from the noise of 5 baseline replicates.
     repeats: int | Literal["auto"] = "auto"
     repeats_max: int = Field(default=6, ge=1, le=50)
     # A trial whose running paired score is this far (log2 units) below the median of the other
     # trials on the same replicates stops early (0 = never).
-    prune_margin: float = Field(default=0.05, ge=0)
+    prune_margin: float = Field(default=0.05, ge=0, allow_inf_nan=False)
     # Re-measure the baseline every this many trials to show drift (0 = never).
     baseline_every: int = Field(default=10, ge=0)
     # At the end, the top ``confirm_top_k`` candidates and the baseline are measured interleaved

@@ -10,10 +10,12 @@ to the inventory entry's ``address``.
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 import types
 import typing
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +146,16 @@ def _shape_limits(data: Any, source: str) -> None:
 FREE_TEXT = {"description"}  # fields where a newline or tab is text, not an attack
 
 
+def _non_ascii(key: str) -> str | None:
+    """The first non-ASCII character of ``key``, named: ``'е' (U+0435 CYRILLIC SMALL LETTER IE)
+    at character 5`` (a homoglyph looks like the field it is not)."""
+    for i, ch in enumerate(key, 1):
+        if ord(ch) > 0x7F:
+            return (f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}) "
+                    f"at character {i}")
+    return None
+
+
 def _control(text: str, multiline: bool) -> str | None:
     for ch in text:
         code = ord(ch)
@@ -178,6 +190,13 @@ def value_problems(data: Any, model: type[BaseModel], root: str = "") -> list[st
                     out.append(f"{where or '<top level>'}: control character {bad} in key "
                                f"{key[:40]!r} -- remove it")
                 sub = f"{where}.{key}" if where else key
+                odd = _non_ascii(key)
+                if odd:  # every key is ASCII: a look-alike letter would read as "unknown field"
+                    near = difflib.get_close_matches(key, list(fields or ()), n=1)
+                    out.append(f"{sub}: {odd} is not ASCII -- "
+                               + (f"did you mean {near[0]!r}? " if near else "")
+                               + "retype the key in ASCII")
+                    continue
                 if fields is not None:
                     walk(v, fields.get(key), sub)
                 else:

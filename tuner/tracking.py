@@ -356,9 +356,13 @@ class Tracker:
             from mlflow.entities import Metric, Param
 
             c = self.client()
+            from tuner.optuna_io import process_owner
+
+            # ecntune.writer: this process, so that a run it leaves RUNNING (killed between
+            # create_run and set_terminated) is closed as soon as it is proved gone.
             tags = {"mlflow.parentRunId": self.parent_run_id, "ecntune.role": "trial",
                     "ecntune.trial": str(rec.number), "ecntune.state": rec.state,
-                    "ecntune.verdict": rec.verdict}
+                    "ecntune.verdict": rec.verdict, "ecntune.writer": json.dumps(process_owner())}
             if rec.detail:
                 tags["ecntune.detail"] = scrub(rec.detail)[:5000]
             if rec.origin:

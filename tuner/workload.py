@@ -23,7 +23,7 @@ class CollectivePart(BaseModel):
     op: CollectiveOp
     size_bytes: int = Field(gt=0, le=2**36)  # at most 64 GiB, past any nccl-tests sweep
     iterations: int = Field(default=5, ge=1, le=1000)
-    weight: float = Field(default=1.0, ge=0)
+    weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     channels: int = Field(default=4, ge=1, le=64)  # ring channels (NCCL_MIN_NCHANNELS-like)
     qps_per_connection: int = Field(default=1, ge=1, le=16)  # NCCL_IB_QPS_PER_CONNECTION
     # NCCL's algorithm: "ring" or "tree" (double binary tree, all_reduce only); rocesim
@@ -62,7 +62,7 @@ class ProbePart(BaseModel):
     model_config = _STRICT
     kind: Literal["probe"] = "probe"
     size_bytes: int = Field(default=64, ge=2, le=65536)
-    interval_us: float = Field(default=50.0, gt=0)
+    interval_us: float = Field(default=50.0, gt=0, allow_inf_nan=False)
     pairs: int = Field(default=4, ge=1, le=256)
 
 
@@ -74,7 +74,8 @@ class Workload(BaseModel):
 
     model_config = _STRICT
     parts: list[Part] = Field(min_length=1)
-    time_limit_s: float = Field(default=600.0, gt=0)  # a measurement past this is a failure
+    # a measurement past this is a failure (finite: .inf would never fail one)
+    time_limit_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
 
     @property
     def collectives(self) -> list[CollectivePart]:

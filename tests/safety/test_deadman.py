@@ -335,7 +335,8 @@ def login(tmp_path: Path):
         p.mkdir(mode=0o700)
     knob_file = top / "rpg_time_reset"
     knob_file.write_text("17\n")
-    for p in (top, home, xdg, knob_file):
+    top.chmod(0o755)  # root-owned, like /run/user: a removed run-user cannot be made again
+    for p in (home, xdg, knob_file):
         os.chown(p, NOBODY, NOBODY)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_RUNTIME_DIR": str(xdg)}
 

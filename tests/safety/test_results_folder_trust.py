@@ -55,3 +55,32 @@ def test_the_state_files_temporary_name_is_unpredictable(tmp_path: Path) -> None
     write_state(state, Settings())
     assert victim.read_text() == "precious\n" and state.is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [planted.name]
+
+
+def test_a_file_another_account_left_in_the_folder_is_refused(tmp_path: Path) -> None:
+    """The folder was open to others, and the message above said `chmod go-w`: a journal
+    another account planted before that stays, and `recover` restored its forged baseline
+    ("baseline restored and verified"). A file in the folder not owned by this account (or
+    root), or writable by anyone, is refused, named, before anything reads it."""
+    from tuner.settings import Settings
+
+    results = tmp_path / "results"
+    results.mkdir(mode=0o777)
+    os.chmod(results, 0o777)
+    journal = results / "journal.jsonl"
+    forged = Settings.model_validate({"switches": {"leaf0": {"kmin_bytes": 1000,
+                                                             "kmax_bytes": 2000}}})
+    Journal(journal).begin("s", 99, forged.targets(), forged, forged)  # a valid CRC
+    os.chown(journal, 65534, 65534)  # nobody's
+    os.chmod(results, 0o755)  # what the message told the operator to do
+    with pytest.raises(ConfigError, match=rf"{journal}: owned by uid 65534"):
+        with hold(results, "recover"):
+            pass
+    os.chown(journal, os.geteuid(), os.getegid())
+    os.chmod(journal, 0o666)
+    with pytest.raises(ConfigError, match=rf"{journal}: owned by uid \d+, mode 666"):
+        with hold(results, "recover"):
+            pass
+    os.chmod(journal, 0o600)
+    with hold(results, "recover") as lock:  # ours again: accepted
+        assert lock.is_file()

@@ -92,3 +92,25 @@ def test_every_form_of_recover_finds_a_dead_workers_slice(tmp_path: Path,
     assert "no open change" not in r.output.replace("results/journal.jsonl does not exist", "")
     moved = Journal(tmp_path / "c" / "results" / "slices" / "sim1" / "journal.jsonl")
     assert moved.dirty() is not None  # nothing was done blind
+
+
+def test_recover_without_arguments_finds_a_slice_of_a_study_folder(tmp_path: Path,
+                                                                   monkeypatch: Any) -> None:
+    """Red team H1 as they ran it: the worker's study folder is ``results/<study>/`` holding
+    only ``slices/<name>/journal.jsonl``, beside another study whose journal is clean. A bare
+    ``recover`` must not report the clean one and exit 0: it names the slice's journal."""
+    from tuner.settings import Settings
+
+    _dirty_slice(tmp_path / "d")
+    monkeypatch.chdir(tmp_path / "d")
+    (tmp_path / "d" / "results").mkdir()
+    (tmp_path / "d" / "res").rename(tmp_path / "d" / "results" / "pod")
+    clean = Journal(tmp_path / "d" / "results" / "other" / "journal.jsonl")
+    entry = clean.begin("other", 1, [], Settings(), Settings())
+    clean.end(entry, "restored")
+    r = CliRunner().invoke(main, ["recover"])
+    assert r.exit_code == 2, r.output
+    assert "results/pod/slices/sim1/journal.jsonl" in r.output
+    assert "ecntune recover EXPERIMENT --slice sim1" in r.output
+    pod = Journal(tmp_path / "d" / "results" / "pod" / "slices" / "sim1" / "journal.jsonl")
+    assert pod.dirty() is not None  # nothing was done blind

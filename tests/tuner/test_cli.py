@@ -327,3 +327,17 @@ def test_kmin_above_kmax_in_current_is_one_plain_line(tiny: Tiny, tmp_path: Path
     assert r.exit_code == 2
     assert "current: kmin_bytes (500000) must be below kmax_bytes (100000)" in r.output
     assert "validation error" not in r.output and "errors.pydantic.dev" not in r.output
+
+
+def test_a_worker_refuses_a_study_name_that_would_escape(tiny: Tiny, tmp_path: Path) -> None:
+    """Red team L3 "Paths", the `worker` form: its --study names the folder of the trials'
+    files under the slice's results folder, so '../../../escape' would write beside it."""
+    exp, text = tiny(trials=1)
+    path = _write(tmp_path, text.replace("canary: {switches: [leaf0]}",
+                                         "canary: {switches: [leaf0], slices: 2}"))
+    r = CliRunner().invoke(main, ["worker", str(path), "--slice", "sim0",
+                                  "--study", "../../../escape"])
+    assert r.exit_code == 2, r.output
+    assert "--study: value '../../../escape'" in r.output
+    assert not (tmp_path / "escape").exists()
+    assert not (exp.results_path / "slices" / "sim0" / "journal.jsonl").exists()

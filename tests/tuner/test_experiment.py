@@ -198,3 +198,49 @@ def test_the_pfc_dynamic_threshold_reaches_the_simulated_switch() -> None:
         assert pfc is not None
         onset[a] = pfc.onset_bytes()
     assert onset == {-3: 2516582, -2: 4194304}
+
+
+def _float_fields(model: type, path: str = "") -> list[tuple[str, list[object]]]:
+    """(dotted path, metadata) of every float field under ``model``, nested models included."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def parts(ann: object) -> list[object]:
+        return [ann, *(a for arg in typing.get_args(ann) for a in parts(arg))]
+
+    out: list[tuple[str, list[object]]] = []
+    for name, f in model.model_fields.items():  # type: ignore[attr-defined]
+        found = parts(f.annotation)
+        if float in found:
+            out.append((f"{path}{name}", list(f.metadata)))
+        for sub in dict.fromkeys(a for a in found
+                                 if isinstance(a, type) and issubclass(a, BaseModel)):
+            out += _float_fields(sub, f"{path}{name}.")
+    return out
+
+
+def test_every_number_of_an_experiment_is_finite() -> None:
+    """Red team L3 "Tracebacks": .inf in kmax_ratio's range, a collective's weight, the PFC
+    guardrail or busbw_weight ended in a traceback when the trial was told; in p99_target_us
+    it switched the guardrail off. Every float field is bounded above or refuses .inf/.nan."""
+    import annotated_types
+
+    from tuner.experiment import Experiment
+
+    fields = _float_fields(Experiment)
+    assert len(fields) >= 20 and "search.knobs.high" in dict(fields)
+    open_ended = [p for p, meta in fields
+                  if not any(isinstance(m, annotated_types.Le | annotated_types.Lt)
+                             or getattr(m, "allow_inf_nan", None) is False for m in meta)]
+    assert open_ended == []
+    for field, text in [
+        ("search.knobs.kmax_ratio.high", "search:\n  knobs:\n    kmin_bytes: {low: 2.0e+4}\n"
+                                         "    kmax_ratio: {low: 1.5, high: .inf}\n"),
+        ("workload.parts.0.collective.weight",
+         "workload:\n  parts:\n    - {kind: collective, op: alltoall, size_bytes: 65536, "
+         "weight: .nan}\n"),
+        ("objective.guardrails.p99_target_us", "objective: {guardrails: {p99_target_us: .inf}}\n"),
+    ]:
+        msg = _error(MINIMAL + text if not text.startswith("workload") else "name: t\n" + text)
+        assert f"exp.yaml: {field}: " in msg and "finite number" in msg, msg

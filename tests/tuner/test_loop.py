@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -421,6 +423,44 @@ def test_a_run_left_running_by_a_killed_process_is_closed_and_the_trial_logged(
     _runner(exp, text, build_cluster(exp), tracker=tracker).run()
     runs = {(int(r.data.tags["ecntune.trial"]), r.info.status) for r in tracker.nested_runs()}
     assert runs == {(0, "FINISHED"), (1, "KILLED"), (1, "FINISHED"), (2, "FINISHED")}
+
+
+class KilledJustNow(Tracker):
+    """The same kill a moment before the resume: trial 1's run was created just now by a
+    process that has ended since (its ``ecntune.writer`` tag); beside it, a run a live process
+    (this one) is still logging."""
+
+    killed = False
+
+    def log_trial(self, rec: Any) -> str | None:
+        if rec.number == 1 and not self.killed:
+            self.killed = True
+            child = subprocess.Popen([sys.executable, "-c", "pass"])
+            gone = optuna_io.process_owner(child.pid)
+            child.wait()
+            for number, writer in ((1, gone), (99, optuna_io.process_owner())):
+                self.client().create_run(
+                    self._experiment_id(), run_name=f"trial-{number:04d}",
+                    tags={"mlflow.parentRunId": str(self.parent_run_id),
+                          "ecntune.trial": str(number), "ecntune.role": "trial",
+                          "ecntune.writer": json.dumps(writer)})
+            return None
+        return super().log_trial(rec)
+
+
+def test_a_run_whose_writer_is_gone_is_closed_without_waiting(tiny: Tiny, results: Path) -> None:
+    """Red team L3 "Runs left RUNNING", with `resume` run at once: a run left RUNNING minutes
+    ago was never closed (it waited ORPHAN_AFTER_S), so the trial was never logged again. A run
+    whose writer is proved gone is closed at once; a live writer's run is left alone."""
+    exp, text = tiny(trials=2)
+    tracker = KilledJustNow(exp.tracking_uri, exp.tracking_experiment, results / "mlartifacts")
+    _runner(exp, text, build_cluster(exp), tracker=tracker).run()
+    runs = {(int(r.data.tags["ecntune.trial"]), r.info.status) for r in tracker.nested_runs()}
+    assert runs == {(0, "FINISHED"), (1, "KILLED"), (1, "FINISHED"), (2, "FINISHED"),
+                    (99, "RUNNING")}
+    # every run this process logged names it as its writer
+    assert {json.loads(r.data.tags["ecntune.writer"])["pid"] for r in tracker.nested_runs()
+            if r.info.status == "FINISHED"} == {os.getpid()}
 
 
 def test_multi_objective_front_holds_only_feasible_trials(tiny: Tiny) -> None:

@@ -17,8 +17,20 @@ if TYPE_CHECKING:
     from tuner.study import StudyResult
 
 # A trial's nested run lives seconds from create_run to set_terminated (its artifacts are a
-# few files): one still RUNNING after five minutes has no writer left.
+# few files): one still RUNNING after five minutes has no writer left. One whose writer is
+# proved gone (``writer_gone``) has none either, however young.
 ORPHAN_AFTER_S = 300.0
+
+
+def writer_gone(run: Any) -> bool:
+    """The process that created ``run`` (its ``ecntune.writer`` tag, ``optuna_io.process_owner``)
+    provably no longer runs: same host, boot and PID namespace, its pid gone or reused. A run
+    without the tag (an older version's), or another machine's, waits for ORPHAN_AFTER_S."""
+    try:
+        writer = json.loads(run.data.tags.get("ecntune.writer") or "null")
+    except ValueError:
+        return False
+    return isinstance(writer, dict) and optuna_io.owner_gone(writer)
 
 
 def start(ctx: StudyRunner) -> None:
@@ -62,10 +74,12 @@ def backfill(ctx: StudyRunner) -> int:
         return 0
     try:
         runs = ctx.tracker.nested_runs()
-        # A nested run still RUNNING long after it was created lost its writer (killed
-        # between create_run and set_terminated): close it and log the trial again.
+        # A nested run still RUNNING long after it was created, or whose writer is proved
+        # gone, lost its writer (killed between create_run and set_terminated): close it and
+        # log the trial again.
         stale = time.time() * 1000 - ORPHAN_AFTER_S * 1000
-        orphans = [r for r in runs if r.info.status == "RUNNING" and r.info.start_time < stale]
+        orphans = [r for r in runs if r.info.status == "RUNNING"
+                   and (r.info.start_time < stale or writer_gone(r))]
         for r in orphans:
             ctx.tracker.close_orphan(r.info.run_id)
         logged = {int(r.data.tags.get("ecntune.trial", -1)) for r in runs if r not in orphans}
