@@ -340,14 +340,17 @@ FINDINGS = [
         "L3 Paths",
         "`results_dir`/`--study` with `..` escaped the results folder.",
         "A study name is 1-64 letters, digits, `_-.` starting with a letter or digit, in "
-        "every command that takes one.",
+        "every command that takes one; a file's `results_dir` with a `..` part is refused "
+        "(exit 2 naming the field).",
         ["tests/tuner/test_cli.py::test_names_and_folders_that_would_escape_or_mislead",
-         "tests/tuner/test_cli.py::test_a_worker_refuses_a_study_name_that_would_escape"],
+         "tests/tuner/test_cli.py::test_a_worker_refuses_a_study_name_that_would_escape",
+         "tests/inputs/test_hostile_inputs.py::"
+         "test_malformed_file_exits_2_naming_file_field_and_fix[results_dir_climbs_out-run]"],
         "`run`'s `check_name` removed: exit 0 for `--study ../../escape`. `worker`'s removed: "
         "**not caught** at 6470de7; the second test (831fee4) fails: exit 0, trial files "
-        "written to `<tmp>/escape`.",
-        gap="`results_dir: results/../../escaped` is still accepted (a run wrote its stores "
-            "there, 2026-12-06)",
+        "written to `<tmp>/escape`. `results_dir: results/../../escaped` was accepted until "
+        "the `results_dir` check (2026-12-06, after this table was first written); with it "
+        "removed the hostile file's run and preflight both fail (exit 0 / 1, not 2).",
     ),
     Finding(
         "L3 Merge keys",

@@ -349,6 +349,16 @@ class Experiment(BaseModel):
             raise ValueError("use 1-64 letters, digits, '_', '-', '.' (it names files and runs)")
         return v
 
+    @field_validator("results_dir")
+    @classmethod
+    def _results_dir(cls, v: str) -> str:
+        # a file's results_dir climbing out with '..' puts journals and stores wherever the
+        # file says; an operator who means another folder names it (absolute, or --results)
+        if ".." in Path(v).parts:
+            raise ValueError(f"{v!r} climbs out with '..' -- give an absolute path (or leave "
+                             "it out and pass --results)")
+        return v
+
     @field_validator("storage")
     @classmethod
     def _storage(cls, v: str | None) -> str | None:
