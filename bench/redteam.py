@@ -94,16 +94,21 @@ FINDINGS = [
         "H2 O_NOFOLLOW",
         "A symlink planted as `ecntune.lock` truncated and overwrote a root-owned file; one "
         "planted as `journal.jsonl` had 13 KB of records appended to another.",
-        "`O_NOFOLLOW` on every file opened in the results folder: a planted symlink is "
-        "refused, never written through.",
+        "`O_NOFOLLOW` on the files opened in place (lock, journal): a planted symlink is "
+        "refused; every file written whole (state, `diagnosis.json`, report, change request, "
+        "traffic profile, Prometheus textfile) goes to a new file renamed over the path "
+        "(`safety.files.write_file`), which replaces a planted symlink instead of following it.",
         ["tests/safety/test_results_folder_trust.py::"
-         "test_a_planted_lock_or_journal_symlink_is_not_followed"],
+         "test_a_planted_lock_or_journal_symlink_is_not_followed",
+         "tests/safety/test_results_folder_trust.py::"
+         "test_what_diagnose_export_and_watch_write_replaces_a_planted_symlink",
+         "tests/review/test_plots_report.py::test_report_of_a_real_study"],
         "`O_NOFOLLOW` dropped from the lock's `os.open`: DID NOT RAISE TunerError (\"cannot "
-        "create the lock file\"); dropped from the journal's: DID NOT RAISE (\"cannot write\").",
-        gap="only the lock and the journal: `ecntune diagnose` (no folder check) wrote "
-            "`diagnosis.json` through a symlink `nobody` planted in a 0777 results folder "
-            "(reproduced 2026-12-06); report, export and watch's profile write with "
-            "`write_text` too",
+        "create the lock file\"); dropped from the journal's: DID NOT RAISE (\"cannot write\"). "
+        "Until `write_file` (2026-12-06, after this table was first written) `ecntune "
+        "diagnose` wrote `diagnosis.json` through a symlink `nobody` planted in a 0777 "
+        "results folder; with `write_file` writing in place again, the second test fails "
+        "(the victim overwritten).",
     ),
     Finding(
         "H2 temp names",

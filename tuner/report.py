@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safety.files import write_file
 from tuner.plots import COMPARE_METRICS, VERDICT_MARKS, kind
 
 if TYPE_CHECKING:
@@ -599,9 +600,7 @@ def write_report(view: StudyView, out_dir: str | Path,
     out = Path(out_dir)
     pngs = render_plots(view, out / "img", progress)
     page = render_html(view, {k: p.read_bytes() for k, p in pngs.items()})
-    h = out / "report.html"
-    h.write_text(page, encoding="utf-8")
-    md = out / "report.md"
-    md.write_text(markdown(view, {k: f"img/{p.name}" for k, p in pngs.items()}),
-                  encoding="utf-8")
+    h = write_file(out / "report.html", page)
+    md = write_file(out / "report.md", markdown(view, {k: f"img/{p.name}"
+                                                        for k, p in pngs.items()}))
     return ReportFiles(html=h, markdown=md, images=pngs)

@@ -182,7 +182,12 @@ def test_report_of_a_real_study(studies: dict[str, Study], tmp_path: Path) -> No
     assert v.best is not None and st.result.best is not None
     shown = st.result.winner or st.result.best  # the one winner policy (tuner.study)
     assert v.best.number == shown.number and v.winner == st.result.winner
+    victim = tmp_path / "victim"  # a symlink planted as report.html is replaced, not followed
+    victim.write_text("precious\n")
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "report.html").symlink_to(victim)
     files = write_report(v, tmp_path / "rep")
+    assert victim.read_text() == "precious\n" and not files.html.is_symlink()
     page = files.html.read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == len(files.images) >= 3
     assert not re.search(r"(src|href)=['\"](?!data:)", page)

@@ -84,3 +84,38 @@ def test_a_file_another_account_left_in_the_folder_is_refused(tmp_path: Path) ->
     os.chmod(journal, 0o600)
     with hold(results, "recover") as lock:  # ours again: accepted
         assert lock.is_file()
+
+
+def test_what_diagnose_export_and_watch_write_replaces_a_planted_symlink(
+        tmp_path: Path) -> None:
+    """The red team's H2 follow-up: ``diagnose`` wrote ``diagnosis.json`` through a symlink
+    planted in a folder others could write. Every file the commands write there now goes to a
+    new file that is renamed over the path (``safety.files.write_file``): the symlink is
+    replaced, what it pointed at is untouched."""
+    from tuner.diagnose.finding import Diagnosis
+    from tuner.diagnose.run import save
+    from tuner.experiment import parse_experiment
+    from tuner.lifecycle.change_request import ChangeRequest, write
+    from tuner.lifecycle.profile import write_textfile
+    from tuner.settings import KNOBS
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "results"
+    out.mkdir()
+    names = ["diagnosis.json", "change-request.md", "change-request.html", "watch.prom"]
+    for name in names:
+        (out / name).symlink_to(victim)
+    exp = parse_experiment(f"name: t\nresults_dir: {out}\ntracking: {{enabled: false}}\n"
+                           "workload: {parts: [{kind: collective, op: alltoall, "
+                           "size_bytes: 65536}]}\n")
+    save(exp, Diagnosis(backend="sim"))
+    base = {k: knob.default for k, knob in KNOBS.items()}
+    write(ChangeRequest(study="s", experiment="t", values={**base, "kmin_bytes": 20_000},
+                        baseline=base, switches=["leaf0"], nics=["host0/mlx5_0"]), out)
+    write_textfile(out / "watch.prom", "ecntune_watch_retune_advised 0\n")
+    assert victim.read_text() == "precious\n"
+    for name in names:
+        assert (out / name).is_file() and not (out / name).is_symlink(), name
+    assert '"backend": "sim"' in (out / "diagnosis.json").read_text()
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # no temporary left

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safety.files import write_file
 from tuner.cluster.base import Cluster
 from tuner.errors import ConfigError
 from tuner.settings import Settings
@@ -40,16 +40,7 @@ def read_state(path: str | os.PathLike[str]) -> Settings | None:
 
 def write_state(path: str | os.PathLike[str], settings: Settings) -> None:
     """Atomic, durable replace (a crash leaves the old or the new file, never half of one)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    # An unpredictable name, created exclusively (mkstemp: O_EXCL, mode 0600): nothing can be
-    # planted in its place beforehand.
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(settings.model_dump_json())
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
+    write_file(path, settings.model_dump_json())  # unpredictable temporary name, rename
 
 
 class StateFileCluster(Cluster):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from safety.files import write_file
 from tuner.diagnose import checks
 from tuner.diagnose.finding import LAYERS, Diagnosis, Finding, NotChecked
 
@@ -156,9 +157,8 @@ def save(exp: Experiment, diag: Diagnosis) -> Path:
     on (a tracking failure is a warning, never the command's failure)."""
     from tuner.tracking import Tracker
 
-    out = exp.results_path / "diagnosis.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(diag.model_dump(), indent=2) + "\n")
+    out = write_file(exp.results_path / "diagnosis.json",
+                     json.dumps(diag.model_dump(), indent=2) + "\n")
     if exp.tracking.enabled:
         tracker = Tracker(exp.tracking_uri, exp.tracking_experiment,
                           exp.results_path / "mlartifacts")

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from objectives.verdict import CandidateCheck
+from safety.files import write_file
 from tuner.settings import KNOBS, SWITCH_KNOBS
 
 
@@ -224,8 +225,5 @@ def from_study(target: str | None, storage: str | None = None, results: str | No
 
 def write(cr: ChangeRequest, folder: Path) -> tuple[Path, Path]:
     """``change-request.md`` and ``change-request.html`` in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    md, page = folder / "change-request.md", folder / "change-request.html"
-    md.write_text(to_markdown(cr), encoding="utf-8")
-    page.write_text(to_html(cr), encoding="utf-8")
-    return md, page
+    return (write_file(folder / "change-request.md", to_markdown(cr)),
+            write_file(folder / "change-request.html", to_html(cr)))

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from safety.files import write_file
 from tuner.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -113,12 +114,7 @@ class TrafficProfile(BaseModel):
         return min((len(v) for v in self.samples.values()), default=0)
 
     def save(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(self.model_dump_json(indent=1) + "\n", encoding="utf-8")
-        tmp.replace(p)
-        return p
+        return write_file(path, self.model_dump_json(indent=1) + "\n")
 
 
 def load_profile(path: str | Path) -> TrafficProfile:
@@ -287,12 +283,8 @@ def write_textfile(path: str | Path, text: str) -> Path:
     """Write atomically (temporary file in the same folder, then rename): the collector must
     never read half a file."""
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.{id(text)}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(p)
+        return write_file(p, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(f"{p}: cannot write the Prometheus textfile: {exc.strerror}") \
             from None
-    return p
