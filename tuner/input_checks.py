@@ -33,14 +33,23 @@ if TYPE_CHECKING:
 MAX_DEPTH = 32  # no experiment or inventory field nests deeper than a handful of levels
 MAX_NODES = 200_000  # values after YAML aliases are expanded (a "billion laughs" file)
 MAX_FILE_BYTES = 1_000_000  # an experiment or inventory is a few KB; the scrubs stay quick
+LARGE_FILE_BYTES = 64_000_000  # ``ecntune --large``: a generated inventory of a big fleet
+_limit = MAX_FILE_BYTES
+
+
+def set_input_limit(large: bool) -> None:
+    """``ecntune --large``: experiment and inventory files up to ``LARGE_FILE_BYTES`` until
+    ``set_input_limit(False)``."""
+    global _limit
+    _limit = LARGE_FILE_BYTES if large else MAX_FILE_BYTES
 
 
 # -- reading files -------------------------------------------------------------------------------
 
 def read_text_file(path: str | os.PathLike[str], what: str) -> str:
-    """The UTF-8 text of ``path``, a regular file of at most ``MAX_FILE_BYTES``; ``ConfigError``
-    naming the file and the fix otherwise (a FIFO would hang the read, ``/dev/zero`` never
-    end it)."""
+    """The UTF-8 text of ``path``, a regular file of at most ``MAX_FILE_BYTES``
+    (``LARGE_FILE_BYTES`` after ``set_input_limit(True)``); ``ConfigError`` naming the file
+    and the fix otherwise (a FIFO would hang the read, ``/dev/zero`` never end it)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a directory, not a{'n' if what[0] in 'aeiou' else ''} "
@@ -55,12 +64,14 @@ def read_text_file(path: str | os.PathLike[str], what: str) -> str:
             raise ConfigError(f"{p}: not a regular file (a device, FIFO or socket) -- give "
                               f"the {what} itself")
         try:
-            raw = fh.read(MAX_FILE_BYTES + 1)
+            raw = fh.read(_limit + 1)
         except OSError as exc:
             raise ConfigError(f"{p}: cannot read {what}: {exc.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"{p}: larger than {MAX_FILE_BYTES // 1_000_000} MB -- an {what} "
-                          "is a few kilobytes; is this the right file?")
+    if len(raw) > _limit:
+        hint = ("" if _limit >= LARGE_FILE_BYTES else
+                f" (`ecntune --large ...` reads up to {LARGE_FILE_BYTES // 1_000_000} MB)")
+        raise ConfigError(f"{p}: larger than {_limit // 1_000_000} MB -- an {what} is a few "
+                          f"kilobytes; is this the right file?{hint}")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -190,3 +190,25 @@ def test_input_files_are_regular_and_bounded(tmp_path) -> None:  # type: ignore[
         read_text_file(big, "experiment file")
     big.write_bytes(b"#" * MAX_FILE_BYTES)
     assert len(read_text_file(big, "experiment file")) == MAX_FILE_BYTES
+
+
+def test_a_large_experiment_needs_large(tmp_path) -> None:
+    """Red team M5: input sizes are bounded (1 MB) unless the operator says ``--large``, for
+    that command only."""
+    import pytest
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+    from tuner.errors import ConfigError
+    from tuner.input_checks import MAX_FILE_BYTES, read_text_file
+
+    exp = tmp_path / "big.yaml"
+    exp.write_text("# " + "x" * (2 * MAX_FILE_BYTES) + "\nname: big\nresults_dir: "
+                   f"{tmp_path / 'r'}\nworkload: {{parts: [{{kind: collective, op: all_reduce, "
+                   "size_bytes: 1048576, iterations: 1}]}\ntracking: {enabled: false}\n")
+    res = CliRunner().invoke(main, ["preflight", str(exp)])
+    assert res.exit_code == 2 and "larger than 1 MB" in res.stderr and "--large" in res.stderr
+    res = CliRunner().invoke(main, ["--large", "preflight", str(exp)])
+    assert res.exit_code == 0, res.output
+    with pytest.raises(ConfigError, match="larger than 1 MB"):  # the next command: 1 MB again
+        read_text_file(exp, "experiment file")

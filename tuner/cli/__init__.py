@@ -74,13 +74,20 @@ def handle_errors(fn: F) -> F:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ecntune")
-def main() -> None:
+@click.option("--large", is_flag=True,
+              help="Read experiment and inventory files up to 64 MB (default 1 MB).")
+def main(large: bool) -> None:
     """Closed-loop ECN/DCQCN auto-tuner for RoCE fabrics.
 
     Tunes switch ECN thresholds and NIC DCQCN parameters on a canary slice, measures NCCL bus
     bandwidth and tail latency against PFC, rolls back on any safety violation, and logs every
     trial to MLflow. By default it runs on rocesim, a simulated RoCE fabric.
     """
+    if large:  # for this command only (tests run several in one process)
+        from tuner.input_checks import set_input_limit
+
+        set_input_limit(True)
+        click.get_current_context().call_on_close(lambda: set_input_limit(False))
 
 
 for _name in COMMANDS:
