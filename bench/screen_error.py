@@ -179,10 +179,10 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
     lines += ["", f"Over the four model errors: missed storms {_share(missed, storms)}, "
               f"wrongly skipped improvements {_share(skipped, good)}. What this cannot show: "
               "the storms here are mostly far from the storm boundary (compare each "
-              "experiment's storm count across the errors), and quick and allreduce-400g have "
-              "few improvements to skip, since their baselines break the PFC budget and few "
-              "single or paired knob moves meet every guardrail. The screen is not made "
-              "uncertainty-aware: at these errors it needs no margin."]
+              "experiment's storm count across the errors), and an error that leaves few "
+              "improvements (a row with a small *canary improvements*) tests the skip rate "
+              "on few settings. The screen is not made uncertainty-aware: at these errors it "
+              "needs no margin."]
     return "\n".join(lines)
 
 
