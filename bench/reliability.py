@@ -236,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
                     if x.strip()} if records.exists() else set()
         kept = kept_rows(old, args.only, verdicts(junit), recorded)
         command = f"python bench/reliability.py --only {' '.join(args.only)}"
-        kept_from = when.group(1) if when else "an earlier run"
+        # the oldest date in the old header: earlier --only runs are not nested into this one
+        dates = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", when.group(1)) if when else []
+        kept_from = (f"by earlier runs, the oldest on {min(dates)}" if dates
+                     else "by an earlier run")
     elif args.records and args.junit:
         records, junit, rc = args.records, args.junit, 0
         command = "bench/reliability.py --records ... --junit ..."
