@@ -8,8 +8,11 @@ canary queue of 5 KB, the lowest Kmin in the space, so no setting can differ fro
 defaults there (docs/lifecycle.md) and a longer budget changes nothing.
 
 Asserted: the two parent runs share one store and are linked by tag; the CLI shows the old
-choice on the new mix and a confirmed re-tune winner and recovered number, each with its
-95 % interval above 0; MLflow's metrics and summary.json carry the same numbers."""
+choice on the new mix, a confirmed re-tune winner and the recovered busbw with its 95 %
+interval; MLflow's metrics and summary.json carry the same numbers. moe-mix is multi-objective
+(busbw up, p99 down): on this study's placements the winner is confirmed on p99 (its interval
+below 0: 49.9 -> 28.2 µs at the study level) while its busbw change, +1.5 % [-14.2, +20.0], is
+not significant; the recovered number says so rather than claiming a gain."""
 
 from __future__ import annotations
 
@@ -70,9 +73,11 @@ def test_new_cluster_then_retune_on_moe_mix(tmp_path: Path) -> None:
     rec = re.search(r"recovered by the re-tune \(new winner vs old choice, same replicates\): "
                     + INTERVAL, out)
     assert win and rec, out
-    assert float(win[3]) > 0 and float(rec[2]) > 0 and int(rec[4]) >= 8, out
+    # the old choice is the baseline: the winner's change and the recovered one are the same
+    assert win.groups()[1:4] == rec.groups()[:3] and int(rec[4]) >= 8, out
     conf = new.user_attrs["confirmation"]
     assert conf["winner"] == int(win[1])
+    assert float(rec[2]) < 0 < float(rec[3]), out  # busbw: not significant here, and said so
 
     # MLflow: one store (the old study's default), two parent runs linked by tag.
     store = f"sqlite:///{old_dir / 'mlflow.db'}"
@@ -91,7 +96,10 @@ def test_new_cluster_then_retune_on_moe_mix(tmp_path: Path) -> None:
             f"{m['retune_recovered_ci95_high']:+.1f}") == (rec[2], rec[3])
     got = client.download_artifacts(run.info.run_id, "summary.json", str(tmp_path))
     summary = json.loads(Path(got).read_text())
+    p99 = summary["confirmation"]["effects"]["p99_us"]
+    assert p99["ci95_high"] < 0, p99  # confirmed on p99 (multi-objective)
     block = summary["retune"]
     assert block["from_run"] == old_run.info.run_id and block["old_on_new_mix"]["is_baseline"]
-    assert block["new_winner"]["paired"]["confirmed"] and block["recovered"]["ci95_low"] > 0
+    assert block["new_winner"]["paired"]["confirmed"]
+    assert f"{block['recovered']['ci95_low']:+.1f}" == rec[2]
     assert block["recovered"]["percent"] == pytest.approx(m["retune_recovered_percent"])
