@@ -383,15 +383,20 @@ FINDINGS = [
     Finding(
         "L3 Runs left RUNNING",
         "2 of 11 SIGKILLs left an MLflow nested run RUNNING that `resume` never closed.",
-        "The back-fill closes a run whose writer is gone (KILLED, tagged) and logs the trial "
-        "again.",
+        "The back-fill completes a run whose writer is gone in place (one run per trial); "
+        "one beside a finished run of the same trial is closed (KILLED, tagged).",
         ["tests/tuner/test_loop.py::"
-         "test_a_run_left_running_by_a_killed_process_is_closed_and_the_trial_logged",
-         "tests/tuner/test_loop.py::test_a_run_whose_writer_is_gone_is_closed_without_waiting"],
+         "test_a_run_left_running_by_a_killed_process_is_completed_in_place",
+         "tests/tuner/test_loop.py::test_a_lost_run_beside_a_finished_one_is_closed",
+         "tests/tuner/test_loop.py::"
+         "test_a_run_whose_writer_is_gone_is_completed_without_waiting"],
         "the orphan rule removed: (1, RUNNING) left (first test). At 6470de7 only runs older "
         "than 300 s were closed: a `resume` at once left the run RUNNING (reproduced with the "
-        "CLI); mended in cc56090, whose `writer_gone` removed fails the second test, and "
-        "without the writer tag: KeyError.",
+        "CLI); mended in cc56090, whose `writer_gone` removed fails the third test, and "
+        "without the writer tag: KeyError. Until then the back-fill logged the trial in a "
+        "second run beside the KILLED one, and CI's SIGKILLed-server test counted trial 3 "
+        "twice (stop 30); completing in place (`into=None` fails the first and third tests; "
+        "the close branch removed fails the second).",
     ),
     Finding(
         "L3 Lease",

@@ -348,12 +348,16 @@ class Tracker:
             self._fail("parent run", exc)
             return None
 
-    def log_trial(self, rec: TrialRecord) -> str | None:
-        """One nested run; returns its id or None on failure (or while the breaker is open)."""
+    def log_trial(self, rec: TrialRecord, into: str | None = None) -> str | None:
+        """One nested run; returns its id or None on failure (or while the breaker is open).
+
+        ``into``: a run of this trial whose writer was killed mid-log (the back-fill's orphan),
+        completed in place so that a trial never has two runs; the params it already holds
+        are left as they are (MLflow params are write-once)."""
         if self._off() or self.parent_run_id is None:
             return None
         try:
-            from mlflow.entities import Metric, Param
+            from mlflow.entities import Metric, Param, RunTag
 
             c = self.client()
             from tuner.optuna_io import process_owner
@@ -368,14 +372,20 @@ class Tracker:
             if rec.origin:
                 tags["ecntune.origin"] = rec.origin
             tags.update(rec.tags)
-            run = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
-                               tags=tags)
-            rid = run.info.run_id
+            held: dict[str, str] = {}
+            if into is None:
+                rid = c.create_run(self._experiment_id(), run_name=f"trial-{rec.number:04d}",
+                                   tags=tags).info.run_id
+            else:
+                rid, held = into, c.get_run(into).data.params
+                tags["ecntune.completed_by_backfill"] = "true"
+                c.log_batch(rid, tags=[RunTag(k, v) for k, v in tags.items()])
             now = int(time.time() * 1000)
             metrics = [Metric(k, float(v), now, 0) for k, v in rec.metrics.items()
                        if v is not None and v == v and abs(float(v)) != float("inf")]
             c.log_batch(rid, metrics=metrics,
-                        params=[Param(k, str(v)) for k, v in sorted(rec.params.items())])
+                        params=[Param(k, str(v)) for k, v in sorted(rec.params.items())
+                                if k not in held])
             if rec.measurement_path and Path(rec.measurement_path).exists():
                 c.log_artifact(rid, rec.measurement_path)
             if rec.artifact_dir and Path(rec.artifact_dir).is_dir():
@@ -439,11 +449,11 @@ class Tracker:
             self._fail("study summary", exc)
 
     def close_orphan(self, run_id: str) -> None:
-        """End a trial run its writer left RUNNING (killed mid-log); the back-fill logs the
-        trial again, so the orphan is marked, not counted."""
+        """End a trial run its writer left RUNNING (killed mid-log) when the trial has another,
+        finished run already: marked, not counted."""
         c = self.client()
         c.set_tag(run_id, "ecntune.detail", "left RUNNING by a process that was killed while "
-                  "logging it; closed by the back-fill, which logged the trial again")
+                  "logging it; the trial has another, finished run")
         c.set_terminated(run_id, status="KILLED")
 
     def nested_runs(self) -> list[Any]:

@@ -54,7 +54,8 @@ def start_server(store: Path, port: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-def logged_trials(uri: str) -> list[int]:
+def trial_runs(uri: str) -> list[tuple[int, str]]:
+    """(trial, run status) of every nested trial run, sorted."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
@@ -62,8 +63,12 @@ def logged_trials(uri: str) -> list[int]:
     if not exps:
         return []
     runs = client.search_runs([exps[0].experiment_id], max_results=1000)
-    return sorted(int(r.data.tags["ecntune.trial"]) for r in runs
+    return sorted((int(r.data.tags["ecntune.trial"]), r.info.status) for r in runs
                   if "ecntune.trial" in r.data.tags)
+
+
+def logged_trials(uri: str) -> list[int]:
+    return [n for n, _ in trial_runs(uri)]
 
 
 def completion_gaps(results: Path, kill: datetime.datetime) -> tuple[list[float], list[float]]:
@@ -142,11 +147,14 @@ def test_mlflow_server_dies_mid_study(tmp_path: Path, reliability) -> None:
         res = subprocess.run([*ECNTUNE, "resume", "--results", str(results), "--quiet"],
                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
-        logged = logged_trials(uri)
+        runs = trial_runs(uri)
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=30)
+    # one run per trial, each ended: a run the kill caught mid-log is completed in place
+    logged = [n for n, _ in runs]
     assert logged == sorted(states), (logged, sorted(states))
+    assert {s for _, s in runs} <= {"FINISHED", "FAILED"}, runs
     lost = len(set(states) - set(logged))
     reliability.record("MLflow tracking server SIGKILLed mid-study (real `mlflow server`)",
                        f"first failure opened the circuit breaker: no more MLflow calls, "

@@ -376,12 +376,12 @@ class FlakyTracker(Tracker):
         super().__init__(*a, **kw)
         self.down = down
 
-    def log_trial(self, rec: Any) -> str | None:
+    def log_trial(self, rec: Any, into: str | None = None) -> str | None:
         if self.down > 0:
             self.down -= 1
             self._fail(f"trial {rec.number}", ConnectionError("tracking server unreachable"))
             return None
-        return super().log_trial(rec)
+        return super().log_trial(rec, into)
 
 
 def test_tracking_outage_is_backfilled_from_optuna(tiny: Tiny, results: Path) -> None:
@@ -399,30 +399,61 @@ def test_tracking_outage_is_backfilled_from_optuna(tiny: Tiny, results: Path) ->
 
 class KilledWhileLogging(Tracker):
     """Trial 1's nested run is created (an hour ago) and never finished: the process that was
-    logging it was SIGKILLed between create_run and set_terminated."""
+    logging it was SIGKILLed between create_run and set_terminated, after one param. With
+    ``twice``, trial 2 also has a run of its own that finished beside such a lost one."""
 
-    killed = False
+    def __init__(self, *args: Any, twice: bool = False) -> None:
+        super().__init__(*args)
+        self.lost: dict[int, str] = {}
+        self.twice = twice
 
-    def log_trial(self, rec: Any) -> str | None:
-        if rec.number == 1 and not self.killed:
-            self.killed = True
-            self.client().create_run(
-                self._experiment_id(), run_name="trial-0001",
-                start_time=int(time.time() * 1000) - 3_600_000,
-                tags={"mlflow.parentRunId": str(self.parent_run_id), "ecntune.trial": "1",
-                      "ecntune.role": "trial"})
+    def _lose(self, number: int) -> None:
+        rid = self.client().create_run(
+            self._experiment_id(), run_name=f"trial-{number:04d}",
+            start_time=int(time.time() * 1000) - 3_600_000,
+            tags={"mlflow.parentRunId": str(self.parent_run_id), "ecntune.trial": str(number),
+                  "ecntune.role": "trial"}).info.run_id
+        self.client().log_param(rid, "kmin_bytes", "lost-writer's value")
+        self.lost[number] = rid
+
+    def log_trial(self, rec: Any, into: str | None = None) -> str | None:
+        if rec.number == 1 and 1 not in self.lost:
+            self._lose(1)
             return None
-        return super().log_trial(rec)
+        if rec.number == 2 and self.twice and 2 not in self.lost:
+            self._lose(2)
+        return super().log_trial(rec, into)
 
 
-def test_a_run_left_running_by_a_killed_process_is_closed_and_the_trial_logged(
+def test_a_run_left_running_by_a_killed_process_is_completed_in_place(
         tiny: Tiny, results: Path) -> None:
+    """The back-fill finishes the lost run itself (the CI flake of stop 30: a server killed
+    mid-log left trial 3 with a RUNNING run, and a second, new run made it count twice)."""
     exp, text = tiny(trials=2)
     tracker = KilledWhileLogging(exp.tracking_uri, exp.tracking_experiment,
                                  results / "mlartifacts")
     _runner(exp, text, build_cluster(exp), tracker=tracker).run()
-    runs = {(int(r.data.tags["ecntune.trial"]), r.info.status) for r in tracker.nested_runs()}
-    assert runs == {(0, "FINISHED"), (1, "KILLED"), (1, "FINISHED"), (2, "FINISHED")}
+    runs = tracker.nested_runs()
+    assert sorted((int(r.data.tags["ecntune.trial"]), r.info.status) for r in runs) == [
+        (0, "FINISHED"), (1, "FINISHED"), (2, "FINISHED")]
+    (one,) = [r for r in runs if r.data.tags["ecntune.trial"] == "1"]
+    assert one.info.run_id == tracker.lost[1]
+    assert one.data.tags["ecntune.completed_by_backfill"] == "true"
+    assert one.data.tags["ecntune.verdict"] and "score" in one.data.metrics
+    # the param the lost writer logged stays (write-once); the others are the trial's
+    assert one.data.params["kmin_bytes"] == "lost-writer's value" and len(one.data.params) > 3
+
+
+def test_a_lost_run_beside_a_finished_one_is_closed(tiny: Tiny, results: Path) -> None:
+    exp, text = tiny(trials=2)
+    tracker = KilledWhileLogging(exp.tracking_uri, exp.tracking_experiment,
+                                 results / "mlartifacts", twice=True)
+    _runner(exp, text, build_cluster(exp), tracker=tracker).run()
+    runs = {(r.info.run_id, int(r.data.tags["ecntune.trial"]), r.info.status)
+            for r in tracker.nested_runs()}
+    assert {(n, s) for _, n, s in runs} == {(0, "FINISHED"), (1, "FINISHED"), (2, "FINISHED"),
+                                            (2, "KILLED")}
+    assert (tracker.lost[2], 2, "KILLED") in runs
 
 
 class KilledJustNow(Tracker):
@@ -432,7 +463,7 @@ class KilledJustNow(Tracker):
 
     killed = False
 
-    def log_trial(self, rec: Any) -> str | None:
+    def log_trial(self, rec: Any, into: str | None = None) -> str | None:
         if rec.number == 1 and not self.killed:
             self.killed = True
             child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -445,19 +476,19 @@ class KilledJustNow(Tracker):
                           "ecntune.trial": str(number), "ecntune.role": "trial",
                           "ecntune.writer": json.dumps(writer)})
             return None
-        return super().log_trial(rec)
+        return super().log_trial(rec, into)
 
 
-def test_a_run_whose_writer_is_gone_is_closed_without_waiting(tiny: Tiny, results: Path) -> None:
+def test_a_run_whose_writer_is_gone_is_completed_without_waiting(tiny: Tiny,
+                                                                 results: Path) -> None:
     """Red team L3 "Runs left RUNNING", with `resume` run at once: a run left RUNNING minutes
     ago was never closed (it waited ORPHAN_AFTER_S), so the trial was never logged again. A run
-    whose writer is proved gone is closed at once; a live writer's run is left alone."""
+    whose writer is proved gone is completed at once; a live writer's run is left alone."""
     exp, text = tiny(trials=2)
     tracker = KilledJustNow(exp.tracking_uri, exp.tracking_experiment, results / "mlartifacts")
     _runner(exp, text, build_cluster(exp), tracker=tracker).run()
     runs = {(int(r.data.tags["ecntune.trial"]), r.info.status) for r in tracker.nested_runs()}
-    assert runs == {(0, "FINISHED"), (1, "KILLED"), (1, "FINISHED"), (2, "FINISHED"),
-                    (99, "RUNNING")}
+    assert runs == {(0, "FINISHED"), (1, "FINISHED"), (2, "FINISHED"), (99, "RUNNING")}
     # every run this process logged names it as its writer
     assert {json.loads(r.data.tags["ecntune.writer"])["pid"] for r in tracker.nested_runs()
             if r.info.status == "FINISHED"} == {os.getpid()}

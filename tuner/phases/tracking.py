@@ -63,26 +63,36 @@ def start(ctx: StudyRunner) -> None:
                            mlflow_tracking_uri=exp.tracking_uri)  # for a re-tune
 
 
+def _trial(run: Any) -> int:
+    return int(run.data.tags.get("ecntune.trial", -1))
+
+
 def backfill(ctx: StudyRunner) -> int:
     """Log finished trials MLflow does not have yet (tracking was down). Returns count.
 
     The source of truth is MLflow itself: nested runs carry ``ecntune.trial``; every finished
     Optuna trial without one (and this process's to log: ``Policy.backfills``) is logged again
     from its Optuna user attrs.
+
+    A nested run still RUNNING long after it was created, or whose writer is proved gone, lost
+    its writer (killed between create_run and set_terminated, or a server that died before
+    answering): the back-fill completes that run in place, so that each trial keeps exactly one
+    run; one beside a finished run of the same trial is closed as KILLED.
     """
     if ctx.tracker.parent_run_id is None:
         return 0
     try:
         runs = ctx.tracker.nested_runs()
-        # A nested run still RUNNING long after it was created, or whose writer is proved
-        # gone, lost its writer (killed between create_run and set_terminated): close it and
-        # log the trial again.
         stale = time.time() * 1000 - ORPHAN_AFTER_S * 1000
-        orphans = [r for r in runs if r.info.status == "RUNNING"
-                   and (r.info.start_time < stale or writer_gone(r))]
-        for r in orphans:
-            ctx.tracker.close_orphan(r.info.run_id)
-        logged = {int(r.data.tags.get("ecntune.trial", -1)) for r in runs if r not in orphans}
+        lost = [r for r in runs if r.info.status == "RUNNING"
+                and (r.info.start_time < stale or writer_gone(r))]
+        logged = {_trial(r) for r in runs if r not in lost}
+        orphans: dict[int, str] = {}
+        for r in lost:
+            if _trial(r) in logged or _trial(r) in orphans:
+                ctx.tracker.close_orphan(r.info.run_id)
+            else:
+                orphans[_trial(r)] = r.info.run_id
     except Exception as exc:  # still down: try again later
         ctx.tracker._fail("back-fill", exc)
         return 0
@@ -92,7 +102,7 @@ def backfill(ctx: StudyRunner) -> int:
                 or not ctx.policy.backfills(t)):
             continue
         rid = ctx.tracker.log_trial(record(ctx, t.number, t.state.name, study_store.tags(t),
-                                           t.params))
+                                           t.params), into=orphans.get(t.number))
         if rid is None:
             break
         n += 1
