@@ -125,14 +125,18 @@ FINDINGS = [
         "A begin record with a valid CRC and a baseline of the attacker's choosing was applied "
         "by `recover`, which reported \"baseline restored and verified\".",
         "`recover` checks an open record's baseline against the study's recorded snapshot and "
-        "refuses a mismatch.",
-        [],
-        "no fix to remove",
-        not_fixed="reproduced 2026-12-06: a forged begin appended to a finished study's "
-                  "journal (kmin 1000, kmax 2000); `recover e.yaml` exit 0, \"baseline restored "
-                  "and verified\", the canary on the forged values. The study records no "
-                  "baseline snapshot to compare with; since aa649c0 only a journal this "
-                  "account (or root) owns is read",
+        "refuses a mismatch (exit 4, nothing applied, the record left open); a record whose "
+        "study no store holds is refused too, unless `--trust-journal` (never past a "
+        "mismatch).",
+        ["tests/tuner/test_recover_forged.py::"
+         "test_a_forged_baseline_is_refused_and_nothing_applied",
+         "tests/tuner/test_cli.py::test_run_refuses_while_the_journal_is_dirty"],
+        "the check's call removed: exit 1 after the restore tried the forged (partial) "
+        "baseline (first test); the comparison removed: the same; `--trust-journal` made the "
+        "default: both tests fail (the unknown study's record applied); the snapshot not "
+        "recorded by `run`: the first test fails at its first assertion (no snapshot). "
+        "Reproduced 2026-12-06 before the fix: `recover e.yaml` exit 0, \"baseline restored "
+        "and verified\", the canary on the forged values.",
     ),
     Finding(
         "H3",

@@ -47,3 +47,18 @@ def emulated_cluster(emulated_cluster_session: EmulatedCluster) -> EmulatedClust
     """
     emulated_cluster_session.reset()
     return emulated_cluster_session
+
+
+def record_study(storage: str, name: str, base: object, slice_name: str | None = None) -> None:
+    """What ``run`` records before its first change, for a journal a test writes by hand:
+    study ``name`` in ``storage`` and its baseline snapshot (``recover`` checks against it)."""
+    import optuna
+
+    from tuner import optuna_io, study_store
+
+    try:
+        study = optuna_io.load_study(name, storage)
+    except Exception:
+        study = optuna_io.create_study(name, storage, ["maximize"],
+                                       optuna.samplers.RandomSampler())
+    study_store.record_snapshot(study, base, slice_name)  # type: ignore[arg-type]

@@ -186,6 +186,7 @@ class StudyRunner:
         self.study = self.policy.open_study(resume)
         study_store.record(self.study, canary={"switches": self.desc.canary_switches,
                                                "nics": self.desc.canary_nics})
+        study_store.record_snapshot(self.study, self.baseline_settings, self.policy.slice)
         self.policy.ensure_baseline()
         self._attach_twin()
         with self.policy.tracking():

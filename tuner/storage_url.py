@@ -52,8 +52,11 @@ def hide(url: str) -> str:
         userinfo, _, hostport = netloc.rpartition("@")
         user = "***" if _user_is_secret(url) else userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{hostport}"
-    query = "&".join(f"{k}={'***' if 'password' in k.lower() else v}"
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = ("&".join(f"{k}={'***' if 'password' in k.lower() else v}" for k, v in pairs)
+             if any("password" in k.lower() for k, _ in pairs) else parts.query)
+    if netloc == parts.netloc and query == parts.query:
+        return url  # geturl() would fold sqlite:////abs/path into sqlite://abs/path
     return parts._replace(netloc=netloc, query=query).geturl()
 
 

@@ -8,8 +8,9 @@ rides in user attributes, and only this module knows their names and types:
 * the study's ``Info``: the experiment as run, budget and mode, the MLflow parent run, the
   re-tune lineage, the baseline's repeats and noise, drift checks, the confirmation and its
   placements, the canary and the kept trial;
-* per slice of a shared study: the baseline's paired replicates (``baseline``) and the twin
-  trials each worker ran (``twin_trials``).
+* per slice of a shared study: the baseline's paired replicates (``baseline``), the canary's
+  settings before the first change (``snapshot``, which ``recover`` checks a journal against)
+  and the twin trials each worker ran (``twin_trials``).
 
 Readers get typed values; writers check the names, so a typo is an error here rather than an
 attribute nobody reads. ``tests/test_project.py`` holds every other module to this: none
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from objectives.measurement import Measurement
+from tuner.settings import Settings
 
 TWIN_TRIALS = "twin_trials"  # + ":<slice>:<worker>": each scale-out worker's own count
 
@@ -188,6 +190,19 @@ def save_baseline(study: Any, ms: list[Measurement], repeats: int,
     study.set_user_attr(_slice_key("repeats", slice_name), repeats)
     if more:
         record(study, **more)
+
+
+def record_snapshot(study: Any, settings: Settings, slice_name: str | None = None) -> None:
+    """The canary's settings as this process found them before its first change: every
+    journal record it writes carries this baseline, and ``recover`` applies a journal's
+    baseline only when the study recorded the same (a CRC is not a signature)."""
+    study.set_user_attr(_slice_key("baseline_snapshot", slice_name), settings.model_dump())
+
+
+def snapshot(study: Any, slice_name: str | None = None) -> Settings | None:
+    """The snapshot ``record_snapshot`` stored, or None (a study that never ran a trial)."""
+    raw = study.user_attrs.get(_slice_key("baseline_snapshot", slice_name))
+    return None if raw is None else Settings.model_validate(raw)
 
 
 def count_twin_trials(study: Any, key: str, n: int) -> None:

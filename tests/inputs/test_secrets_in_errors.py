@@ -47,6 +47,10 @@ def test_a_token_as_the_user_name_of_an_http_tracking_uri_is_refused(tmp_path: P
     assert "tracking.uri" in out and "MLFLOW_TRACKING_USERNAME" in out
     assert TOKEN not in out
     assert storage_url.hide(f"https://{TOKEN}@h") == "https://***:***@h"
+    # Nothing to hide: the URL as given (geturl() folded sqlite:////abs into sqlite://abs).
+    assert storage_url.hide("sqlite:////srv/r/optuna.db") == "sqlite:////srv/r/optuna.db"
+    assert storage_url.hide("postgresql://h/db?password=pw&a=1") == \
+        "postgresql://h/db?password=***&a=1"
     # A PostgreSQL user name is not a credential: kept, and allowed.
     assert not storage_url.has_secret("postgresql://tuner@db/optuna")
 

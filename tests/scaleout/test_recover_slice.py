@@ -9,6 +9,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from safety.journal import Journal
+from tests.conftest import record_study
 from tests.scaleout.test_slices import exp_with
 from tuner.cli import main
 from tuner.cluster import build_cluster
@@ -29,6 +30,7 @@ def test_recover_restores_the_slice_a_dead_worker_left_dirty(tmp_path: Path) -> 
         from tuner.settings import Settings
 
         settings = Settings.uniform(desc.canary_switches, desc.canary_nics, trial)
+        record_study(mine.storage_url, "tiny", base, "sim1")
         journal.begin("tiny", 7, settings.targets(), base, settings)
         cluster.apply(settings)
     state = mine.results_path / "sim-state.json"
@@ -59,6 +61,7 @@ def _dirty_slice(tmp_path: Path) -> tuple[Path, Journal, Path, object]:
         base = cluster.snapshot()
         settings = Settings.uniform(desc.canary_switches, desc.canary_nics,
                                     base.flat() | {"kmin_bytes": 40_000, "kmax_bytes": 400_000})
+        record_study(mine.storage_url, "tiny", base, "sim1")
         journal.begin("tiny", 7, settings.targets(), base, settings)
         cluster.apply(settings)
     return f, journal, mine.results_path / "sim-state.json", base

@@ -95,8 +95,11 @@ def test_run_refuses_while_the_journal_is_dirty(tiny: Tiny, tmp_path: Path) -> N
     assert "open change (study old, trial 7)" in r.output and "ecntune recover" in r.output
     # Refused before the study store was opened: no optuna.db, so no study d1 in it.
     assert not (exp.results_path / "optuna.db").exists()
+    # Study old is in no store here (a lost one): its baseline has no snapshot to check.
     r = CliRunner().invoke(main, ["recover", str(path)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 4 and "no baseline snapshot of study 'old'" in r.output, r.output
+    r = CliRunner().invoke(main, ["recover", str(path), "--trust-journal"])
+    assert r.exit_code == 0 and "(--trust-journal)" in r.output, r.output
     r = CliRunner().invoke(main, ["run", str(path), "--study", "d1", "--quiet"])
     assert r.exit_code == 0, r.output
 

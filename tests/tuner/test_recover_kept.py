@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from safety.journal import Journal
+from tests.conftest import record_study
 from tuner.cli import main
 from tuner.cluster import build_cluster
 from tuner.cluster.statefile import read_state
@@ -28,6 +29,7 @@ def test_a_torn_line_after_a_kept_change_keeps_the_kept_settings(
         base = cluster.snapshot()
         won = Settings.uniform(desc.canary_switches, desc.canary_nics,
                                base.flat() | {"kmin_bytes": 40_000, "kmax_bytes": 400_000})
+        record_study(exp.storage_url, "tiny", base)
         entry = journal.begin("tiny", 3, won.targets(), base, won)
         cluster.apply(won)
         journal.end(entry, "applied")

@@ -11,6 +11,11 @@ open: the last baseline the journal recorded is restored the same way and the li
 acknowledged. The cluster is built from EXPERIMENT, or from the experiment stored with the
 study in the Optuna storage when EXPERIMENT is not given. The results folder is locked
 (``safety.lock``) so a recover never runs underneath a live tuner.
+
+A journal record's CRC proves it whole, not that ecntune wrote it: before anything is applied,
+each record's baseline must be the snapshot its study recorded in the Optuna storage before its
+first change (``study_store.snapshot``). A mismatch is refused; a record whose study the storage
+does not hold (a lost store) is applied only with ``--trust-journal``.
 """
 
 from __future__ import annotations
@@ -57,9 +62,44 @@ def _experiment(experiment: Path | None, results: str | None,
     return exp
 
 
+def check_baseline(entry: JournalEntry, exp: Experiment, slice_name: str | None,
+                   trust_journal: bool) -> str | None:
+    """Raise ``RollbackError`` unless ``entry``'s baseline is the snapshot its study recorded;
+    returns a warning when there is no snapshot to check and ``trust_journal`` lets it pass."""
+    from tuner import optuna_io, storage_url, study_store
+    from tuner.errors import ConfigError, RollbackError
+
+    where = f"study {entry.study!r} in {storage_url.hide(exp.storage_url)}"
+    recorded = None
+    db = exp.storage_url.removeprefix("sqlite:///")
+    if db == exp.storage_url or Path(db).is_file():  # never create an empty store here
+        try:
+            recorded = study_store.snapshot(optuna_io.load_study(entry.study, exp.storage_url),
+                                            slice_name)
+        except ConfigError:
+            pass
+    head = f"journal entry {entry.id} (study {entry.study}, trial {entry.trial})"
+    if recorded is None:
+        if trust_journal:
+            return (f"{head}: no baseline snapshot of {where} to check it against; applying "
+                    "the journal's (--trust-journal)")
+        raise RollbackError(
+            f"{head}: no baseline snapshot of {where} to check its baseline against, so "
+            "nothing was applied. If the study's store is lost and the journal is this "
+            "tuner's own, run recover again with --trust-journal")
+    if entry.baseline != recorded:
+        diffs = "; ".join(f"{k}: journal {a}, study {b}" for k, (a, b) in
+                          list(entry.baseline.diff(recorded).items())[:5])
+        raise RollbackError(
+            f"{head}: its baseline is not the snapshot {where} recorded before its first "
+            f"change ({diffs}); nothing was applied. The journal was written by something "
+            "else or altered: check it and the canary by hand")
+    return None
+
+
 def recover(journal_path: Path, experiment: Path | None, results: str | None,
             echo: Callable[[str], None] = click.echo, discard_unreadable: bool = False,
-            slice_name: str | None = None) -> int:
+            slice_name: str | None = None, trust_journal: bool = False) -> int:
     """Restore every open change; returns how many were closed (raises on failure)."""
     from safety.journal import Journal
     from safety.rollback import restore
@@ -91,6 +131,10 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
         echo(f"restoring the last recorded state (study {todo[0].study}, trial "
              f"{todo[0].trial}: {'its kept settings' if todo[0].kept else 'its baseline'})")
     exp = _experiment(experiment, results, todo[0], slice_name)
+    for entry in todo:  # every record checked before the first write
+        warning = check_baseline(entry, exp, slice_name, trust_journal)
+        if warning:
+            echo(warning)
     with build_cluster(exp) as cluster:
         desc = cluster.describe()
         mine = set(desc.canary_switches) | set(desc.canary_nics)
@@ -156,9 +200,13 @@ def study_journals(folder: Path) -> list[tuple[Path, str | None, Path]]:
 @click.option("--slice", "slice_name",
               help="A slice of a shared study (canary.slices; docs/scale-out.md): its journal "
                    "<results_dir>/slices/<slice>/ and its canary. Needs EXPERIMENT.")
+@click.option("--trust-journal", is_flag=True,
+              help="Apply an open record's baseline although its study's store (and the "
+                   "baseline snapshot recorded there) is gone. A record whose baseline differs "
+                   "from its study's snapshot is refused all the same.")
 @handle_errors
 def command(experiment: Path | None, results: str | None, discard_unreadable: bool,
-            slice_name: str | None) -> None:
+            slice_name: str | None, trust_journal: bool) -> None:
     """Restore the canary's baseline if the journal shows a change that was never closed.
 
     Run it after the tuner was killed (SIGKILL, power loss, lost session). Every target of the
@@ -197,4 +245,5 @@ def command(experiment: Path | None, results: str | None, discard_unreadable: bo
             continue
         with hold(path.parent, "recover"):  # never underneath a live tuner
             recover(path, experiment, str(study_folder),
-                    discard_unreadable=discard_unreadable, slice_name=name)
+                    discard_unreadable=discard_unreadable, slice_name=name,
+                    trust_journal=trust_journal)
