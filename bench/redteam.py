@@ -143,14 +143,22 @@ FINDINGS = [
         "`storm_window_s: .inf`, `max_pause_frames_per_s: .inf`, `max_lossless_drops: 1e21` "
         "passed preflight and trials ran at 57 % PFC pause with no rollback; "
         "`poll_interval_s: .inf` never polled the monitor.",
-        "Finite upper bounds on every safety field; exit 2 naming the field and its bound.",
-        hostile("safety_storm_window_infinite", "safety_pause_frames_infinite",
-                "safety_lossless_drops_absurd", "safety_poll_interval_infinite",
-                "safety_pause_fraction_nan"),
+        "Finite upper bounds on every safety field; exit 2 naming the field and its bound. "
+        "`ecntune --i-know` lifts the judgment bounds (`safety.limits.SOFT_BOUNDS`), never "
+        "finiteness, for that command only; each override is printed and tagged on the MLflow "
+        "parent run (`ecntune.i_know`); `recover` never needs it.",
+        [*hostile("safety_storm_window_infinite", "safety_pause_frames_infinite",
+                  "safety_lossless_drops_absurd", "safety_poll_interval_infinite",
+                  "safety_pause_fraction_nan"),
+         "tests/tuner/test_i_know.py::test_a_limit_past_its_bound_needs_i_know_and_is_logged",
+         "tests/tuner/test_i_know.py::test_i_know_never_accepts_an_infinite_limit"],
         "the `le=` bounds of storm_window_s, max_pause_frames_per_s, max_lossless_drops and "
-        "poll_interval_s removed: 8 of the 10 cases failed (the four files, run and "
-        "preflight), e.g. `safety_lossless_drops_absurd` run exit 0 after the study ran.",
-        gap="no `--i-know` override (nor its MLflow log): a bound cannot be overridden",
+        "poll_interval_s removed (before `SOFT_BOUNDS`): 8 of the 10 cases failed (the four "
+        "files, run and preflight), e.g. `safety_lossless_drops_absurd` run exit 0 after the "
+        "study ran; the `SOFT_BOUNDS` check removed: `safety_lossless_drops_absurd` fails "
+        "(run, preflight). `--i-know`'s context dropped in `parse_experiment`, its MLflow tag, "
+        "its console line, its reset after the command, or `recover`'s own override: each "
+        "fails the first `test_i_know` test; the finiteness check removed: the second.",
     ),
     Finding(
         "H4",

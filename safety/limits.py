@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tuner.settings import KNOBS
 
@@ -25,10 +25,27 @@ RATE_KNOBS = ("rpg_max_rate", "rpg_ai_rate", "rpg_hai_rate", "rpg_min_rate",
               "rate_to_set_on_first_cnp")
 
 
+# Upper bounds that are judgment, not physics: beyond them a limit stops protecting anything
+# in practice, so they are refused unless the operator says ``ecntune --i-know`` (validation
+# context ``i_know``), which prints each one and logs it to MLflow (``beyond_bounds``).
+# Finiteness and the physical bounds (a fraction at most 1, a priority 0..7) never give way.
+SOFT_BOUNDS: dict[str, float] = {
+    "storm_window_s": MAX_WINDOW_S, "max_pause_frames_per_s": 1_000_000,
+    "max_lossless_drops": 1_000_000, "max_crc_errors": 1_000_000,
+    "poll_interval_s": MAX_WINDOW_S, "measurement_timeout_s": 86_400,
+    "deadman_timeout_s": 3600, "nvue_confirm_s": 86_400,
+}
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:g}"
+
+
 class SafetyLimits(BaseModel):
     """The experiment file's ``safety:`` section. Every limit is finite and bounded: a limit
     that cannot be reached (``.inf``, ``1e21`` drops, a poll interval longer than any storm
-    window) would switch the safety check off, so it is refused by name, with its bound."""
+    window) would switch the safety check off, so it is refused by name, with its bound.
+    ``ecntune --i-know`` lifts the ``SOFT_BOUNDS`` (never finiteness)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     # Kmax stays this far below the queue depth at which PFC XOFF fires (PfcThreshold): room
@@ -41,24 +58,46 @@ class SafetyLimits(BaseModel):
     # score's PFC term instead). At most 5 s: the longest detection time SONiC's PFC watchdog
     # accepts (sonic-utilities pfcwd/main.py, ``detection-time`` IntRange(100, 5000) ms).
     max_pause_fraction: float = Field(default=0.5, gt=0, le=1)  # paused µs per µs, per port
-    storm_window_s: float | None = Field(default=None, gt=0, le=MAX_WINDOW_S)
+    storm_window_s: float | None = Field(default=None, gt=0)
     # Per port and priority. At most 1e6/s: one pause frame of quanta 0xFFFF holds a 100G port
     # for 335 µs, so ~3000 frames/s keep it paused; a limit far above that never trips.
-    max_pause_frames_per_s: float = Field(default=50_000, gt=0, le=1_000_000)
-    max_lossless_drops: int = Field(default=0, ge=0, le=1_000_000)
-    max_crc_errors: int = Field(default=0, ge=0, le=1_000_000)
+    max_pause_frames_per_s: float = Field(default=50_000, gt=0)
+    max_lossless_drops: int = Field(default=0, ge=0)
+    max_crc_errors: int = Field(default=0, ge=0)
     # Polled at least once per longest storm window, or the live monitor cannot see a storm.
-    poll_interval_s: float = Field(default=1.0, gt=0, le=MAX_WINDOW_S)
-    measurement_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    measurement_timeout_s: float = Field(default=600.0, gt=0)
     roce_priority: int = Field(default=3, ge=0, le=7)
     # Dead-man timer on every changed target (SSH backend): restores the baseline by itself
     # unless renewed within this time (0 = off). See safety/deadman.py.
-    deadman_timeout_s: float = Field(default=60.0, ge=0, le=3600)
+    deadman_timeout_s: float = Field(default=60.0, ge=0)
     # Cumulus NVUE: trial applies use NVUE's own commit-confirm (`nv config apply --confirm
     # <n>s`), which rolls back by itself this long after the apply unless confirmed -- it
     # outlives the tuner and is not renewed, so it must cover a whole trial (0 = off; 600 is
     # NVUE's default). See tuner/cluster/deadman.py.
-    nvue_confirm_s: float = Field(default=600.0, ge=0, le=86400)
+    nvue_confirm_s: float = Field(default=600.0, ge=0)
+
+    @field_validator(*SOFT_BOUNDS)
+    @classmethod
+    def _within_bound(cls, v: float | None, info: ValidationInfo) -> float | None:
+        bound = SOFT_BOUNDS[str(info.field_name)]
+        if v is None:
+            return v
+        if not math.isfinite(v):
+            raise ValueError(f"{v} is not a finite number; must be less than or equal to "
+                             f"{_num(bound)} (`ecntune --i-know` lifts the bound, never "
+                             "finiteness)")
+        if v > bound and not (info.context or {}).get("i_know"):
+            raise ValueError(f"must be less than or equal to {_num(bound)}: a limit beyond it "
+                             "no longer protects the canary (`ecntune --i-know ...` goes "
+                             "beyond it; the override is printed and logged to MLflow)")
+        return v
+
+    def beyond_bounds(self) -> dict[str, str]:
+        """Each limit past its ``SOFT_BOUNDS`` bound (``--i-know``): field -> "value (bound
+        b)", for the console and MLflow."""
+        return {k: f"{_num(getattr(self, k))} (bound {_num(b)})" for k, b in SOFT_BOUNDS.items()
+                if getattr(self, k) is not None and getattr(self, k) > b}
 
 
 class Violation(BaseModel):

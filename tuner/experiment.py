@@ -483,8 +483,13 @@ def format_errors(source: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
-    """Validate experiment YAML text; raises ``ConfigError`` naming source, field and value."""
+def parse_experiment(text: str, source: str = "<experiment>", *,
+                     i_know: bool | None = None) -> Experiment:
+    """Validate experiment YAML text; raises ``ConfigError`` naming source, field and value.
+
+    ``i_know``: accept safety limits past their bounds (default: ``ecntune --i-know``); a
+    stored experiment read to restore or report, not to tune, passes True."""
+    from tuner.input_checks import i_know as i_know_flag
     from tuner.input_checks import load_yaml, value_problems
 
     data = load_yaml(text, source)
@@ -494,14 +499,15 @@ def parse_experiment(text: str, source: str = "<experiment>") -> Experiment:
     problems = value_problems(data, Experiment)
     if problems:
         raise ConfigError("\n".join(f"{source}: {p}" for p in problems[:10]))
+    context = {"i_know": i_know_flag() if i_know is None else i_know}
     try:
-        return Experiment.model_validate(data)
+        return Experiment.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(format_errors(source, exc)) from None
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file."""
+def load_experiment(path: str | Path, *, i_know: bool | None = None) -> Experiment:
+    """Read and validate an experiment file (``i_know``: see ``parse_experiment``)."""
     from tuner.input_checks import read_text_file
 
-    return parse_experiment(read_text_file(path, "experiment file"), str(path))
+    return parse_experiment(read_text_file(path, "experiment file"), str(path), i_know=i_know)

@@ -37,6 +37,20 @@ LARGE_FILE_BYTES = 64_000_000  # ``ecntune --large``: a generated inventory of a
 _limit = MAX_FILE_BYTES
 
 
+_i_know = False
+
+
+def set_i_know(on: bool) -> None:
+    """``ecntune --i-know``: safety limits past their bounds (``safety.limits.SOFT_BOUNDS``) are
+    accepted by ``parse_experiment`` until ``set_i_know(False)``."""
+    global _i_know
+    _i_know = on
+
+
+def i_know() -> bool:
+    return _i_know
+
+
 def set_input_limit(large: bool) -> None:
     """``ecntune --large``: experiment and inventory files up to ``LARGE_FILE_BYTES`` until
     ``set_input_limit(False)``."""

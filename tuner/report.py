@@ -175,7 +175,7 @@ def load(study_name: str | None, storage: str) -> StudyView:
         try:
             from tuner.experiment import parse_experiment
 
-            exp = parse_experiment(info.experiment_yaml, f"study {name}")
+            exp = parse_experiment(info.experiment_yaml, f"study {name}", i_know=True)
             details = {"backend": exp.fabric.backend, "sampler": exp.sampler.name,
                        "objective": exp.objective.mode,
                        "budget": f"{exp.budget.trials} trials"}

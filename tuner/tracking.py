@@ -9,7 +9,8 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
   ``backend``, ``sampler``, ``sampler_seed``, ``mode``, ``trials_budget``, ``fabric.<fact>``,
   ``canary_switches``, ``canary_nics``, ``space.<dim>`` (range text), ``fixed.<knob>``,
   ``objective.<field>``, ``safety.<field>``. Tags: ``ecntune.version``, ``ecntune.study``,
-  ``ecntune.role=study``, ``ecntune.storage``, ``ecntune.cluster``. Artifacts:
+  ``ecntune.role=study``, ``ecntune.storage``, ``ecntune.cluster``, ``ecntune.i_know`` (the
+  safety limits run past their bounds with ``ecntune --i-know``, set on every resume). Artifacts:
   ``experiment.yaml`` (secrets redacted), ``search_space.json``, ``fabric.json``; at the end
   ``report/`` (``tuner.report``: HTML, Markdown, ``img/*.png``), ``summary.json`` and metrics
   ``best_score``, ``best_trial``, ``trials_<kind>`` per verdict kind (ok, rolled_back,
@@ -396,6 +397,15 @@ class Tracker:
         except Exception as exc:
             self._fail(f"trial {rec.number}", exc)
             return None
+
+    def tag_study(self, key: str, value: str) -> None:
+        """A tag on the parent run, set again on every resume (what this session ran with)."""
+        if self._off() or self.parent_run_id is None:
+            return
+        try:
+            self.client().set_tag(self.parent_run_id, key, scrub(value))
+        except Exception as exc:
+            self._fail(f"tag {key}", exc)
 
     def log_dir(self, folder: str | Path, artifact_path: str) -> None:
         """Upload a folder into the parent run (the study report and its plots)."""

@@ -76,7 +76,10 @@ def handle_errors(fn: F) -> F:
 @click.version_option(__version__, prog_name="ecntune")
 @click.option("--large", is_flag=True,
               help="Read experiment and inventory files up to 64 MB (default 1 MB).")
-def main(large: bool) -> None:
+@click.option("--i-know", "i_know", is_flag=True,
+              help="Accept safety limits past their bounds (still finite): each is printed "
+                   "and logged to MLflow (tag ecntune.i_know).")
+def main(large: bool, i_know: bool) -> None:
     """Closed-loop ECN/DCQCN auto-tuner for RoCE fabrics.
 
     Tunes switch ECN thresholds and NIC DCQCN parameters on a canary slice, measures NCCL bus
@@ -88,6 +91,11 @@ def main(large: bool) -> None:
 
         set_input_limit(True)
         click.get_current_context().call_on_close(lambda: set_input_limit(False))
+    if i_know:
+        from tuner.input_checks import set_i_know
+
+        set_i_know(True)
+        click.get_current_context().call_on_close(lambda: set_i_know(False))
 
 
 for _name in COMMANDS:

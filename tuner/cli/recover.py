@@ -43,7 +43,7 @@ def _experiment(experiment: Path | None, results: str | None,
     from tuner.study import load_for_resume
 
     if experiment is not None:
-        exp = load_experiment(experiment)
+        exp = load_experiment(experiment, i_know=True)  # limits do not govern a restore
     else:
         storage = f"sqlite:///{Path(results or 'results') / 'optuna.db'}"
         try:
@@ -52,7 +52,7 @@ def _experiment(experiment: Path | None, results: str | None,
             where = f" --slice {slice_name}" if slice_name else ""
             raise ConfigError(f"{exc}; pass the experiment file that ran study {entry.study} "
                               f"(ecntune recover EXPERIMENT{where})") from None
-        exp = parse_experiment(text, f"<experiment stored with study {name}>")
+        exp = parse_experiment(text, f"<experiment stored with study {name}>", i_know=True)
     if results is not None:
         exp = exp.model_copy(update={"results_dir": results})
     if slice_name is not None:
@@ -223,7 +223,8 @@ def command(experiment: Path | None, results: str | None, discard_unreadable: bo
         raise ConfigError(f"--slice {slice_name}: pass the experiment file that declares the "
                           "slices")
     folder = results if results is not None else (
-        load_experiment(experiment).results_dir if experiment is not None else None)
+        load_experiment(experiment, i_know=True).results_dir if experiment is not None
+        else None)
     journals: list[tuple[Path, str | None, Path]]
     if slice_name is not None:
         assert folder is not None

@@ -48,6 +48,9 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         exp = prepare(exp)
     name = study or default_study_name(exp)
     console = Console(stderr=False)
+    for field_name, what in exp.safety.beyond_bounds().items():
+        click.echo(f"{source}: safety.{field_name} = {what}: past its bound (--i-know); "
+                   "logged to MLflow as ecntune.i_know", err=True)
     check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
     exp = _without_credentials(exp, source)
     with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary

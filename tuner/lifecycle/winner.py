@@ -75,7 +75,8 @@ def load_winner(target: str | None, storage: str | None = None,
     text = study_store.info(st).experiment_yaml
     if not text:
         raise ConfigError(f"study {st.study_name!r} was not created by ecntune run")
-    exp = parse_experiment(str(text), f"<experiment stored with study {st.study_name}>")
+    exp = parse_experiment(str(text), f"<experiment stored with study {st.study_name}>",
+                           i_know=True)
     win: TrialOutcome | None = studies.winner(st)
     conf = studies.confirmation(st)
     if win is None or conf is None:

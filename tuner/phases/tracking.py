@@ -58,6 +58,10 @@ def start(ctx: StudyRunner) -> None:
              "fabric.json": ctx.desc.model_dump_json(indent=2)}
     known = study_store.info(ctx.study).mlflow_parent_run_id
     rid = ctx.tracker.start_study(ctx.study_name, known, params, tags, texts)
+    beyond = exp.safety.beyond_bounds()
+    if beyond:  # `ecntune --i-know`: on the run as it was started or resumed
+        ctx.tracker.tag_study("ecntune.i_know", "; ".join(f"safety.{k}={v}"
+                                                          for k, v in beyond.items()))
     if rid and not known:
         study_store.record(ctx.study, mlflow_parent_run_id=rid,
                            mlflow_tracking_uri=exp.tracking_uri)  # for a re-tune
