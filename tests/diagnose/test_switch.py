@@ -78,6 +78,52 @@ def test_port_down_below_speed_missing_and_rising_errors() -> None:
         ("switch_port", "NotChecked")]
 
 
+def test_sonic_flap_view_on_sonic_utilities_samples() -> None:
+    """``show interfaces flap`` (202505 and later): ``Never`` is no flap recorded (0), and the
+    stand-in switch renders the view byte for byte as sonic-utilities' own test expects."""
+    from tuner.emulated.tools._fmt import simple_table
+
+    assert sp.sonic_flaps(sample("sonic-interfaces-flap")) == {
+        "Ethernet0": 5, "Ethernet4": 0, "Ethernet16": 0, "Ethernet20": 0}
+    assert sp.sonic_flaps(sample("sonic-interfaces-flap-one-port")) == {"Ethernet64": 2}
+    assert sp.sonic_flaps(sample("sonic-interfaces-status")) is None  # not the flap table
+    head = ["Interface", "Flap Count", "Admin", "Oper", "Link Down TimeStamp(UTC)",
+            "Link Up TimeStamp(UTC)"]
+    rows = [["Ethernet0", "5", "Up", "Up", "Sat Jan 17 00:04:42 2025",
+             "Sat Jan 18 00:08:42 2025"], ["Ethernet4", "Never", "Up", "Up", "Never", "Never"],
+            *([p, "Never", "Unknown", "Unknown", "Never", "Never"]
+              for p in ("Ethernet16", "Ethernet20"))]
+    assert simple_table(head, rows) + "\n" == sample("sonic-interfaces-flap")
+    assert simple_table(head, [["Ethernet64", "2", "Up", "Up", "Thu Feb 12 23:03:40 2026",
+                                "Thu Feb 12 23:25:31 2026"]]) + "\n" == \
+        sample("sonic-interfaces-flap-one-port")
+
+
+def test_sonic_flaps_rising_and_a_release_without_the_view() -> None:
+    status, counters = sample("sonic-interfaces-status"), sample("sonic-interfaces-counters")
+    flap = sample("sonic-interfaces-flap")
+    r = SwitchRead("leaf0", _sonic("leaf0", ["Ethernet0", "Ethernet4", "Ethernet8"]),
+                   first={"status": status, "counters": counters, "flap": flap},
+                   second={"counters": counters,
+                           "flap": flap.replace("Ethernet0    5 ", "Ethernet0    7 ")},
+                   sample_s=2.0)
+    rows = switch.port_rows(r, want_mbps=1000)
+    flaps = [x for x in rows if x.check == "switch_flaps"]
+    assert [(type(x).__name__, x.where) for x in flaps] == [
+        ("Finding", "leaf0/Ethernet0"), ("NotChecked", "leaf0/Ethernet8")]  # Ethernet4: 0 -> 0
+    assert flaps[0].evidence == "show interfaces flap: Flap Count 5 -> 7 in 2.0 s"  # type: ignore
+    assert flaps[1].reason == "the port is not in `show interfaces flap`"  # type: ignore
+    # SONiC before 202505 (click's error, exit 2): not checked, never a silent "no flaps"
+    old = ('Usage: show interfaces [OPTIONS] COMMAND [ARGS]...\nTry "show interfaces -h" for '
+           'help.\n\nError: No such command "flap".\n')
+    r.first["flap"] = r.second["flap"] = old
+    flaps = [x for x in switch.port_rows(r, want_mbps=1000) if x.check == "switch_flaps"]
+    assert {(type(x).__name__, x.where) for x in flaps} == {
+        ("NotChecked", f"leaf0/{p}") for p in ("Ethernet0", "Ethernet4", "Ethernet8")}
+    assert "`show interfaces flap` (SONiC 202505 and later) not readable: Usage: show" in \
+        flaps[0].reason  # type: ignore[union-attr]
+
+
 def _versioned(name: str, build: str) -> SwitchRead:
     return SwitchRead(name, _sonic(name, ["Ethernet0"]),
                       first={"version": f"\nSONiC Software Version: SONiC.{build}\n"})
@@ -143,13 +189,19 @@ def test_planted_switch_faults_are_found_and_a_clean_fabric_has_none(
     fabric.inject("leaf3", port_rx_errors={"swp1": 25})
     fabric.inject("leaf2", os_version="202411.3")
     fabric.inject("leaf0", port_down=["Ethernet0"])
+    fabric.inject("leaf2", port_flaps={"Ethernet0": 4})  # SONiC 202505: show interfaces flap
+    fabric.inject("leaf3", port_flaps={"swp1": 4})
     code, diag, out = _diagnose(fabric, tmp_path / "planted")
     assert code == 1, out
     got = {(f["check"], f["where"]): f for f in diag["findings"]}
     switch_side = {k for k in got if k[0].startswith("switch")}
     assert switch_side == {("switch_port", "leaf0/Ethernet0"),
                            ("switch_errors", "leaf1/Ethernet0"),
-                           ("switch_errors", "leaf3/swp1"), ("switch_os_drift", "leaf2")}
+                           ("switch_errors", "leaf3/swp1"), ("switch_os_drift", "leaf2"),
+                           ("switch_flaps", "leaf2/Ethernet0"), ("switch_flaps", "leaf3/swp1")}
+    assert got["switch_flaps", "leaf2/Ethernet0"]["evidence"].startswith(
+        "show interfaces flap: Flap Count ")
+    assert "carrier-transitions" in got["switch_flaps", "leaf3/swp1"]["evidence"]
     assert got["switch_port", "leaf0/Ethernet0"]["evidence"] == \
         "show interfaces status: oper down"
     assert "RX_ERR" in got["switch_errors", "leaf1/Ethernet0"]["evidence"]

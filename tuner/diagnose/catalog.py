@@ -37,7 +37,9 @@ PURPOSE = {"pcie": "PCIe link of the NIC: LnkCap vs LnkSta, DevCtl MaxPayload/Ma
 
 SW_PURPOSE = {"version": "the OS build (tabulated per switch, drift flagged)",
               "status": "oper state and speed of the ports (the canary ports are checked)",
-              "counters": "RX_ERR/TX_ERR of the ports, read again after the sample"}
+              "counters": "RX_ERR/TX_ERR of the ports, read again after the sample",
+              "flap": "the flap count of the ports, read again after the sample (SONiC "
+                      "202505 and later; older releases: not checked)"}
 
 
 @dataclass
@@ -131,7 +133,7 @@ def _switch(sw: SwitchEntry) -> list[str]:
             f"state, speed, in-errors/out-errors and carrier-transitions of "
             f"{ports[int(key.removeprefix('link'))]}, read again after the sample")
         lines.append(f"  - {what}: `{cmd}`")
-    lines += [f"- `--sample-s` later (error counters again){sudo}: "
+    lines += [f"- `--sample-s` later (error counters and flaps again){sudo}: "
               f"`{switch_command(sw, second=True)}`", ""]
     return lines
 

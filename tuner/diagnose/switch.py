@@ -2,14 +2,15 @@
 
 Read-only commands, two reads ``--sample-s`` apart, in the same window as the hosts' counters:
 
-* SONiC: ``show version``, ``show interfaces status``, ``show interfaces counters`` first; the
-  counters again second.
+* SONiC: ``show version``, ``show interfaces status``, ``show interfaces counters`` and ``show
+  interfaces flap`` (202505 and later) first; the counters and the flaps again second.
 * Cumulus NVUE: ``nv show system`` and ``nv show interface <port> link`` per canary port first;
   the links again second.
 
 Checks: ``switch_port`` (a canary port oper down, or trained below the canary hosts' NIC speed:
 dominant), ``switch_errors`` (RX/TX errors rising on a canary port between the reads: dominant),
-``switch_flaps`` (NVUE carrier transitions rising), and ``switch_os`` (the OS build per switch,
+``switch_flaps`` (NVUE carrier transitions, SONiC's flap count rising; a SONiC release without
+``show interfaces flap`` is "not checked"), and ``switch_os`` (the OS build per switch,
 a versions table; ``switch_os_drift`` when a switch runs another build than the most common one
 among the canary switches of its platform).
 """
@@ -50,13 +51,14 @@ def _link_key(i: int) -> str:
 def first_parts(sw: SwitchEntry) -> dict[str, str]:
     if sw.platform == "sonic":
         return {"version": show("show version"), "status": show("show interfaces status"),
-                "counters": show("show interfaces counters")}
+                **second_parts(sw)}
     return {"version": "nv show system", **second_parts(sw)}
 
 
 def second_parts(sw: SwitchEntry) -> dict[str, str]:
     if sw.platform == "sonic":
-        return {"counters": show("show interfaces counters")}
+        return {"counters": show("show interfaces counters"),
+                "flap": show("show interfaces flap")}
     return {_link_key(i): f"nv show interface {q('switch_port', p)} link"
             for i, p in enumerate(sw.canary_ports)}
 
@@ -67,6 +69,7 @@ def ports(r: SwitchRead, second: bool = False) -> dict[str, sp.Port] | None:
     if r.entry.platform == "sonic":
         counters = sp.sonic_counters(text.get("counters", ""))
         status = {} if second else sp.sonic_status(text.get("status", ""))
+        flaps = sp.sonic_flaps(text.get("flap", "")) or {}  # none before 202505
         if counters is None or status is None:
             return None
         out = {}
@@ -75,7 +78,8 @@ def ports(r: SwitchRead, second: bool = False) -> dict[str, sp.Port] | None:
             if s is not None or c is not None:
                 out[p] = sp.Port(oper=s.oper if s else None,
                                  speed_mbps=s.speed_mbps if s else None,
-                                 rx_err=c.rx_err if c else None, tx_err=c.tx_err if c else None)
+                                 rx_err=c.rx_err if c else None, tx_err=c.tx_err if c else None,
+                                 flaps=flaps.get(p))
         return out
     links = {p: sp.nvue_link(text.get(_link_key(i), ""))
              for i, p in enumerate(r.entry.canary_ports)}
@@ -150,10 +154,20 @@ def _rising(r: SwitchRead, p: str, b: sp.Port, a: sp.Port | None) -> Rows:
                   "FEC off on one end): drops that become RDMA retransmits",
             action="clean or replace the optic/cable on this port and its host, compare FEC on "
                    "both ends, then re-run diagnose"))
-    if b.flaps is not None and a.flaps is not None and a.flaps > b.flaps:
+    if b.flaps is None or a.flaps is None:
+        if sonic:
+            raw = (r.second if b.flaps is not None else r.first).get("flap", "")
+            out.append(NotChecked(
+                layer="physical", check="switch_flaps", where=where,
+                reason=("`show interfaces flap` (SONiC 202505 and later) not readable: "
+                        f"{_why(raw)}" if sp.sonic_flaps(raw) is None else
+                        "the port is not in `show interfaces flap`")))
+    elif a.flaps > b.flaps:
+        flap_cmd, name = (("show interfaces flap", "Flap Count") if sonic
+                          else (cmd, "carrier-transitions"))
         out.append(Finding(
             layer="physical", check="switch_flaps", where=where,
-            evidence=f"{cmd}: carrier-transitions {b.flaps} -> {a.flaps} in {r.sample_s:.1f} s",
+            evidence=f"{flap_cmd}: {name} {b.flaps} -> {a.flaps} in {r.sample_s:.1f} s",
             cause="the link goes down and up (loose or failing cable/optic)",
             action="reseat or replace the cable/optic; read the switch log for the port"))
     return out

@@ -1,11 +1,12 @@
 """Parsers of the switch outputs ``diagnose`` reads (pure; samples and their sources in
 docs/reference-notes/diagnose-formats.md).
 
-SONiC: ``show interfaces status`` (intfutil) and ``show interfaces counters`` (portstat), both
-tabulate ``simple`` tables read by their dash line (``objectives.parsers._table``), and ``show
-version``. Cumulus NVUE: ``nv show interface <swp> link`` and ``nv show system``, key/value
-views read by ``objectives.parsers.parse_nvue``. Each returns ``None`` (or leaves a port out)
-when the text does not hold what it parses, so the check says "not checked" instead of guessing.
+SONiC: ``show interfaces status`` (intfutil), ``show interfaces counters`` (portstat) and ``show
+interfaces flap`` (202505 and later), tabulate ``simple`` tables read by their dash line
+(``objectives.parsers._table``), and ``show version``. Cumulus NVUE: ``nv show interface <swp>
+link`` and ``nv show system``, key/value views read by ``objectives.parsers.parse_nvue``. Each
+returns ``None`` (or leaves a port out) when the text does not hold what it parses, so the check
+says "not checked" instead of guessing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Port:
     speed_mbps: int | None = None
     rx_err: int | None = None
     tx_err: int | None = None
-    flaps: int | None = None  # NVUE carrier-transitions (SONiC shows none here)
+    flaps: int | None = None  # NVUE carrier-transitions, SONiC Flap Count
 
 
 def speed_mbps(text: str | None) -> int | None:
@@ -44,14 +45,15 @@ def _count(text: str | None) -> int | None:
     return int(t) if t.isdigit() else None
 
 
-def _table(text: str, first: str) -> list[dict[str, str]] | None:
-    """Rows (header -> cell) of the table whose first header is ``first``."""
+def _table(text: str, first: str, has: str | None = None) -> list[dict[str, str]] | None:
+    """Rows (header -> cell) of the table whose first header is ``first`` (and which has a
+    column ``has``)."""
     try:
         tables, _ = read_tables(TOOL, numbered(text))
     except ParseError:
         return None
     for t in tables:
-        if t.headers[:1] == [first]:
+        if t.headers[:1] == [first] and (has is None or has in t.headers):
             return [dict(zip(t.headers, cells, strict=False)) for _, _, cells in t.rows]
     return None
 
@@ -72,6 +74,21 @@ def sonic_counters(text: str) -> dict[str, Port] | None:
         return None
     return {r["IFACE"]: Port(rx_err=_count(r.get("RX_ERR")), tx_err=_count(r.get("TX_ERR")))
             for r in rows}
+
+
+def sonic_flaps(text: str) -> dict[str, int] | None:
+    """``show interfaces flap`` -> {port: Flap Count}; ``Never`` (no flap recorded) is 0, and a
+    port whose count is neither is left out."""
+    rows = _table(text, "Interface", has="Flap Count")
+    if rows is None:
+        return None
+    out = {}
+    for r in rows:
+        cell = r.get("Flap Count", "").strip()
+        n = 0 if cell == "Never" else _count(cell)
+        if n is not None:
+            out[r["Interface"]] = n
+    return out
 
 
 def sonic_version(text: str) -> str | None:

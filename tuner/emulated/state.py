@@ -59,6 +59,8 @@ FAULT_KEYS = {
     "port_down": "[port]: these switch ports are oper down (the attached host's link too)",
     "port_speed_gbps": "{port: gbps}: these switch ports trained at this speed",
     "port_rx_errors": "{port: float}: RX errors per second counted on these switch ports",
+    "port_flaps": "{port: float}: link flaps per second on these switch ports (SONiC's "
+                  "`show interfaces flap` count, NVUE's carrier-transitions by 2 per flap)",
     "os_version": "text: the switch OS build `show version` / `nv show system` report",
 }
 
@@ -128,7 +130,7 @@ def load_faults(tdir: Path) -> dict[str, Any]:
 # Faults that are rates in time, as on a real port: a counter read sees the events that happened
 # since the fault was injected, however often or slowly it is read.
 RATE_FAULTS = ("pfc_storm", "lossless_drops", "crc_errors", "cnp_drops", "link_flaps",
-               "port_rx_errors")
+               "port_rx_errors", "port_flaps")
 FAULT_CLOCK = "fault_clock.json"
 
 

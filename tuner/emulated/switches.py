@@ -104,6 +104,7 @@ def operator_qos_fix(db: dict[str, Any], roce_dscp: int = 26, tc: int = 3) -> No
 # QUEUE_COUNTER_CAPABILITIES; SONiC doc/qos/ECN_and_WRED_statistics_HLD.md) exist from 202505.
 SONIC_RELEASES = ("202311", "202405", "202411", "202505", "202511")
 WRED_ECN_SINCE = "202505"
+FLAP_VIEW_SINCE = "202505"  # `show interfaces flap`: sonic-utilities PR 3724, 202505 notes
 ECN_CAPABILITIES = ("ECN_MARKED_PKT", "ECN_MARKED_BYTE", "WRED_DROPPED_PKT", "WRED_DROPPED_BYTE")
 
 
@@ -287,7 +288,7 @@ def applied_ecn(state: dict[str, Any]) -> dict[str, Any]:
 def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
                          ) -> dict[str, dict[str, int]]:
     """Per host-facing port, for ``events`` of the rate faults: PFC storm frames, drops; RX
-    errors on the ports ``port_rx_errors`` names."""
+    errors and flaps on the ports ``port_rx_errors`` and ``port_flaps`` name."""
     q = int(state["lossless_queue"])
     storm = events.get("pfc_storm", 0)
     drops = events.get("lossless_drops", 0)
@@ -305,9 +306,14 @@ def fault_counter_deltas(state: dict[str, Any], events: dict[str, int]
             d.update({f"q{CNP_QUEUE}_drop_pkts": cnp, f"q{CNP_QUEUE}_drop_bytes": cnp * 64})
         if d:
             out[port] = d
-    for key, n in events.items():  # port_rx_errors counts per port ("port_rx_errors:<port>")
+    # the per-port faults count per port ("<fault>:<port>"): RX errors; flaps (SONiC's flap
+    # count, and NVUE's carrier transitions, which a flap raises by two: down, then up)
+    per_port = {"port_rx_errors": {"rx_err": 1}, "port_flaps": {"flaps": 1,
+                                                                 "carrier_transitions": 2}}
+    for key, n in events.items():
         fault, _, port = key.partition(":")
-        if fault == "port_rx_errors" and port:
+        if fault in per_port and port:
             row = out.setdefault(port, {})
-            row["rx_err"] = row.get("rx_err", 0) + n
+            for counter, k in per_port[fault].items():
+                row[counter] = row.get(counter, 0) + k * n
     return out

@@ -3,14 +3,16 @@
 SONiC (sonic-utilities): ``show interfaces status`` (intfutil, tabulate ``simple``, right-aligned;
 tests/intfutil_test.py), ``show interfaces counters`` (portstat; tests/portstat_test.py and
 shared/reference/sonic/real-pfcwd-config-old-format-and-interface-counters-issue9193.txt),
-``show version`` (show/main.py ``version``). Cumulus NVUE (NVUE reference, Show Commands):
-``nv show interface <swp> link`` and ``nv show system``. Samples and sources:
+``show version`` (show/main.py ``version``), ``show interfaces flap`` (202505 and later;
+show/interfaces/__init__.py ``flap``, tests/flap_test.py). Cumulus NVUE (NVUE reference, Show
+Commands): ``nv show interface <swp> link`` and ``nv show system``. Samples and sources:
 docs/reference-notes/diagnose-formats.md.
 
 Port speed is the rocesim link behind it (hosts: ``nic_gbps``, uplinks: ``uplink_gbps``).
 Faults (``EmulatedCluster.inject`` on a switch): ``port_down`` (ports oper down),
 ``port_speed_gbps`` (ports trained below their speed), ``port_rx_errors`` (RX errors per second
-on ports, a rate fault), ``os_version`` (another OS build than the emulated release).
+on ports, a rate fault), ``port_flaps`` (flaps per second on ports, a rate fault: SONiC's flap
+count, NVUE's carrier transitions), ``os_version`` (another OS build than the emulated release).
 """
 
 from __future__ import annotations
@@ -69,6 +71,30 @@ def sonic_counters(t: Target) -> str:
     head = ["IFACE", "STATE", "RX_OK", "RX_BPS", "RX_UTIL", "RX_ERR", "RX_DRP", "RX_OVR",
             "TX_OK", "TX_BPS", "TX_UTIL", "TX_ERR", "TX_DRP", "TX_OVR"]
     return simple_table(head, rows, stralign="right") + "\n"
+
+
+def sonic_flap(t: Target, port: str | None = None) -> str:
+    """APPL_DB ``PORT_TABLE`` as the flap view shows it: ``flap_count`` and the last down/up
+    times only once a flap was counted (``Never`` before), the statuses capitalised."""
+    import time
+
+    from tuner.emulated import state
+
+    c = t.counters()
+    since = float((state.read_json(t.dir / state.FAULT_CLOCK) or {}).get("since", 0.0))
+    rates = t.faults.get("port_flaps") or {}
+    rows = []
+    for p in [port] if port else _ports(t):
+        n = int(c.get(p, {}).get("flaps", 0))
+        stamp = "Never"
+        if n and rates.get(p):  # the n-th flap of a rate-r fault: since + n / r, down and up
+            stamp = time.strftime("%a %b %d %H:%M:%S %Y",
+                                  time.gmtime(since + n / float(rates[p])))
+        updown = "Up" if is_up(t, p) else "Down"
+        rows.append([p, str(n) if n else "Never", "Up", updown, stamp, stamp])
+    head = ["Interface", "Flap Count", "Admin", "Oper", "Link Down TimeStamp(UTC)",
+            "Link Up TimeStamp(UTC)"]
+    return simple_table(head, rows) + "\n"
 
 
 def sonic_version(t: Target) -> str:

@@ -2,7 +2,8 @@
 ``queue wredcounters`` (202505 and later), ``queue watermark unicast``, ``pfcwd stats`` (formats:
 shared/reference/sonic/*.txt, produced by pfcstat, queuestat, wredstat and pfcwd in
 sonic-utilities @691b1bbc4; ``pfc priority``: doc/Command-Reference.md); ``interfaces status``,
-``interfaces counters`` and ``version`` for ``ecntune diagnose`` (``_swdiag``).
+``interfaces counters``, ``interfaces flap [<port>]`` (202505 and later) and ``version`` for
+``ecntune diagnose`` (``_swdiag``).
 
 The interface naming mode is honoured as sonic-utilities does: ``SONIC_CLI_IFACE_MODE`` as the
 command sees it, or, unset, what the login's ``~/.bashrc`` exports (``config
@@ -17,7 +18,7 @@ import os
 import re
 import sys
 
-from tuner.emulated.switches import WRED_ECN_SINCE, has_wred_ecn
+from tuner.emulated.switches import FLAP_VIEW_SINCE, WRED_ECN_SINCE, has_wred_ecn
 from tuner.emulated.tools import _swdiag
 from tuner.emulated.tools._base import Target, target
 from tuner.emulated.tools._fmt import click_no_such_command, comma, simple_table
@@ -146,12 +147,22 @@ def _show(t: Target, argv: list[str], out: list[str]) -> int:
             t.state.get("sonic_release", WRED_ECN_SINCE)):  # before 202505: no such command
         sys.stderr.write(click_no_such_command("show queue", "wredcounters"))
         return 2
+    if words[:2] in (["interfaces", "flap"], ["interface", "flap"]) and \
+            t.state.get("sonic_release", FLAP_VIEW_SINCE) < FLAP_VIEW_SINCE:
+        sys.stderr.write(click_no_such_command("show interfaces", "flap"))
+        return 2
     t.tick_counter_faults()
     port = words[2] if len(words) == 3 and words[:2] in (["queue", "counters"],
                                                          ["queue", "wredcounters"]) else None
     if port is not None and port not in _ports(t):
         print(f"Port doesn't exist! {port}")
         return 1
+    flap_port = words[2] if len(words) == 3 and words[1] == "flap" else None
+    if flap_port is not None and flap_port not in _ports(t):  # click's ctx.fail
+        sys.stderr.write("Usage: show interfaces flap [OPTIONS] [INTERFACENAME]\n"
+                         "Try \"show interfaces flap -h\" for help.\n\n"
+                         f"Error: Invalid interface name {flap_port}\n")
+        return 2
     if words == ["pfc", "counters"]:
         out.append(pfc_counters(t))
     elif words[:2] == ["queue", "counters"] and len(words) <= 3:
@@ -168,6 +179,8 @@ def _show(t: Target, argv: list[str], out: list[str]) -> int:
         out.append(_swdiag.sonic_status(t))
     elif words in (["interfaces", "counters"], ["interface", "counters"]):
         out.append(_swdiag.sonic_counters(t))
+    elif words[:2] in (["interfaces", "flap"], ["interface", "flap"]) and len(words) <= 3:
+        out.append(_swdiag.sonic_flap(t, flap_port))
     elif words == ["version"]:
         out.append(_swdiag.sonic_version(t))
     else:
