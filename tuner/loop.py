@@ -115,6 +115,7 @@ class StudyRunner:
         self.study: Any = None
         self.desc: ClusterDescription | None = None
         self.baseline_settings: Settings | None = None
+        self.twin_calibration: dict[str, Any] = {}  # the twin's values ecntune calibrate set
         self.baseline_values: dict[str, int] = {}
         self.baseline_ms: list[Measurement] = []  # one per paired replicate
         self.repeats = exp.budget.repeats if isinstance(exp.budget.repeats, int) else 0
@@ -243,6 +244,9 @@ class StudyRunner:
         from tuner.screen import TwinScreen
 
         twin = TwinScreen(self.exp, self.cfg)
+        if twin.calibration is not None:  # `ecntune calibrate` fitted this twin
+            study_store.record(self.study, twin_calibration=twin.calibration)
+            self.twin_calibration = twin.calibration["overrides"]
         if self.exp.screen.mode == "twin":
             self.screen = twin
         if attach is not None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from objectives.score import score
 from safety.limits import describe
 from safety.monitor import LiveMonitor, judge, storm_window_s
-from tuner.errors import ConfigError, SafetyAbort
+from tuner.errors import SafetyAbort
 from tuner.settings import Settings
 from tuner.twin_search import TwinResult
 
@@ -35,14 +35,14 @@ class TwinScreen:
     """The twin and its baseline; ``verdict(values)`` is None (apply it) or ``screened:<why>``."""
 
     def __init__(self, exp: Experiment, cfg: ScoreConfig) -> None:
+        from tuner import calibrate
         from tuner.cluster.sim import SimCluster
 
-        spec = exp.screen.fabric
-        if spec is None:
-            if exp.fabric.backend != "sim":
-                raise ConfigError("screen.fabric: required with fabric.backend ssh -- describe "
-                                  "the canary's topology, speeds and buffer for the twin")
-            spec = exp.fabric.model_copy(update={"seed": exp.fabric.seed + 1})
+        spec = calibrate.twin_spec(exp)
+        # ``ecntune calibrate``'s values for this twin, when it fitted this declaration
+        self.calibration = calibrate.load(exp.results_path, spec)
+        if self.calibration is not None:
+            spec = calibrate.with_values(spec, self.calibration["overrides"])
         switches = exp.screen.canary_switches or list(exp.canary.switches)
         self.exp = exp
         self.cfg = cfg

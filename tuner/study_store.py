@@ -136,6 +136,7 @@ class Info:
     kept_trial: int | None = None
     findings: list[dict[str, Any]] | None = None  # run's fabric diagnosis (None: not run)
     findings_accepted: bool = False  # run went ahead with --accept-findings
+    twin_calibration: dict[str, Any] | None = None  # ``ecntune calibrate``'s, as the twin used
 
 
 _STUDY_KEYS = {f.name for f in fields(Info)}

@@ -8,7 +8,8 @@ Layout of what lands in MLflow (names are stable; reports and plots build on the
 * **parent run** per study, named after the study. Params: ``experiment``, ``study``,
   ``backend``, ``sampler``, ``sampler_seed``, ``mode``, ``trials_budget``, ``fabric.<fact>``,
   ``canary_switches``, ``canary_nics``, ``space.<dim>`` (range text), ``fixed.<knob>``,
-  ``objective.<field>``, ``safety.<field>``. Tags: ``ecntune.version``, ``ecntune.study``,
+  ``objective.<field>``, ``safety.<field>``, ``twin.calibrated.<field>`` (the twin's values from
+  ``ecntune calibrate``, when it used them). Tags: ``ecntune.version``, ``ecntune.study``,
   ``ecntune.role=study``, ``ecntune.storage``, ``ecntune.cluster``, ``ecntune.i_know`` (the
   safety limits run past their bounds with ``ecntune --i-know``, set on every resume). Artifacts:
   ``experiment.yaml`` (secrets redacted), ``search_space.json``, ``fabric.json``; at the end

@@ -38,7 +38,7 @@ EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_FAILED, EXIT_DIRTY, EXIT_INTERRUPTED = 0, 1,
 # Module names under tuner/cli/ whose ``command`` is registered on the group.
 COMMANDS: tuple[str, ...] = ("run", "resume", "show", "export", "parse", "preflight", "recover",
                              "report", "history", "ui", "watch", "verify", "promote", "retune",
-                             "worker", "diagnose")
+                             "worker", "diagnose", "calibrate")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -134,6 +134,7 @@ class EmulatedCluster:
         sonic_release: str = swmod.WRED_ECN_SINCE,
         operator_fix: bool = False,
         rails: int = 1,
+        buffer_bytes: int | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         if any(c.isspace() for c in str(self.root)):
@@ -169,6 +170,15 @@ class EmulatedCluster:
             "hosts_per_leaf": self.hosts_per_leaf, "nics_per_host": self.rails,
             "nic_gbps": nic_gbps,
             "seed": seed, "background": list(background or [])}
+        # buffer_bytes: switches whose buffer model is what their CONFIG_DB says, the SONiC
+        # lossless pool this size at its stock dynamic_th, in the physics and in BUFFER_POOL /
+        # BUFFER_PROFILE alike. None keeps the older stand-in: a stock SN2700 CONFIG_DB (4.58
+        # MB, dynamic_th 0) over rocesim's own defaults (32 MiB, alpha 1/8), which the tests'
+        # measured numbers were taken on.
+        self.buffer_bytes = None if buffer_bytes is None else int(buffer_bytes)
+        if self.buffer_bytes is not None:
+            self.topology["buffer_bytes"] = self.buffer_bytes
+            self.topology["pfc_alpha_log2"] = swmod.SN2700_PG_DYNAMIC_TH
         self._initial_background = list(background or [])
         self.targets: dict[str, Target] = {}
         for j, (name, platform) in enumerate(switch_specs):
@@ -558,7 +568,7 @@ class EmulatedCluster:
                 ports = host_ports[:len(mine) * g] + up_ports
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"], ports, 3,
-                    self.sonic_release)
+                    self.sonic_release, self.buffer_bytes or swmod.SN2700_POOL_BYTES)
                 # what the HWSKU's qos.json.j2 renders (`config qos reload` writes it back)
                 state["qos_template"] = swmod.qos_template_render(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"], ports, 3)

@@ -76,7 +76,8 @@ def build_fabric(root: Path, settings: dict[str, Any]) -> Any:
     topo = load_topology(root)
     seed = int(topo.get("seed", 1))
     kwargs = {k: topo[k] for k in ("kind", "leaves", "spines", "hosts_per_leaf",
-                                   "nics_per_host", "nic_gbps") if k in topo}
+                                   "nics_per_host", "nic_gbps", "buffer_bytes",
+                                   "pfc_alpha_log2") if k in topo}
     fabric = rocesim.Fabric(rocesim.Topology(**kwargs), seed=seed)
     for sw, ecn in settings["switches"].items():
         kmin, kmax = int(ecn["kmin_bytes"]), int(ecn["kmax_bytes"])

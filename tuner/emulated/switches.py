@@ -129,12 +129,16 @@ SN2700_POOL_BYTES = 4580864
 SN2700_PG_PROFILE = "pg_lossless_100000_5m_profile"
 
 
-def stock_buffers(ports: list[str]) -> dict[str, Any]:
-    """BUFFER_POOL / BUFFER_PROFILE / BUFFER_PG of a stock SN2700 (PGs 3-4 lossless)."""
+SN2700_PG_DYNAMIC_TH = 0  # the lossless PG profile's dynamic_th (alpha 1)
+
+
+def stock_buffers(ports: list[str], pool_bytes: int = SN2700_POOL_BYTES) -> dict[str, Any]:
+    """BUFFER_POOL / BUFFER_PROFILE / BUFFER_PG of a stock SN2700 (PGs 3-4 lossless);
+    ``pool_bytes``: the lossless pool of a switch with another buffer."""
     lossless, lossy = "ingress_lossless_pool", "egress_lossy_pool"
     return {
         "BUFFER_POOL": {
-            lossless: {"mode": "dynamic", "size": str(SN2700_POOL_BYTES), "type": "ingress"},
+            lossless: {"mode": "dynamic", "size": str(pool_bytes), "type": "ingress"},
             "ingress_lossy_pool": {"mode": "dynamic", "size": "4580864", "type": "ingress"},
             "egress_lossless_pool": {"mode": "dynamic", "size": "13945824", "type": "egress"},
             lossy: {"mode": "dynamic", "size": "4580864", "type": "egress"}},
@@ -146,7 +150,8 @@ def stock_buffers(ports: list[str]) -> dict[str, Any]:
                                         "size": "0"},
             "egress_lossy_profile": {"dynamic_th": "7", "pool": lossy, "size": "9216"},
             "q_lossy_profile": {"dynamic_th": "3", "pool": lossy, "size": "0"},
-            SN2700_PG_PROFILE: {"dynamic_th": "0", "pool": lossless, "size": "50176",
+            SN2700_PG_PROFILE: {"dynamic_th": str(SN2700_PG_DYNAMIC_TH), "pool": lossless,
+                                "size": "50176",
                                 "xoff": "30720", "xon": "19456"}},
         "BUFFER_PG": {**{f"{p}|3-4": {"profile": SN2700_PG_PROFILE} for p in ports},
                       **{f"{p}|0": {"profile": "ingress_lossy_profile"} for p in ports}},
@@ -175,7 +180,8 @@ def qos_template_render(kmin: int, kmax: int, pmax: int, ports: list[str], queue
 
 
 def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
-               release: str = WRED_ECN_SINCE) -> dict[str, Any]:
+               release: str = WRED_ECN_SINCE, pool_bytes: int = SN2700_POOL_BYTES
+               ) -> dict[str, Any]:
     return {
         "DEVICE_METADATA": {"localhost": {"platform": SONIC_PLATFORM, "hwsku": SONIC_HWSKU,
                                           "type": "LeafRouter"}},
@@ -183,7 +189,7 @@ def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
         "PFC_WD": {p: {"action": "drop", "detection_time": "200", "restoration_time": "200"}
                    for p in ports},
         "DEVICE_NEIGHBOR": {p: {"name": f"peer-{p}", "port": "eth0"} for p in ports},
-        **stock_buffers(ports),  # mmuconfig -l, BUFFER_PG
+        **stock_buffers(ports, pool_bytes),  # mmuconfig -l, BUFFER_PG
         # counterpoll: SONiC's defaults but queue stats every 1 s (`counterpoll queue interval
         # 1000`, keeps emulated trials short); the WRED/ECN queue group is off until enabled
         "FLEX_COUNTER_TABLE": {

@@ -49,6 +49,7 @@ def start(ctx: StudyRunner) -> None:
         **{f"fixed.{k}": v for k, v in ctx.space.fixed.items()},
         **{f"objective.{k}": v for k, v in exp.objective.model_dump().items()},
         **{f"safety.{k}": v for k, v in exp.safety.model_dump().items()},
+        **{f"twin.calibrated.{k}": v for k, v in ctx.twin_calibration.items()},
     }
     tags = {"ecntune.version": __version__, "ecntune.study": ctx.study_name,
             "ecntune.storage": exp.storage_url, "ecntune.cluster": ctx.desc.name,

@@ -1,0 +1,200 @@
+"""The twin fitted to the canary (``ecntune calibrate``): what the switch reports is taken, what
+it does not is fitted to the canary's measured baseline.
+
+The twin (``screen.fabric``) is declared from what an operator believes of the gear: topology,
+link speeds, a buffer from a datasheet. First the canary switches' own buffer configuration
+replaces the declared one where a driver read it (SONiC: the lossless PG's pool ``size`` and
+``dynamic_th``, ``tuner.drivers.sonic.pg_buffer``; an inventory's ``pfc_pool_bytes`` is a
+declaration too, not a reading). Then ``fit`` searches each parameter still free (the buffer,
+where nothing reported it), on a log scale, for the value whose simulated baseline is closest
+to the measured one: the sum over metrics of the squared log ratio twin/canary (busbw, probe
+p50 and p99, PFC pause per second; a metric at its floor on both sides says nothing and is
+left out). The cable/NIC delay is not fitted: busbw, the probe percentiles and pause do not
+identify it (a sim-against-sim fit moved it to the end of its range on seed noise). The pure
+core takes a ``simulate(values) -> metrics`` function; the I/O is at the edges.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from objectives.measurement import Measurement
+    from tuner.experiment import Experiment, FabricSpec
+
+FILE = "twin-calibration.json"
+# Free parameters of the twin's topology and the factors of their declared value searched.
+FREE: dict[str, tuple[float, float]] = {"buffer_bytes": (0.25, 4.0)}
+# Below these a metric is noise: busbw GB/s, µs, paused µs per s.
+FLOORS = {"busbw_gbytes_per_s": 0.01, "p50_us": 0.5, "p99_us": 0.5, "pause_us_per_s": 1.0}
+GRID = 9  # log-spaced factors per parameter in the coarse pass
+Metrics = dict[str, float]
+
+
+def metrics(ms: list[Measurement], priority: int) -> Metrics:
+    """The medians over replicates of what the fit compares (missing metrics left out)."""
+    from objectives.score import busbw_gbytes_per_s, pause_us_per_s
+
+    rows: dict[str, list[float]] = {k: [] for k in FLOORS}
+    for m in ms:
+        bw = busbw_gbytes_per_s(m)
+        if bw is not None:
+            rows["busbw_gbytes_per_s"].append(bw)
+        if m.latency is not None and m.latency.count > 0:
+            rows["p50_us"].append(m.latency.p50_us)
+            rows["p99_us"].append(m.latency.p99_us)
+        rows["pause_us_per_s"].append(pause_us_per_s(m, priority))
+    return {k: float(np.median(v)) for k, v in rows.items() if v}
+
+
+def residuals(measured: Metrics, twin: Metrics) -> Metrics:
+    """log(twin / canary) per metric both sides have; a metric at its floor on both: none."""
+    out = {}
+    for k, floor in FLOORS.items():
+        if k in measured and k in twin and max(measured[k], twin[k]) > floor:
+            out[k] = math.log(max(twin[k], floor) / max(measured[k], floor))
+    return out
+
+
+def loss(measured: Metrics, twin: Metrics) -> float:
+    r = residuals(measured, twin)
+    return sum(x * x for x in r.values()) if r else math.inf
+
+
+@dataclass
+class Fit:
+    """The twin's declared values of what changed, what the switch reported (``taken``, with
+    ``source``), what ``fit`` found, and the twin against the canary before and after."""
+
+    declared: dict[str, float]
+    taken: dict[str, float]
+    fitted: dict[str, float]
+    measured: Metrics
+    twin_declared: Metrics
+    twin_fitted: Metrics
+    evaluations: int
+    source: str = ""
+    at: float = field(default_factory=time.time)
+
+    @property
+    def residuals_declared(self) -> Metrics:
+        return residuals(self.measured, self.twin_declared)
+
+    @property
+    def residuals_fitted(self) -> Metrics:
+        return residuals(self.measured, self.twin_fitted)
+
+    def overrides(self) -> dict[str, Any]:
+        """The twin topology's fields as taken and fitted (ints stay ints)."""
+        return {k: (int(round(v)) if isinstance(self.declared[k], int) else round(v, 4))
+                for k, v in {**self.taken, **self.fitted}.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "overrides": self.overrides(),
+                "residuals_declared": self.residuals_declared,
+                "residuals_fitted": self.residuals_fitted}
+
+
+def fit(simulate: Callable[[dict[str, float]], Metrics], measured: Metrics,
+        declared: dict[str, float], free: dict[str, tuple[float, float]] = FREE,
+        rounds: int = 2) -> Fit:
+    """Coordinate search: each free parameter over ``GRID`` log-spaced factors of its value in
+    ``declared`` (the twin's values with what the switch reported taken), then halving the step
+    around the best three times; ``rounds`` passes over the parameters. Every twin run is
+    kept, so a point is never simulated twice."""
+    seen: dict[tuple[tuple[str, float], ...], tuple[float, Metrics]] = {}
+
+    def at(values: dict[str, float]) -> tuple[float, Metrics]:
+        key = tuple(sorted((k, round(v, 9)) for k, v in values.items()))
+        if key not in seen:
+            got = simulate(values)
+            seen[key] = (loss(measured, got), got)
+        return seen[key]
+
+    best = dict(declared)
+    for _ in range(rounds):
+        for name, (lo, hi) in free.items():
+            logs = np.linspace(math.log(lo), math.log(hi), GRID)
+            step = logs[1] - logs[0]
+
+            def trial(log_factor: float, name: str = name) -> float:
+                return at({**best, name: declared[name] * math.exp(log_factor)})[0]
+
+            scores = [trial(x) for x in logs]
+            here = float(logs[int(np.argmin(scores))])
+            for _refine in range(3):
+                step /= 2
+                here = min((here - step, here, here + step),
+                           key=lambda x: trial(float(np.clip(x, logs[0], logs[-1]))))
+                here = float(np.clip(here, logs[0], logs[-1]))
+            best[name] = declared[name] * math.exp(here)
+    return Fit(declared=dict(declared), taken={}, fitted={k: best[k] for k in free},
+               measured=measured, twin_declared=at(dict(declared))[1], twin_fitted=at(best)[1],
+               evaluations=len(seen))
+
+
+def reported(facts: dict[str, str]) -> tuple[dict[str, int], str]:
+    """The buffer the canary switches report (``pfc_threshold`` fact, read by a driver; an
+    inventory's declaration does not count): twin topology values and where they came from."""
+    from safety.limits import PfcThreshold
+
+    th = PfcThreshold.from_facts(facts)
+    if th is None or th.source.startswith("inventory") or "inventory pfc_" in th.pool:
+        return {}, ""
+    out = {"buffer_bytes": th.pool_bytes}
+    if th.dynamic_th is not None and -7 <= th.dynamic_th <= 3:  # the twin's range
+        out["pfc_alpha_log2"] = th.dynamic_th
+    return out, th.source
+
+
+def twin_spec(exp: Experiment) -> FabricSpec:
+    """The twin as declared (``screen.fabric``; on the sim backend, the fabric itself)."""
+    from tuner.errors import ConfigError
+
+    if exp.screen.fabric is not None:
+        return exp.screen.fabric
+    if exp.fabric.backend != "sim":
+        raise ConfigError("screen.fabric: required with fabric.backend ssh -- describe the "
+                          "canary's topology, speeds and buffer for the twin")
+    return exp.fabric.model_copy(update={"seed": exp.fabric.seed + 1})
+
+
+def with_values(spec: FabricSpec, values: dict[str, Any]) -> FabricSpec:
+    return spec.model_copy(update={"topology": spec.topology.model_copy(update=values)})
+
+
+def save(results: Path, f: Fit, experiment: str) -> Path:
+    from safety.files import write_file
+
+    path = results / FILE
+    write_file(path, json.dumps({"experiment": experiment, **f.to_json()}, indent=2) + "\n")
+    return path
+
+
+def load(results: Path, spec: FabricSpec) -> dict[str, Any] | None:
+    """The saved fit, if it was made for this twin as declared (else None: a fit of another
+    declaration says nothing about this one)."""
+    from tuner.errors import ConfigError
+
+    path = results / FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        declared, overrides = dict(data["declared"]), dict(data["overrides"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a calibration ecntune wrote ({exc}); delete it or run "
+                          "`ecntune calibrate` again") from None
+    mine = spec.topology.model_dump()
+    if any(k not in mine or float(mine[k]) != float(v) for k, v in declared.items()):
+        return None
+    return {"overrides": overrides, "file": str(path), **{k: data.get(k) for k in
+                                                          ("residuals_fitted", "at")}}

@@ -1,0 +1,83 @@
+"""``ecntune calibrate EXPERIMENT``: the twin fitted to the canary (tuner/calibrate.py).
+
+Reads the canary switches' buffer configuration and measures the canary as it is
+(``--replicates`` paired placements; nothing is applied, the results folder is locked as for
+a run), takes what the switches report, fits what they do not on the twin against the
+measured baseline, prints both and the residuals, and writes
+``<results_dir>/twin-calibration.json``. ``ecntune run`` then builds the screen's and the twin
+search's twin with those values (recorded with the study and in MLflow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tuner.cli import handle_errors
+
+NAMES = {"busbw_gbytes_per_s": "busbw GB/s", "p50_us": "probe p50 µs", "p99_us": "probe p99 µs",
+         "pause_us_per_s": "PFC pause µs/s"}
+
+
+@click.command("calibrate")
+@click.argument("experiment", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--replicates", default=3, show_default=True, type=click.IntRange(1, 20),
+              help="Placements the canary's baseline (and the twin) is measured on.")
+@handle_errors
+def command(experiment: Path, replicates: int) -> None:
+    """Fit the twin (screen.fabric) to the canary's measured baseline; read-only."""
+    from safety.lock import hold
+    from tuner import calibrate as cal
+    from tuner.cluster import build_cluster
+    from tuner.cluster.sim import SimCluster
+    from tuner.experiment import load_experiment
+    from tuner.input_checks import check_inputs
+
+    exp = load_experiment(experiment)
+    check_inputs(exp, str(experiment))
+    spec = cal.twin_spec(exp)
+    prio = exp.safety.roce_priority
+    switches = exp.screen.canary_switches or list(exp.canary.switches)
+    with hold(exp.results_path, "calibrate"):
+        with build_cluster(exp) as cluster:
+            facts = cluster.describe().facts
+            canary = [cluster.measure(exp.workload, replicate=r) for r in range(replicates)]
+        measured = cal.metrics(canary, prio)
+        taken, source = cal.reported(facts) if exp.fabric.backend == "ssh" else ({}, "")
+
+        def simulate(values: dict[str, float]) -> cal.Metrics:
+            twin = SimCluster(cal.with_values(spec, {k: type(getattr(spec.topology, k))(v)
+                                                     for k, v in values.items()}),
+                              switches, dict(exp.current), name="twin")
+            return cal.metrics([twin.measure(exp.workload, replicate=r)
+                                for r in range(replicates)], prio)
+
+        declared = {k: getattr(spec.topology, k) for k in {*taken, *cal.FREE}}
+        free = {k: span for k, span in cal.FREE.items() if k not in taken}
+        f = cal.fit(simulate, measured, {**declared, **taken}, free)
+        f.declared, f.taken, f.source = declared, dict(taken), source
+        f.twin_declared = simulate(declared)
+        path = cal.save(exp.results_path, f, exp.name)
+    click.echo(f"twin fitted to the canary's baseline ({replicates} placements, "
+               f"{f.evaluations + 1} twin runs)")
+    click.echo(f"  {'parameter':<16}{'declared':>14}{'now':>14}{'factor':>9}   from")
+    for k, v in f.overrides().items():
+        how = f"the switch: {source}" if k in taken else "fitted to the measurements"
+        click.echo(f"  {k:<16}{declared[k]:>14g}{v:>14g}{_factor(k, v, declared[k]):>9}   {how}")
+    click.echo(f"  {'metric':<16}{'canary':>12}{'twin declared':>15}{'twin fitted':>13}"
+               "   residual (log twin/canary) declared -> fitted")
+    before, after = f.residuals_declared, f.residuals_fitted
+    for k, name in NAMES.items():
+        if k not in measured:
+            continue
+        res = (f"{before[k]:+.2f} -> {after[k]:+.2f}" if k in before and k in after
+               else "(at its floor on both: not fitted)")
+        click.echo(f"  {name:<16}{measured[k]:>12.3g}{f.twin_declared.get(k, 0):>15.3g}"
+                   f"{f.twin_fitted.get(k, 0):>13.3g}   {res}")
+    click.echo(f"written to {path}; `ecntune run` builds the twin with the fitted values")
+
+
+def _factor(key: str, now: float, declared: float) -> str:
+    """A ratio for sizes; ``pfc_alpha_log2`` is already a log."""
+    return f"{now / declared:.2f}x" if key != "pfc_alpha_log2" and declared > 0 else "-"
