@@ -1,4 +1,4 @@
-"""rocesim speed benchmark (issues #2, #11): S1/S2/S3, the 16 -> 512 NIC scaling curve, JIT cost.
+"""rocesim speed benchmark (issues #2, #11, #24): S1-S4, the 16 -> 512 NIC scaling curve, JIT cost.
 
 Writes its section of docs/benchmarks.md (between ``<!-- rocesim:start -->`` and
 ``<!-- rocesim:end -->``; other sections are kept). Run::
@@ -105,6 +105,18 @@ def s2() -> Row:
                   probes=Probes())
     return _run("S2 64 NICs AllReduce 64MB + AlltoAll 16MB + probes (5 iter.)", fab, wl, 1.0,
                 chunk_us=2_000)
+
+
+def s4() -> Row:
+    """S2's traffic on a three-tier fabric: 2 pods of 4 leaves and 4 spines, 8 super-spines
+    (two per plane), 400G at both upper tiers (1:1 everywhere): half of every collective's
+    bytes cross the super-spines, six hops."""
+    fab = Fabric(Topology(kind="three_tier", pods=2, leaves=4, spines=4, super_spines=8,
+                          hosts_per_leaf=8, nic_gbps=200, uplink_gbps=400))
+    wl = Workload(collectives=[Collective("all_reduce", 64 * 2**20, fab.nic_names),
+                               Collective("alltoall", 16 * 2**20, fab.nic_names)],
+                  probes=Probes())
+    return _run("S4 S2 on three tiers (2 pods, 8 super-spines)", fab, wl, 1.0, chunk_us=2_000)
 
 
 def _a2a(n: int, size: int = 4 * 2**20) -> tuple[Fabric, Workload]:
@@ -317,7 +329,7 @@ def main() -> int:
     jit = jit_costs()
     step_overhead()  # warm-up (loads the cached kernel in this process)
     overhead = step_overhead()
-    scenarios = [s1, quick, s2] + ([] if args.quick else [s3])
+    scenarios = [s1, quick, s2, s4] + ([] if args.quick else [s3])
     rows = [_best(sc, args.repeats) for sc in scenarios]
     sizes = [16, 32, 64, 128, 256] + ([] if args.quick else [512])
     curve = scaling(sizes)

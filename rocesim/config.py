@@ -24,7 +24,15 @@ ETHERNET_GAP_BYTES = 20
 
 @dataclass(frozen=True)
 class Topology:
-    """A two-tier leaf-spine (or one switch) fabric; oversubscription follows from the counts.
+    """A two-tier leaf-spine (or one switch) fabric, or a three-tier one; oversubscription
+    follows from the counts.
+
+    ``three_tier``: ``pods`` pods of ``leaves`` leaves and ``spines`` spines each (the counts
+    are per pod), and ``super_spines`` super-spines in ``spines`` planes: spine ``s`` of every
+    pod connects to the ``super_spines / spines`` super-spines of plane ``s``, at
+    ``core_gbps`` (default ``uplink_gbps``). Traffic within a pod stays below the super-spines;
+    between pods it takes six hops (leaf, spine, super-spine, spine, leaf), ECMP at the leaf
+    and again at the spine.
 
     Hosts with several NIC ports (``nics_per_host``, a GPU host's rails) connect all of them
     to one leaf by default. ``rails``: rail-aligned leaves, as 8-rail GPU clusters are built
@@ -41,9 +49,12 @@ class Topology:
     in flight after XOFF; overflowing it is the only way the lossless class drops.
     """
 
-    kind: Literal["leaf_spine", "single_switch"] = "leaf_spine"
+    kind: Literal["leaf_spine", "single_switch", "three_tier"] = "leaf_spine"
     leaves: int = 2
     spines: int = 2
+    pods: int = 1  # three_tier only
+    super_spines: int = 0  # three_tier only: a multiple of spines
+    core_gbps: float | None = None  # spine <-> super-spine (three_tier; None: uplink_gbps)
     hosts_per_leaf: int = 4
     nics_per_host: int = 1
     nic_gbps: float = 100.0
@@ -78,8 +89,20 @@ class Topology:
     rails: bool = False  # rail-aligned leaves (see above)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("leaf_spine", "single_switch"):
+        if self.kind not in ("leaf_spine", "single_switch", "three_tier"):
             raise ValueError(f"Topology.kind: unknown kind {self.kind!r}")
+        if self.kind == "three_tier":
+            if self.pods < 2:
+                raise ValueError(f"Topology.pods: a three_tier fabric needs >= 2 pods, got "
+                                 f"{self.pods}")
+            if self.super_spines < 1 or self.super_spines % self.spines:
+                raise ValueError(f"Topology.super_spines ({self.super_spines}) must be a "
+                                 f"positive multiple of spines ({self.spines}): one plane of "
+                                 "super-spines per spine of a pod")
+            if self.core_gbps is not None and self.core_gbps <= 0:
+                raise ValueError("Topology.core_gbps must be > 0")
+        elif self.pods != 1 or self.super_spines or self.core_gbps is not None:
+            raise ValueError("Topology.pods / super_spines / core_gbps: three_tier only")
         for name in ("leaves", "spines", "hosts_per_leaf", "nics_per_host", "payload_bytes",
                      "buffer_bytes"):
             if getattr(self, name) < 1:
@@ -103,7 +126,20 @@ class Topology:
 
     @property
     def n_leaves(self) -> int:
-        return 1 if self.kind == "single_switch" else self.leaves
+        return 1 if self.kind == "single_switch" else self.leaves * self.pods
+
+    @property
+    def n_spines(self) -> int:
+        return 0 if self.kind == "single_switch" else self.spines * self.pods
+
+    @property
+    def path_width(self) -> int:
+        """Links on the longest route: NIC, leaf, spine(, super-spine, spine), leaf."""
+        return 6 if self.kind == "three_tier" else 4
+
+    @property
+    def core(self) -> float:
+        return self.uplink_gbps if self.core_gbps is None else self.core_gbps
 
     @property
     def n_hosts(self) -> int:
@@ -132,10 +168,18 @@ class Topology:
 
     @property
     def oversubscription(self) -> float:
+        """At the leaves: NIC-facing capacity over uplink capacity."""
         if self.kind == "single_switch":
             return 1.0
         down = self.nics_per_leaf * self.nic_gbps
         return down / (self.spines * self.uplink_gbps)
+
+    @property
+    def spine_oversubscription(self) -> float:
+        """At a three-tier pod's spines: leaf-facing capacity over super-spine capacity."""
+        if self.kind != "three_tier":
+            return 1.0
+        return self.leaves * self.uplink_gbps / (self.super_spines // self.spines * self.core)
 
     def headroom_for(self, gbps: float) -> int:
         """Per-port headroom: two cable delays plus one reaction time of line-rate data and

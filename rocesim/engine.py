@@ -315,13 +315,14 @@ class Simulation:
             bmean=self.bmean)
         nics = S.NicState(par=self.npar, tcnp=self.nic_tcnp, ctr=self.nic_ctr)
         flows = S.FlowState(
-            path=narrow(self.f_path, len(self.fabric.links)), hops=narrow(self.f_hops, 4),
+            path=narrow(self.f_path, len(self.fabric.links)),
+            hops=narrow(self.f_hops, topo.path_width),
             cls=narrow(self.f_cls, 1), src=u32(self.f_src),
             dst=u32(self.f_dst), pred=self.f_pred, pred2=self.f_pred2, ack=self.f_ack,
             group=self.f_group, rd=self.f_rd,
             rev=self.f_rev, cpath=narrow(self.f_cpath, len(self.fabric.links)),
-            chops=narrow(self.f_chops, 4), cap=self.f_cap, size=self.f_size, chunk=self.f_chunk,
-            quantum=self.f_quantum,
+            chops=narrow(self.f_chops, topo.path_width), cap=self.f_cap, size=self.f_size,
+            chunk=self.f_chunk, quantum=self.f_quantum,
             pair=u32(self.f_pair), ff=self.ff, fi=self.fi, back=self.back, pacc=self.pacc,
             transit=self.transit, ce_ring=self.ce_ring, cnp_ring=self.cnp_ring,
             ce_count=self.ce_count, cnp_count=self.cnp_count, n_active=self.n_active,
@@ -431,11 +432,12 @@ class Simulation:
         self.f_sport = rs.integers(0xC000, 0x10000, size=n_f)
         if fab.ecmp.udp_sport == "fixed":
             self.f_sport[:] = FIXED_UDP_SPORT
+        width = fab.topo.path_width
         if n_f:
             self.f_path, self.f_hops = fab.routes(self.f_src, self.f_dst, self.f_sport,
                                                   ack=self.f_kind == 2)
         else:
-            self.f_path = np.zeros((0, 4), dtype=np.int64)
+            self.f_path = np.zeros((0, width), dtype=np.int64)
             self.f_hops = np.zeros(0, dtype=np.int64)
         hop_d = np.where(self.f_path >= 0, self.l_delay[np.maximum(self.f_path, 0)], 0)
         self.f_rd = hop_d.copy()  # delay from hop h to the receiver, column by column
@@ -444,7 +446,7 @@ class Simulation:
         self.f_rev = np.maximum(1, hop_d.sum(axis=1)).astype(np.int64)
         self._build_cnp_paths()
         # (ingress link, egress link) pair id of every switch hop, for burst accounting
-        self.f_pair = np.zeros((n_f, 4), dtype=np.int64)
+        self.f_pair = np.zeros((n_f, width), dtype=np.int64)
         if n_f:
             self.f_pair[:, 1:] = _pair_ids(self.f_path, len(self.fabric.links))
         self.pair_stamp = np.full(int(self.f_pair.max(initial=0)) + 1, -1, dtype=np.int64)
@@ -461,9 +463,9 @@ class Simulation:
         self.ff[:, S.REMAIN] = np.where(self.f_kind == 2, 0.0, self.f_size)
         self.ff[:, S.TNPCNP] = -1e18
         # per switch hop only (hop 0 is the sending NIC, served by ``injection``)
-        self.back = np.zeros((n_f, 3))
-        self.pacc = np.zeros((n_f, 3))
-        self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, 4))
+        self.back = np.zeros((n_f, width - 1))
+        self.pacc = np.zeros((n_f, width - 1))
+        self.transit = np.zeros((int(self.l_delay.max()) + 1, n_f, width))
         self.ce_ring = np.zeros((ring2, n_f), dtype=np.int32)
         self.cnp_ring = np.zeros((ring3, n_f), dtype=np.int32)
         self.ce_count = np.zeros(ring2, dtype=np.int64)
@@ -545,7 +547,7 @@ class Simulation:
     def _build_probes(self) -> None:
         fab, topo, pr, rs = self.fabric, self.fabric.topo, self.workload.probes, self._rs
         if pr is None:
-            self.p_path = np.zeros((0, 4), dtype=np.int64)
+            self.p_path = np.zeros((0, topo.path_width), dtype=np.int64)
             self.p_hops = np.zeros(0, dtype=np.int64)
             self.p_wire = 0.0
             self.p_interval = 1.0
@@ -662,11 +664,12 @@ class Simulation:
         tc = np.array(self.cls_tc, dtype=np.int64)
         shared = (self.f_kind != 2) & (prio[self.f_dst] == tc[self.f_cls]) if n_f else \
             np.zeros(0, dtype=bool)
-        self.f_cpath = np.zeros((1, 4), dtype=np.int64)  # never read while no CNP shares
+        width = fab.topo.path_width
+        self.f_cpath = np.zeros((1, width), dtype=np.int64)  # never read while no CNP shares
         self.f_chops = np.zeros(n_f, dtype=np.int64)
         if not shared.any():
             return
-        self.f_cpath = np.zeros((n_f, 4), dtype=np.int64)
+        self.f_cpath = np.zeros((n_f, width), dtype=np.int64)
         idx = np.nonzero(shared)[0]
         if (self.f_ack[idx] >= 0).all():
             path, hops = self.f_path[self.f_ack[idx]], self.f_hops[self.f_ack[idx]]

@@ -6,7 +6,9 @@ are named SONiC-style (``leaf0/Ethernet0``, ``Ethernet4``, ...: NIC-facing ports
 uplinks in spine order; spine ports in leaf order); NIC ports by NIC name (``host0/mlx5_0``).
 
 ECMP: a leaf picks the spine for a flow from a seeded hash of (switch, src, dst, UDP source
-port), so collisions happen as on real fabrics; spines and same-leaf traffic have one path.
+port), so collisions happen as on real fabrics; spines and same-leaf traffic have one path. In a
+three-tier fabric a spine picks the super-spine of its plane for a flow to another pod the same
+way (its own hash), and super-spines have one path down (``super<i>/Ethernet<4 pod>``).
 ``EcmpConfig`` narrows the hashed fields and the NICs' source-port entropy: a hash of the source
 port alone with one fixed port is a planted collision (every cross-leaf flow on one uplink).
 Not modelled: adaptive routing, flowlet switching, link failures, LAG inside a link.
@@ -54,13 +56,16 @@ class Fabric:
         self.seed = int(seed)
         self.ecmp = ecmp or EcmpConfig()
         n_leaf = topo.n_leaves
+        self.super_names: list[str] = []
         if topo.kind == "single_switch":
             self.leaf_names = ["sw0"]
             self.spine_names: list[str] = []
         else:
             self.leaf_names = [f"leaf{i}" for i in range(n_leaf)]
-            self.spine_names = [f"spine{i}" for i in range(topo.spines)]
-        self.switch_names = self.leaf_names + self.spine_names
+            self.spine_names = [f"spine{i}" for i in range(topo.n_spines)]
+        if topo.kind == "three_tier":
+            self.super_names = [f"super{i}" for i in range(topo.super_spines)]
+        self.switch_names = self.leaf_names + self.spine_names + self.super_names
         g = topo.nics_per_host
         self.nic_names = [f"host{h}/mlx5_{k}" for h in range(topo.n_hosts) for k in range(g)]
         per_leaf = topo.nics_per_leaf
@@ -77,15 +82,32 @@ class Fabric:
             port = f"{leaf}/Ethernet{4 * place[i][1]}"
             self.nic_up[i] = self._add(Link(nic, leaf, nic, port, topo.nic_gbps))
             self.nic_down[i] = self._add(Link(leaf, nic, port, nic, topo.nic_gbps))
-        n_sp = len(self.spine_names)
+        # leaf_up[leaf, s]: leaf -> spine s of its pod; spine_down[spine, leaf] (-1: no cable)
+        n_sp, pod_l = topo.spines, topo.leaves  # per pod
         self.leaf_up = np.zeros((n_leaf, max(n_sp, 1)), dtype=np.int64)
-        self.spine_down = np.zeros((max(n_sp, 1), n_leaf), dtype=np.int64)
+        self.spine_down = np.full((max(len(self.spine_names), 1), n_leaf), -1, dtype=np.int64)
         for li, leaf in enumerate(self.leaf_names):
-            for si, spine in enumerate(self.spine_names):
+            pod, lj = divmod(li, pod_l)
+            for si in range(len(self.spine_names) and n_sp):
+                spine = self.spine_names[pod * n_sp + si]
                 lp = f"{leaf}/Ethernet{4 * (per_leaf + si)}"
-                sp = f"{spine}/Ethernet{4 * li}"
+                sp = f"{spine}/Ethernet{4 * lj}"
                 self.leaf_up[li, si] = self._add(Link(leaf, spine, lp, sp, topo.uplink_gbps))
-                self.spine_down[si, li] = self._add(Link(spine, leaf, sp, lp, topo.uplink_gbps))
+                self.spine_down[pod * n_sp + si, li] = self._add(
+                    Link(spine, leaf, sp, lp, topo.uplink_gbps))
+        # three_tier: spine_up[spine, j] -> super-spine j of its plane; super_down[super, pod]
+        plane = topo.super_spines // topo.spines if self.super_names else 0
+        self.spine_up = np.zeros((max(len(self.spine_names), 1), max(plane, 1)), dtype=np.int64)
+        self.super_down = np.zeros((max(len(self.super_names), 1), topo.pods), dtype=np.int64)
+        for gi, spine in enumerate(self.spine_names if plane else []):
+            pod, si = divmod(gi, n_sp)
+            for j in range(plane):
+                sup = self.super_names[si * plane + j]
+                up = f"{spine}/Ethernet{4 * (pod_l + j)}"
+                down = f"{sup}/Ethernet{4 * pod}"
+                self.spine_up[gi, j] = self._add(Link(spine, sup, up, down, topo.core))
+                self.super_down[si * plane + j, pod] = self._add(
+                    Link(sup, spine, down, up, topo.core))
         self._ecn: dict[tuple[str, int], EcnConfig] = {}
         default_ecn = EcnConfig()
         for sw in self.switch_names:
@@ -209,15 +231,16 @@ class Fabric:
     # ---- routing ----
     def routes(self, src: np.ndarray, dst: np.ndarray, sport: np.ndarray,
                ack: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Paths (link ids, -1 padded to 4 hops) and hop counts for flows (NIC indices).
-        ``ack`` flags flows of acknowledgements (src/dst are then the data flow's dst/src);
-        the hash here treats them like any flow, a subclass may hash their 5-tuple its way."""
+        """Paths (link ids, -1 padded to ``Topology.path_width`` hops) and hop counts for flows
+        (NIC indices). ``ack`` flags flows of acknowledgements (src/dst are then the data
+        flow's dst/src); the hash here treats them like any flow, a subclass may hash their
+        5-tuple its way."""
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         if np.any(src == dst):
             raise ValueError("a flow needs distinct source and destination NICs")
         n = src.shape[0]
-        path = np.full((n, 4), -1, dtype=np.int64)
+        path = np.full((n, self.topo.path_width), -1, dtype=np.int64)
         hops = np.full(n, 2, dtype=np.int64)
         ls = self.nic_leaf[src]
         ld = self.nic_leaf[dst]
@@ -226,7 +249,7 @@ class Fabric:
         path[same, 1] = self.nic_down[dst[same]]
         cross = ~same
         if np.any(cross):
-            n_sp = len(self.spine_names)
+            n_sp = self.topo.spines  # per pod
             used = self.ecmp.hash_fields  # a field left out of the hash adds nothing
             zero = np.zeros(int(cross.sum()), dtype=np.uint64)
             key = (np.uint64(self.seed) * np.uint64(0x100000001B3)
@@ -239,7 +262,28 @@ class Fabric:
                               if "udp_sport" in used else zero)))
             spine = (mix64(key) % np.uint64(n_sp)).astype(np.int64)
             path[cross, 1] = self.leaf_up[ls[cross], spine]
-            path[cross, 2] = self.spine_down[spine, ld[cross]]
-            path[cross, 3] = self.nic_down[dst[cross]]
-            hops[cross] = 4
+            if not self.super_names:
+                path[cross, 2] = self.spine_down[spine, ld[cross]]
+                path[cross, 3] = self.nic_down[dst[cross]]
+                hops[cross] = 4
+                return path, hops
+            pod_s, pod_d = ls[cross] // self.topo.leaves, ld[cross] // self.topo.leaves
+            up_s = pod_s * n_sp + spine  # the spine of the source's pod the leaf chose
+            local = pod_s == pod_d
+            idx = np.nonzero(cross)[0]
+            near, far = idx[local], idx[~local]
+            path[near, 2] = self.spine_down[up_s[local], ld[near]]
+            path[near, 3] = self.nic_down[dst[near]]
+            hops[near] = 4
+            if far.size:  # the spine's own hash picks the super-spine of its plane
+                plane = self.spine_up.shape[1]
+                # salted by the spine (+1: a zero salt would repeat the leaf's choice)
+                salt = (up_s[~local] + 1).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+                j = (mix64(key[~local] ^ salt) % np.uint64(plane)).astype(np.int64)
+                sup = spine[~local] * plane + j
+                path[far, 2] = self.spine_up[up_s[~local], j]
+                path[far, 3] = self.super_down[sup, pod_d[~local]]
+                path[far, 4] = self.spine_down[pod_d[~local] * n_sp + spine[~local], ld[far]]
+                path[far, 5] = self.nic_down[dst[far]]
+                hops[far] = 6
         return path, hops

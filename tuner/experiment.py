@@ -45,9 +45,14 @@ class TopologySpec(BaseModel):
     """rocesim ``Topology`` arguments (same names, same units)."""
 
     model_config = _STRICT
-    kind: Literal["leaf_spine", "single_switch"] = "leaf_spine"
-    leaves: int = Field(default=2, ge=1, le=64)
-    spines: int = Field(default=2, ge=1, le=64)
+    kind: Literal["leaf_spine", "single_switch", "three_tier"] = "leaf_spine"
+    leaves: int = Field(default=2, ge=1, le=64)  # three_tier: per pod
+    spines: int = Field(default=2, ge=1, le=64)  # three_tier: per pod
+    # three_tier: pods, super-spines (spines planes of super_spines / spines each) and the
+    # spine <-> super-spine speed (None: uplink_gbps)
+    pods: int = Field(default=1, ge=1, le=64)
+    super_spines: int = Field(default=0, ge=0, le=256)
+    core_gbps: float | None = Field(default=None, gt=0, le=1600)
     hosts_per_leaf: int = Field(default=4, ge=1, le=64)
     nics_per_host: int = Field(default=1, ge=1, le=8)
     nic_gbps: float = Field(default=100.0, gt=0, le=1600)
@@ -65,6 +70,16 @@ class TopologySpec(BaseModel):
 
     @model_validator(mode="after")
     def _rails(self) -> TopologySpec:
+        if self.kind == "three_tier":
+            if self.pods < 2:
+                raise ValueError(f"pods: a three_tier fabric needs at least 2 pods, got "
+                                 f"{self.pods}")
+            if self.super_spines < 1 or self.super_spines % self.spines:
+                raise ValueError(f"super_spines ({self.super_spines}) must be a positive "
+                                 f"multiple of spines ({self.spines}): one plane of "
+                                 "super-spines per spine of a pod")
+        elif self.pods != 1 or self.super_spines or self.core_gbps is not None:
+            raise ValueError("pods, super_spines, core_gbps: only for kind three_tier")
         if self.rails and self.kind != "leaf_spine":
             raise ValueError("rails: rail-aligned leaves need kind leaf_spine")
         if self.rails and self.leaves % self.nics_per_host:

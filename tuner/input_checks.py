@@ -280,8 +280,8 @@ def machine_bytes() -> int:
 def sim_bytes(exp: Experiment) -> tuple[int, str]:
     """A (generous) estimate of the simulation's memory, and the field that dominates it."""
     topo, wl, fab = exp.fabric.topology, exp.workload, exp.fabric
-    nics = topo.hosts_per_leaf * (1 if topo.rails else topo.nics_per_host) * (
-        topo.leaves if topo.kind == "leaf_spine" else 1)
+    leaves = {"leaf_spine": topo.leaves, "three_tier": topo.leaves * topo.pods}.get(topo.kind, 1)
+    nics = topo.hosts_per_leaf * (1 if topo.rails else topo.nics_per_host) * leaves
     terms: dict[str, float] = {}
     from tuner.workload import CollectivePart, ProbePart
 
@@ -296,7 +296,7 @@ def sim_bytes(exp: Experiment) -> tuple[int, str]:
             samples = part.pairs * (fab.max_time_us / part.interval_us + 2)
             terms[f"fabric.max_time_us / workload.parts[{i}].interval_us "
                   f"({samples:.3g} probe samples)"] = samples * 16.0
-    links = nics + topo.leaves * topo.spines * 2
+    links = nics + leaves * topo.spines * 2 + topo.super_spines * topo.pods * 2
     terms["fabric.topology"] = links * 64_000.0
     worst = max(terms, key=lambda k: terms[k])
     return int(sum(terms.values())), worst

@@ -10,6 +10,7 @@ from tuner.cluster.sim import SimCluster
 from tuner.errors import ConfigError
 from tuner.experiment import FabricSpec, TopologySpec
 from tuner.settings import Settings
+from tuner.workload import CollectivePart, Workload
 
 SPEC = FabricSpec(topology=TopologySpec(leaves=2, spines=1, hosts_per_leaf=3),
                   max_time_us=5_000, step_us=250)
@@ -72,3 +73,20 @@ def test_a_rail_aligned_canary_is_one_rail_of_its_group() -> None:
     with pytest.raises(ConfigError, match="several rails of the same hosts"):
         SimCluster(spec, ["leaf0", "leaf1"])
     SimCluster(spec, ["leaf1", "leaf3"])  # rail 1 of both groups: distinct hosts
+
+
+def test_a_three_tier_canary_pod_is_measured_and_described() -> None:
+    # fabric.topology kind three_tier: the canary is leaf0 of pod 0; its collective crosses
+    # the super-spines only to reach another pod's NICs, and the facts name the upper tier
+    spec = FabricSpec(topology=TopologySpec(kind="three_tier", pods=2, leaves=2, spines=1,
+                                            super_spines=2, hosts_per_leaf=2, core_gbps=50),
+                      max_time_us=5_000, step_us=250)
+    c = SimCluster(spec, ["leaf0"])
+    d = c.describe()
+    assert d.canary_nics == ["host0/mlx5_0", "host1/mlx5_0"] and len(d.other_nics) == 6
+    assert {k: d.facts[k] for k in ("topology", "pods", "super_spines", "core_gbps")} == {
+        "topology": "three_tier", "pods": "2", "super_spines": "2", "core_gbps": "50"}
+    assert "super1" in d.other_switches
+    m = c.measure(Workload(parts=[CollectivePart(op="alltoall", size_bytes=2**20,
+                                                 iterations=1)]))
+    assert m.collectives[0].busbw_gbytes_per_s > 0

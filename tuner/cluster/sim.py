@@ -136,7 +136,10 @@ class SimCluster(Cluster):
                    "uplink_gbps": f"{t.uplink_gbps:g}", "buffer_bytes": str(t.buffer_bytes),
                    "pfc_threshold": pfc.to_fact(), "seed": str(self.spec.seed),
                    # every replicate has its own seed: probe pairs, ECMP paths, background
-                   "placements": "vary"})
+                   "placements": "vary",
+                   **({"pods": str(t.pods), "super_spines": str(t.super_spines),
+                       "core_gbps": f"{t.core_gbps or t.uplink_gbps:g}"}
+                      if t.kind == "three_tier" else {})})
 
     def _pfc_threshold(self, switch: str) -> PfcThreshold:
         """The ECN-before-PFC inputs of one simulated switch: its buffer model, and the fewest
