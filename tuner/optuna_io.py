@@ -353,6 +353,12 @@ def ask_fixed(study: optuna.Study, params: dict[str, Any],
             return type(d)(min(d.low, v), max(d.high, v), log=d.log)
         return d
 
+    # An integer knob's param can come back fractional from the Kmax ceiling's inverse map
+    # (``SearchSpace.params_of``); create_trial validates it, unlike enqueue (``ask``). The
+    # baseline is measured on the snapshot's values, not on its params, and ``values`` rounds
+    # every integer knob, so the nearest integer labels the same point.
+    params = {k: (round(v) if isinstance(dists.get(k), IntDistribution) else v)
+              for k, v in params.items()}
     template = create_trial(state=RUNNING, params=params,
                             distributions={k: covering(dists[k], v) for k, v in params.items()},
                             user_attrs=study_store.trial_attrs(**tags))

@@ -122,3 +122,28 @@ def test_dce_tcp_g_default_range_follows_the_reading(fabric: str,
                            "size_bytes: 65536}]}\n" + fabric)
     dim = next(d for d in build_space(exp).dims if d.name == "dce_tcp_g")
     assert (dim.low, dim.high) == low_high
+
+
+def test_a_slice_baseline_under_the_kmax_ceiling_is_a_valid_trial(tmp_path: Path) -> None:
+    """bench/scaleout_bench.py (quick.yaml, 4 slices) crashed every worker at its trial 0:
+    under quick.yaml's Kmax ceiling the baseline's kmin param comes back fractional
+    (1535232.74), which ``study.ask`` takes from the queue but ``create_trial``, the slice
+    baseline's path (``optuna_io.ask_fixed``), refuses for an integer knob."""
+    from safety.limits import PfcThreshold, kmax_ceiling
+    from tuner import optuna_io
+    from tuner.cluster.sim import SimCluster
+    from tuner.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / "quick.yaml")
+    cluster = SimCluster(exp.fabric, list(exp.canary.switches), dict(exp.current))
+    pfc = PfcThreshold.from_facts(cluster.describe().facts)
+    assert pfc is not None
+    space = build_space(exp).bounded(kmax_ceiling(pfc, exp.safety))
+    base = cluster.snapshot().flat()
+    params = space.params_of(base)
+    assert params["kmin_bytes"] != int(params["kmin_bytes"])  # the case that crashed
+    study = optuna_io.create_study("s", f"sqlite:///{tmp_path / 'o.db'}", ["maximize"],
+                                   optuna.samplers.RandomSampler())
+    asked = optuna_io.ask_fixed(study, params, optuna_io.distributions(space),
+                                {"role": "baseline", "slice": "sim0"})
+    assert space.values(asked.params, base) == space.values(params, base)  # the same point
