@@ -10,6 +10,7 @@ search's twin with those values (recorded with the study and in MLflow).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -53,11 +54,11 @@ def command(experiment: Path, replicates: int) -> None:
             return cal.metrics([twin.measure(exp.workload, replicate=r)
                                 for r in range(replicates)], prio)
 
-        declared = {k: getattr(spec.topology, k) for k in {*taken, *cal.FREE}}
+        declared = {k: getattr(spec.topology, k) for k in sorted({*taken, *cal.FREE})}
         free = {k: span for k, span in cal.FREE.items() if k not in taken}
-        f = cal.fit(simulate, measured, {**declared, **taken}, free)
-        f.declared, f.taken, f.source = declared, dict(taken), source
-        f.twin_declared = simulate(declared)
+        f = replace(cal.fit(simulate, measured, {**declared, **taken}, free),
+                    declared=declared, taken=dict(taken), source=source,
+                    twin_declared=simulate(declared))
         path = cal.save(exp.results_path, f, exp.name)
     click.echo(f"twin fitted to the canary's baseline ({replicates} placements, "
                f"{f.evaluations + 1} twin runs)")
