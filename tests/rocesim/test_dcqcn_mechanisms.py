@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import njit
 
 from rocesim import DcqcnConfig, EcnConfig, Fabric, Simulation, Topology, Workload
 from rocesim import _kernel as K
 from rocesim import _state as S
 from rocesim.workload import Background
+
+# the kernel's helpers are compiled without a Python entry point (only ``run`` needs one);
+# the tests call their own compiled copies of the reaction point's three phases
+rp_alpha, rp_cnp, rp_rate = (njit(f.py_func) for f in (K.rp_alpha, K.rp_cnp, K.rp_rate))
 
 
 def _flow(**par: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -59,7 +64,7 @@ def test_alpha_decays_by_one_minus_g_per_dce_tcp_rtt_without_cnps() -> None:
     ff[0, S.ALPHA] = 1.0
     seen = []
     for _ in range(50):
-        K.rp_alpha(ff, fi, 0, p, 0, 1.0)
+        rp_alpha(ff, fi, 0, p, 0, 1.0)
         seen.append(ff[0, S.ALPHA])
     assert seen[3] == 1.0  # unchanged inside the first period
     assert seen[4] == pytest.approx(1 - g, rel=1e-12)
@@ -73,7 +78,7 @@ def test_alpha_rises_towards_one_with_a_cnp_in_every_period() -> None:
     fi[0, S.ACTIVE] = 1
     for _ in range(20):
         fi[0, S.CNPPERIOD] = 1  # what rp_cnp records for a CNP on an active limiter
-        K.rp_alpha(ff, fi, 0, p, 0, 1.0)
+        rp_alpha(ff, fi, 0, p, 0, 1.0)
         assert fi[0, S.CNPPERIOD] == 0  # the period's flag is consumed
     assert ff[0, S.ALPHA] == pytest.approx(1 - (1 - g) ** 20, rel=1e-12)
 
@@ -108,9 +113,9 @@ def test_one_cut_per_rate_reduce_monitor_period() -> None:
     cuts = []
     for t in range(71):
         rc = ff[0, S.RC]
-        K.rp_cnp(ff, fi, 0, p, 0, float(t))
+        rp_cnp(ff, fi, 0, p, 0, float(t))
         fi[0, S.CNPPERIOD] = 0  # keep α at 1: this test is about the cut's timing only
-        K.rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
+        rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
         if ff[0, S.RC] < rc:
             cuts.append(t)
             assert ff[0, S.RC] == pytest.approx(rc * 0.5)
@@ -126,7 +131,7 @@ def test_rpg_min_dec_fac_floors_one_cut() -> None:
     rates = []
     for t in range(3):
         fi[0, S.CUTPEND] = 1
-        K.rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
+        rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
         rates.append(ff[0, S.RC])
     assert rates == pytest.approx([30.0, 9.0, 5.0])
 
@@ -135,15 +140,15 @@ def test_rate_to_set_on_first_cnp() -> None:
     # [CX-PARAMS] rate_to_set_on_first_cnp = 20: the first CNP sets RC = 20 at once (target
     # keeps the old rate, no cut pending); without it the first CNP requests a normal cut.
     ff, fi, p = _flow(P_FIRST_RATE=20.0, P_INIT_ALPHA=0.75)
-    K.rp_cnp(ff, fi, 0, p, 0, 10.0)
+    rp_cnp(ff, fi, 0, p, 0, 10.0)
     assert (ff[0, S.RC], ff[0, S.RT], ff[0, S.TCUT]) == (20.0, 100.0, 10.0)
     assert fi[0, S.ACTIVE] == 1 and fi[0, S.CUTPEND] == 0 and ff[0, S.ALPHA] == 0.75
     ff, fi, p = _flow(P_FIRST_RATE=0.0, P_INIT_ALPHA=0.75)
-    K.rp_cnp(ff, fi, 0, p, 0, 10.0)
+    rp_cnp(ff, fi, 0, p, 0, 10.0)
     assert ff[0, S.RC] == 100.0 and fi[0, S.CUTPEND] == 1
-    K.rp_rate(ff, fi, 0, p, 0, 10.0, 1.0)
+    rp_rate(ff, fi, 0, p, 0, 10.0, 1.0)
     assert ff[0, S.RC] == 100.0  # the cut waits for the decrease timer's first tick
-    K.rp_rate(ff, fi, 0, p, 0, 10.0 + 4.0, 1.0)
+    rp_rate(ff, fi, 0, p, 0, 10.0 + 4.0, 1.0)
     assert ff[0, S.RC] == pytest.approx(100.0 * (1 - 0.75 * 0.5))
     # engine end to end: 20 000 Mb/s on the first CNP of a 100G flow
     fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=2))
@@ -167,14 +172,14 @@ def test_limiter_released_at_line_rate_takes_the_first_cnp_path_again() -> None:
     for release in (1.0, 0.0):
         ff, fi, p = _flow(P_RELEASE=release, P_INIT_ALPHA=0.75, P_FIRST_RATE=20.0,
                           P_TIME_RESET=10.0, P_G=1 / 16)
-        K.rp_cnp(ff, fi, 0, p, 0, 0.0)
+        rp_cnp(ff, fi, 0, p, 0, 0.0)
         assert (ff[0, S.RC], ff[0, S.ALPHA]) == (20.0, 0.75)
         active = []
         for t in range(1, 151):
-            K.rp_alpha(ff, fi, 0, p, 0, 1.0)
-            K.rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
+            rp_alpha(ff, fi, 0, p, 0, 1.0)
+            rp_rate(ff, fi, 0, p, 0, float(t), 1.0)
             active.append(int(fi[0, S.ACTIVE]))
-        K.rp_cnp(ff, fi, 0, p, 0, 150.0)
+        rp_cnp(ff, fi, 0, p, 0, 150.0)
         if release:
             assert active.index(0) == 99 and not any(active[99:])  # released at t = 100 µs
             assert (ff[0, S.RC], ff[0, S.ALPHA]) == (20.0, 0.75)
@@ -194,7 +199,7 @@ def test_fast_recovery_then_additive_then_hyper_by_timer_and_byte_counter() -> N
     ff[0, S.RC], ff[0, S.RT] = 40.0, 80.0
     trace = []
     for _ in range(30):  # three timer events, no bytes sent
-        K.rp_rate(ff, fi, 0, p, 0, 0.0, 1.0)
+        rp_rate(ff, fi, 0, p, 0, 0.0, 1.0)
         trace.append((ff[0, S.RC], ff[0, S.RT]))
     assert trace[8] == (40.0, 80.0)  # no event before rpg_time_reset
     assert trace[9] == (60.0, 80.0)  # fast recovery 1
@@ -202,7 +207,7 @@ def test_fast_recovery_then_additive_then_hyper_by_timer_and_byte_counter() -> N
     assert trace[29] == (75.5, 81.0)  # timer stage 3 > F, byte stage 0: additive
     assert fi[0, S.TSTAGE] == 3 and fi[0, S.BSTAGE] == 0
     ff[0, S.BYTECNT] = 3000.0  # three byte-counter events in one step
-    K.rp_rate(ff, fi, 0, p, 0, 0.0, 1.0)
+    rp_rate(ff, fi, 0, p, 0, 0.0, 1.0)
     # byte stages 1, 2: additive (RT 82, 83); byte stage 3 > F as well: hyper (RT 93)
     assert fi[0, S.BSTAGE] == 3
     assert ff[0, S.RT] == 93.0
