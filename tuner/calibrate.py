@@ -1,17 +1,23 @@
-"""The twin fitted to the canary (``ecntune calibrate``): what the switch reports is taken, what
+"""The twin fitted to the canary (``ecntune calibrate``): what the gear reports is taken, what
 it does not is fitted to the canary's measured baseline.
 
 The twin (``screen.fabric``) is declared from what an operator believes of the gear: topology,
-link speeds, a buffer from a datasheet. First the canary switches' own buffer configuration
-replaces the declared one where a driver read it (SONiC: the lossless PG's pool ``size`` and
-``dynamic_th``, ``tuner.drivers.sonic.pg_buffer``; an inventory's ``pfc_pool_bytes`` is a
-declaration too, not a reading). Then ``fit`` searches each parameter still free (the buffer,
-where nothing reported it), on a log scale, for the value whose simulated baseline is closest
-to the measured one: the sum over metrics of the squared log ratio twin/canary (busbw, probe
-p50 and p99, PFC pause per second; a metric at its floor on both sides says nothing and is
-left out). The cable/NIC delay is not fitted: busbw, the probe percentiles and pause do not
-identify it (a sim-against-sim fit moved it to the end of its range on seed noise). The pure
-core takes a ``simulate(values) -> metrics`` function; the I/O is at the edges.
+link speeds, a buffer from a datasheet. First what the canary reports replaces the
+declaration: the switches' buffer configuration where a driver read it (SONiC: the lossless
+PG's pool ``size`` and ``dynamic_th``, ``tuner.drivers.sonic.pg_buffer``; an inventory's
+``pfc_pool_bytes`` is a declaration too, not a reading), the NICs' link speed (``ethtool``) for
+``nic_gbps`` and the leaves' uplink speed (CONFIG_DB ``PORT``) for ``uplink_gbps``. Then
+``fit`` searches each parameter still free (the buffer, where nothing reported it), on a log
+scale, for the value whose simulated baseline is closest to the measured one: the sum over
+metrics of the squared log ratio twin/canary (busbw, probe p50 and p99, PFC pause per second;
+a metric at its floor on both sides says nothing and is left out).
+
+The cable/NIC delay is not fitted: the twin moves bytes in whole steps of ``dt`` (1 µs), so a
+link delay rounds to a whole step, at least one (``rocesim.engine``): every delay up to 1.5 µs
+is the same twin (idle probe p50 3.04 µs on a 2-leaf fabric for 0.25, 0.5 and 1 µs), and the
+loaded metrics do not identify it either (a sim-against-sim fit moved it to the end of its
+range on seed noise). The pure core takes a ``simulate(values) -> metrics`` function; the I/O
+is at the edges.
 """
 
 from __future__ import annotations
@@ -153,6 +159,24 @@ def reported(facts: dict[str, str]) -> tuple[dict[str, int], str]:
     if th.dynamic_th is not None and -7 <= th.dynamic_th <= 3:  # the twin's range
         out["pfc_alpha_log2"] = th.dynamic_th
     return out, th.source
+
+
+def link_speed(field: str, speeds: dict[str, int | None], what: str, how: str
+               ) -> tuple[dict[str, float], str]:
+    """The twin's ``field`` (``nic_gbps``, ``uplink_gbps``) from the canary's link speeds in
+    Mb/s (``what``: "NIC" or "uplink", read by ``how``): taken when every link reports one and
+    they agree; else nothing, and the reason (the twin has one speed for each, and a link
+    that reports none may be down)."""
+    unread = sorted(n for n, v in speeds.items() if not v)
+    if not speeds:
+        return {}, f"{what} speed not taken: no canary {what} was read"
+    if unread:
+        return {}, f"{what} speed not taken: {how} gave none on {', '.join(unread)}"
+    seen = sorted({v for v in speeds.values() if v})
+    if len(seen) > 1:
+        return {}, (f"{what} speed not taken: the canary's {what}s run at "
+                    f"{', '.join(f'{v}Mb/s' for v in seen)} and the twin has one {what} speed")
+    return {field: seen[0] / 1000}, f"{how} {seen[0]}Mb/s on {len(speeds)} {what}s"
 
 
 def twin_spec(exp: Experiment) -> FabricSpec:

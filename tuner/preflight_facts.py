@@ -144,6 +144,12 @@ def _stats(text: str) -> dict[str, int]:
         return {}
 
 
+def link_speed_mbps(ethtool_text: str) -> int | None:
+    """``Speed: 100000Mb/s`` of ``ethtool DEV``; None for a link without one (``Unknown!``)."""
+    m = re.search(r"Speed:\s*(\d+)\s*Mb/s", ethtool_text)
+    return int(m.group(1)) if m else None
+
+
 def parse_host(h: HostEntry, text: str) -> dict[str, Any]:
     """HostFacts fields from one ``host_command`` answer (missing sections stay ``None``)."""
     from objectives.parsers import parse_ethtool_info, parse_mlnx_qos
@@ -156,8 +162,8 @@ def parse_host(h: HostEntry, text: str) -> dict[str, Any]:
     if m := re.search(r"\bstate (UP|DOWN|UNKNOWN)\b", sec.get("ip", "")):
         f["link_up"] = m.group(1) == "UP"
     eth = sec.get("ethtool", "")
-    if m := re.search(r"Speed:\s*(\d+)\s*Mb/s", eth):
-        f["speed_mbps"] = int(m.group(1))
+    if (speed := link_speed_mbps(eth)) is not None:
+        f["speed_mbps"] = speed
     if m := re.search(r"Link detected:\s*(yes|no)", eth):
         f["link_up"] = f.get("link_up", True) and m.group(1) == "yes"
     if m := re.search(r"Active FEC encoding:\s*(\S+)", sec.get("fec", "")):

@@ -2,7 +2,8 @@
 4 MiB (planted: the physics and CONFIG_DB ``BUFFER_POOL`` agree), the twin is declared with a
 buffer 40 % larger and rocesim's default PFC threshold; calibrate takes both from the switches
 (``CONFIG_DB BUFFER_PG`` -> the lossless profile -> its pool), within 15 % as issue #24 asks
-(exactly, as read)."""
+(exactly, as read); and the twin, declared with 200G NICs and 400G uplinks, takes the NICs'
+100G from ``ethtool`` and the leaves' uplinks' 100G from CONFIG_DB ``PORT``."""
 
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ workload:
 {PARTS}screen:
   fabric:
     backend: sim
-    topology: {{kind: leaf_spine, leaves: 2, spines: 1, hosts_per_leaf: 4,
-               buffer_bytes: {declared}, dce_tcp_g_reading: kept}}
+    topology: {{kind: leaf_spine, leaves: 2, spines: 1, hosts_per_leaf: 4, nic_gbps: 200,
+               uplink_gbps: 400, buffer_bytes: {declared}, dce_tcp_g_reading: kept}}
     max_time_us: 6000
     step_us: 250
 tracking: {{enabled: false}}
@@ -62,9 +63,14 @@ results_dir: {tmp_path / "results"}
     r = CliRunner().invoke(main, ["calibrate", str(exp), "--replicates", "1"])
     assert r.exit_code == 0, r.output
     saved = json.loads((tmp_path / "results" / "twin-calibration.json").read_text())
-    assert saved["overrides"] == {"buffer_bytes": PLANTED, "pfc_alpha_log2": 0}
+    # the twin was declared with 200G NICs and 400G uplinks: ethtool and CONFIG_DB say 100G
+    assert saved["overrides"] == {"buffer_bytes": PLANTED, "pfc_alpha_log2": 0, "nic_gbps": 100,
+                                  "uplink_gbps": 100}
     assert abs(saved["overrides"]["buffer_bytes"] / PLANTED - 1) <= 0.15
-    assert saved["declared"] == {"buffer_bytes": declared, "pfc_alpha_log2": -3}
-    assert saved["fitted"] == {}  # nothing left to fit: the switch reported both
+    assert saved["declared"] == {"buffer_bytes": declared, "pfc_alpha_log2": -3,
+                                 "nic_gbps": 200, "uplink_gbps": 400}
+    assert saved["fitted"] == {}  # nothing left to fit: the gear reported all four
     assert "CONFIG_DB BUFFER_PG|Ethernet0|3-4 -> pg_lossless_100000_5m_profile" in saved["source"]
-    assert "the switch: CONFIG_DB BUFFER_PG" in r.output
+    assert "the canary: CONFIG_DB BUFFER_PG" in r.output
+    assert "the canary: ethtool Speed 100000Mb/s on 8 NICs" in r.output
+    assert "the canary: CONFIG_DB PORT speed 100000Mb/s on 2 uplinks" in r.output

@@ -70,6 +70,21 @@ def test_fit_finds_a_monotone_parameter_and_skips_silent_metrics() -> None:
     assert cal.loss({"p99_us": 0.1}, {"p99_us": 0.2}) == math.inf  # both under the floor
 
 
+def test_a_link_speed_is_taken_only_when_every_link_reports_the_same_one() -> None:
+    def nic(speeds: dict[str, int | None]) -> tuple[dict[str, float], str]:
+        return cal.link_speed("nic_gbps", speeds, "NIC", "ethtool Speed")
+
+    same: dict[str, int | None] = {"h0/mlx5_0": 100000, "h1/mlx5_0": 100000}
+    assert nic(same) == ({"nic_gbps": 100.0}, "ethtool Speed 100000Mb/s on 2 NICs")
+    values, why = nic({**same, "h2/mlx5_0": 200000})
+    assert values == {} and "100000Mb/s, 200000Mb/s" in why and "one NIC speed" in why
+    values, why = nic({**same, "h3/mlx5_0": None})  # down: ethtool says Unknown!
+    assert values == {} and why.endswith("ethtool Speed gave none on h3/mlx5_0")
+    assert nic({}) == ({}, "NIC speed not taken: no canary NIC was read")
+    assert cal.link_speed("uplink_gbps", {"leaf0/Ethernet32": 400000}, "uplink", "PORT") == (
+        {"uplink_gbps": 400.0}, "PORT 400000Mb/s on 1 uplinks")
+
+
 def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(tmp_path: Path) -> None:
     f = tmp_path / "calib.yaml"
     f.write_text(YAML.replace("RESULTS", str(tmp_path / "results")))

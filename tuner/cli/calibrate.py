@@ -10,8 +10,10 @@ search's twin with those values (recorded with the study and in MLflow).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -41,11 +43,28 @@ def command(experiment: Path, replicates: int) -> None:
     prio = exp.safety.roce_priority
     switches = exp.screen.canary_switches or list(exp.canary.switches)
     with hold(exp.results_path, "calibrate"):
+        ssh = exp.fabric.backend == "ssh"
         with build_cluster(exp) as cluster:
             facts = cluster.describe().facts
+            inner: Any = getattr(cluster, "inner", cluster)  # the SSH cluster in its dead-man
+            nics, uplinks = (inner.nic_speeds(), inner.uplink_speeds()) if ssh else ({}, {})
             canary = [cluster.measure(exp.workload, replicate=r) for r in range(replicates)]
         measured = cal.metrics(canary, prio)
-        taken, source = cal.reported(facts) if exp.fabric.backend == "ssh" else ({}, "")
+        # what the gear reports replaces the declaration
+        readings: list[tuple[Mapping[str, float], str]] = [
+            cal.reported(facts),
+            cal.link_speed("nic_gbps", nics, "NIC", "ethtool Speed"),
+            cal.link_speed("uplink_gbps", uplinks, "uplink", "CONFIG_DB PORT speed"),
+        ] if ssh else []
+        taken: dict[str, float] = {}
+        origin: dict[str, str] = {}
+        notes: list[str] = []
+        for values, where in readings:
+            taken.update(values)
+            origin.update(dict.fromkeys(values, where))
+            if where and not values:  # read, but not taken: say why
+                notes.append(where)
+        source = "; ".join(dict.fromkeys(origin.values()))
 
         def simulate(values: dict[str, float]) -> cal.Metrics:
             twin = SimCluster(cal.with_values(spec, {k: type(getattr(spec.topology, k))(v)
@@ -64,7 +83,7 @@ def command(experiment: Path, replicates: int) -> None:
                f"{f.evaluations + 1} twin runs)")
     click.echo(f"  {'parameter':<16}{'declared':>14}{'now':>14}{'factor':>9}   from")
     for k, v in f.overrides().items():
-        how = f"the switch: {source}" if k in taken else "fitted to the measurements"
+        how = f"the canary: {origin[k]}" if k in taken else "fitted to the measurements"
         click.echo(f"  {k:<16}{declared[k]:>14g}{v:>14g}{_factor(k, v, declared[k]):>9}   {how}")
     click.echo(f"  {'metric':<16}{'canary':>12}{'twin declared':>15}{'twin fitted':>13}"
                "   residual (log twin/canary) declared -> fitted")
@@ -76,6 +95,8 @@ def command(experiment: Path, replicates: int) -> None:
                else "(at its floor on both: not fitted)")
         click.echo(f"  {name:<16}{measured[k]:>12.3g}{f.twin_declared.get(k, 0):>15.3g}"
                    f"{f.twin_fitted.get(k, 0):>13.3g}   {res}")
+    for note in notes:
+        click.echo(f"  note: {note}")
     click.echo(f"written to {path}; `ecntune run` builds the twin with the fitted values")
 
 

@@ -217,6 +217,37 @@ class SshCluster(Cluster):
                 values.append(t)
         return lowest(values), missing
 
+    def nic_speeds(self) -> dict[str, int | None]:
+        """Every canary NIC port's link speed as ``ethtool DEV`` reports it, in Mb/s (None where
+        it reports none, or the host cannot be reached)."""
+        from tuner.preflight_facts import link_speed_mbps
+        from tuner.ssh.shell import q
+
+        hosts = {h.name: h for h in self.inventory.hosts}
+
+        def read(c: Any) -> dict[str, int | None]:
+            return {r.nic: link_speed_mbps(c.run(f"ethtool {q('netdev', r.netdev)}",
+                                                 check=False).stdout)
+                    for r in hosts[c.name].rail_entries()}
+
+        out: dict[str, int | None] = {}
+        for name, o in self.pool.fan_out(read, list(hosts)).items():
+            out.update(o.value if o.error is None and o.value is not None
+                       else {r.nic: None for r in hosts[name].rail_entries()})
+        return out
+
+    def uplink_speeds(self) -> dict[str, int | None]:
+        """The speed of every canary leaf's ``uplink_ports`` as CONFIG_DB ``PORT`` gives it, in
+        Mb/s (None where it gives none). SONiC only: NVUE switches are not read."""
+        out: dict[str, int | None] = {}
+        for sw in (s for s in self.inventory.switches if s.platform == "sonic"):
+            o = self.switch_facts()[sw.name]
+            db = (o.value or {}).get("config_db") or {} if o.error is None else {}
+            for p in sw.uplink_ports:
+                speed = str(((db.get("PORT") or {}).get(p) or {}).get("speed", ""))
+                out[f"{sw.name}/{p}"] = int(speed) if speed.isdigit() else None
+        return out
+
     def counter_poll_s(self) -> dict[str, float]:
         """Seconds between two updates of each switch counter group (SONiC ``counterpoll``;
         the slowest switch counts): ``{"pfc": 1.0, "queue": 10.0, "wred": 10.0}``."""

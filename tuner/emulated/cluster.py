@@ -543,6 +543,7 @@ class EmulatedCluster:
         session.chmod(0o755)
 
     def _write_states(self) -> None:
+        from rocesim.config import Topology  # the physics' uplink speed (not set here)
         from tuner.settings import KNOBS, NIC_KNOBS
 
         nic_defaults = {k: KNOBS[k].default for k in NIC_KNOBS}
@@ -566,9 +567,12 @@ class EmulatedCluster:
             }
             if t.platform == "sonic":
                 ports = host_ports[:len(mine) * g] + up_ports
+                speeds = {**dict.fromkeys(host_ports, int(self.topology["nic_gbps"]) * 1000),
+                          **dict.fromkeys(up_ports, int(Topology.uplink_gbps) * 1000)}
                 state["config_db"] = swmod.init_sonic(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"], ports, 3,
-                    self.sonic_release, self.buffer_bytes or swmod.SN2700_POOL_BYTES)
+                    self.sonic_release, self.buffer_bytes or swmod.SN2700_POOL_BYTES,
+                    {p: speeds[p] for p in ports})
                 # what the HWSKU's qos.json.j2 renders (`config qos reload` writes it back)
                 state["qos_template"] = swmod.qos_template_render(
                     ecn["kmin_bytes"], ecn["kmax_bytes"], ecn["pmax_percent"], ports, 3)

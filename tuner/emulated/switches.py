@@ -179,12 +179,26 @@ def qos_template_render(kmin: int, kmax: int, pmax: int, ports: list[str], queue
             **stock_qos_maps(ports, queue)}
 
 
+def port_table(speeds: dict[str, int]) -> dict[str, dict[str, str]]:
+    """CONFIG_DB ``PORT`` as a stock port_config.ini renders it (4 lanes per ``Ethernet<4i>``;
+    ``speed`` in Mb/s, sonic-port YANG)."""
+    out = {}
+    for p, mbps in speeds.items():
+        first = int(p.removeprefix("Ethernet"))
+        lanes = ",".join(str(first + k) for k in range(4))
+        out[p] = {"admin_status": "up", "alias": f"etp{first // 4 + 1}",
+                  "index": str(first // 4 + 1), "lanes": lanes, "mtu": "9100",
+                  "speed": str(int(mbps))}
+    return out
+
+
 def init_sonic(kmin: int, kmax: int, pmax: int, ports: list[str], queue: int,
-               release: str = WRED_ECN_SINCE, pool_bytes: int = SN2700_POOL_BYTES
-               ) -> dict[str, Any]:
+               release: str = WRED_ECN_SINCE, pool_bytes: int = SN2700_POOL_BYTES,
+               speeds: dict[str, int] | None = None) -> dict[str, Any]:
     return {
         "DEVICE_METADATA": {"localhost": {"platform": SONIC_PLATFORM, "hwsku": SONIC_HWSKU,
                                           "type": "LeafRouter"}},
+        "PORT": port_table(speeds or dict.fromkeys(ports, 100000)),
         **qos_template_render(kmin, kmax, pmax, ports, queue),
         "PFC_WD": {p: {"action": "drop", "detection_time": "200", "restoration_time": "200"}
                    for p in ports},
