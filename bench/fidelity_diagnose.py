@@ -1,4 +1,4 @@
-"""Two diagnostics behind docs/fidelity.md's "Remaining misses", each against the reference's
+"""Diagnostics behind docs/fidelity.md's "Remaining misses", each against the reference's
 own 10-µs / 1-µs samples (shared/reference/packet-level/runs/<run>/sample.txt.gz, seed-1 runs):
 
   lockstep RUN [RUN ...]  how much an incast's senders move together in the steady window:
@@ -13,6 +13,10 @@ own 10-µs / 1-µs samples (shared/reference/packet-level/runs/<run>/sample.txt.
                           (reference: first 10-µs sample with a CNP-flagged ACK), and each leaf
                           uplink's queue peak in the first 200 µs; ``--cnp-prio 6`` runs
                           rocesim with CNPs in a strict priority of their own.
+  probes RUN              rocesim only (the shipped runs have no probes): probe p50/p99 over
+                          the run's first 1.5 ms, measured one way (``Probes(until="arrival")``)
+                          and until the ACK is back (``until="ack"``, the reference's flow
+                          completion time), 8 pairs every 10 µs.
 
 rocesim runs the same scenario through bench/fidelity.py's mapping (``--seed`` for rocesim's
 seed; the reference sample is always its seed 1). Run::
@@ -20,6 +24,7 @@ seed; the reference sample is always its seed 1). Run::
     .venv/bin/python bench/fidelity_diagnose.py lockstep inc8_200g_kD_paper_s1
     .venv/bin/python bench/fidelity_diagnose.py uplinks ls4x2x4_up100g_ring4_kB_mlx_s1 100
     .venv/bin/python bench/fidelity_diagnose.py feedback ls4x2x4_up100g_ring4_kB_mlx_s1
+    .venv/bin/python bench/fidelity_diagnose.py probes ls4x2x4_up100g_a2a_kA_mlx_s1
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fidelity as F  # noqa: E402
 
-from rocesim import Background, Workload  # noqa: E402
+from rocesim import Background, Probes, Simulation, Workload  # noqa: E402
 from rocesim._state import ACTIVE, C_MARKS, C_TX, RC, TOTDEL  # noqa: E402
 
 RUNS = F.ROOT.parent / "shared" / "reference" / "packet-level" / "runs"
@@ -185,6 +190,22 @@ def feedback(run: str, seed: int, cnp_prio: int | None) -> None:
               f"µs, reference {ref / 1e3:.0f} KB, rocesim {q[:, j].max() / 1e3:.0f} KB")
 
 
+def probes(run: str, seed: int) -> None:
+    case = dataclasses.replace(F.parse_case(run), seed=seed)
+    fab = F.fabric_for(case)
+    names = fab.nic_names
+    flows = [Background("incast", 1.0, 1, [names[d], names[s]]) for s, d in F.flows_for(case)]
+    got = {}
+    for until in ("arrival", "ack"):
+        wl = Workload(background=flows, probes=Probes(pairs=8, interval_us=10, until=until))
+        lat = np.asarray(Simulation(fab, wl, seed=seed, max_time_us=1500).run().latency_us)
+        got[until] = np.percentile(lat, [50, 99])
+        print(f"{run} rocesim seed {seed}, until {until}: probe p50 {got[until][0]:.1f} µs, "
+              f"p99 {got[until][1]:.1f} µs ({lat.size} samples)")
+    ratio = got["ack"] / got["arrival"]
+    print(f"until ack / arrival: p50 x{ratio[0]:.2f}, p99 x{ratio[1]:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -199,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cnp-prio", type=int, choices=range(8))
+    p = sub.add_parser("probes")
+    p.add_argument("run")
+    p.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     if not RUNS.is_dir():
         print(f"fidelity_diagnose: no reference runs at {RUNS}", file=sys.stderr)
@@ -208,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             lockstep(run, args.seed)
     elif args.cmd == "uplinks":
         uplinks(args.run, args.kmin_kb, args.seed)
+    elif args.cmd == "probes":
+        probes(args.run, args.seed)
     else:
         feedback(args.run, args.seed, args.cnp_prio)
     return 0

@@ -958,7 +958,10 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
     ahead of them (fluid queue + a sampled microburst) drain first, pauses included. At the
     sending NIC a probe is one more QP in the port's round-robin arbiter: it waits for one
     packet of each other RoCE QP (ACKs included) that has one ready (each of the k QPs with
-    bytes to send is ready with probability u, the port's offered load this step, capped at 1)."""
+    bytes to send is ready with probability u, the port's offered load this step, capped at 1).
+    With a return leg (``Probes.until == "ack"``, from hop ``back`` on) the receiver's ACK
+    leaves its NIC from the strict-priority queue (no wait behind the data QPs; paused with
+    the priority) and queues with the data in the switches, as the probe did."""
     n_inst = pb.inst.shape[0]
     wire_pkt = sw.wire_pkt
     for p in range(pb.hops.shape[0]):
@@ -981,15 +984,18 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
             ln = pb.path[p, h]
             tready = pb.ready[i] if pb.ready[i] > now else now
             paused = lk.xoff_hist[x.slot_hist[ln], ln, 0] != 0
-            if h == 0:
+            back = pb.back[p]
+            if h == 0 or h == back:  # leaving a NIC: the probe's, or its receiver's ACK
                 if paused:
                     pb.ready[i] = now + dt
                     break
-                cap = lk.cap[ln] * dt
-                u = x.nic_tot[ln, 0] / cap if cap > 0.0 else 0.0
-                if u > 1.0:
-                    u = 1.0
-                depart = tready + x.nic_nq[ln] * u * wire_pkt / lk.cap[ln]
+                depart = tready
+                if h == 0:
+                    cap = lk.cap[ln] * dt
+                    u = x.nic_tot[ln, 0] / cap if cap > 0.0 else 0.0
+                    if u > 1.0:
+                        u = 1.0
+                    depart += x.nic_nq[ln] * u * wire_pkt / lk.cap[ln]
             else:
                 if pb.ahead[i] < 0.0:
                     pb.ahead[i] = x.qseen[ln, 0] + 1e-9
@@ -1014,7 +1020,8 @@ def probes(now: float, dt: float, rng: np.ndarray, lk: LinkState, sw: SwitchStat
                     pb.ready[i] = now + dt
                     break
                 depart = tready + (dt * pb.ahead[i] / sb if sb > 0.0 else 0.0)
-            arrive = depart + pb.wire / lk.cap[ln] + lk.delay[ln] * dt
+            wire = pb.wire if h < back else pb.ack_wire
+            arrive = depart + wire / lk.cap[ln] + lk.delay[ln] * dt
             if h + 1 >= pb.hops[p]:
                 k = pb.n_lat[0]
                 if k < pb.lat.shape[0]:

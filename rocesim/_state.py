@@ -140,9 +140,11 @@ class GroupState(NamedTuple):
 
 
 class ProbeState(NamedTuple):
-    path: np.ndarray          # [pair, hop]
+    path: np.ndarray          # [pair, hop] the probe's links, then its ACK's (until="ack")
     hops: np.ndarray          # [pair]
+    back: np.ndarray          # [pair] first hop of the ACK's return leg (= hops: none)
     wire: float               # wire bytes of one probe
+    ack_wire: float           # wire bytes of its ACK
     interval: float           # µs between probes of one pair
     next: np.ndarray          # [pair] time of the next probe
     inst: np.ndarray          # [instance] pair of a probe in flight, -1 free

@@ -332,7 +332,8 @@ class Simulation:
             iters=self.g_iters, iter=self.g_iter, start=self.g_start, times=self.g_times,
             f0=self.g_f0a, f1=self.g_f1a, cur=self.g_cur)
         probes = S.ProbeState(
-            path=self.p_path, hops=self.p_hops, wire=float(self.p_wire),
+            path=self.p_path, hops=self.p_hops, back=self.p_back, wire=float(self.p_wire),
+            ack_wire=float(max(1, topo.ack_packet_bytes)),
             interval=float(self.p_interval), next=self.p_next, inst=self.pi_probe,
             hop=self.pi_hop, ahead=self.pi_ahead, ready=self.pi_ready, t0=self.pi_t0,
             lat=self.lat, lat_t=self.lat_t, n_lat=self.n_lat)
@@ -549,6 +550,7 @@ class Simulation:
         if pr is None:
             self.p_path = np.zeros((0, topo.path_width), dtype=np.int64)
             self.p_hops = np.zeros(0, dtype=np.int64)
+            self.p_back = np.zeros(0, dtype=np.int64)
             self.p_wire = 0.0
             self.p_interval = 1.0
             self.p_next = np.zeros(0)
@@ -564,6 +566,15 @@ class Simulation:
                 s[k], d[k] = nics[a], nics[b]
             sport = rs.integers(0xC000, 0x10000, size=pr.pairs)
             self.p_path, self.p_hops = fab.routes(s, d, sport)
+            self.p_back = self.p_hops.copy()  # no return leg
+            if pr.until == "ack":  # the ACK's links follow the probe's on the same row
+                rpath, rhops = fab.routes(d, s, sport, ack=np.ones(pr.pairs, dtype=bool))
+                both = np.full((pr.pairs, 2 * topo.path_width), -1, dtype=np.int64)
+                for k in range(pr.pairs):
+                    hf, hr = int(self.p_hops[k]), int(rhops[k])
+                    both[k, :hf] = self.p_path[k, :hf]
+                    both[k, hf:hf + hr] = rpath[k, :hr]
+                self.p_path, self.p_hops = both, self.p_hops + rhops
             self.p_wire = float(pr.size_bytes + topo.header_bytes)
             self.p_interval = float(pr.interval_us)
             self.p_next = pr.interval_us * (np.arange(pr.pairs) + rs.random(pr.pairs)) \

@@ -164,16 +164,28 @@ class Background:
 @dataclass
 class Probes:
     """``pairs`` random (src, dst) pairs among ``nics`` (empty = all), one probe each every
-    ``interval_us``, on the RoCE priority."""
+    ``interval_us``, on the RoCE priority.
+
+    ``until`` is what a sample measures: ``"arrival"``, the probe's one-way delay to its
+    receiver (what ``ib_write_lat``'s half round trip estimates where both directions are
+    loaded alike); ``"ack"``, until the receiver's ACK is back at the sender, as a
+    packet-level simulator's flow completion time of a one-packet flow (HPCC ns-3 completes a
+    QP when the ACK of its last byte arrives: ``RdmaHw::ReceiveAck`` -> ``QpComplete``). The
+    ACK leaves the receiver's NIC from a strict-priority queue, ahead of its data QPs
+    (``ReceiveUdp`` -> ``RdmaEnqueueHighPrioQ``), and waits in the switches' data queues on
+    the reverse path."""
 
     pairs: int = 4
     interval_us: float = 50.0
     size_bytes: int = 64
     nics: list[str] = field(default_factory=list)
+    until: str = "arrival"
 
     def __post_init__(self) -> None:
         if self.pairs < 1 or self.interval_us <= 0 or self.size_bytes < 1:
             raise ValueError("Probes: pairs >= 1, interval_us > 0 and size_bytes >= 1 needed")
+        if self.until not in ("arrival", "ack"):
+            raise ValueError(f"Probes.until: {self.until!r} is not 'arrival' or 'ack'")
 
 
 @dataclass

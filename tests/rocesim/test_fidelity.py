@@ -320,6 +320,46 @@ def test_a_probe_waits_behind_its_hosts_busy_qps() -> None:
     assert lat_busy - lat_idle == pytest.approx(wait, rel=0.15)
 
 
+def _ack_probes(until: str, n: list[str]) -> Probes:
+    return Probes(pairs=1, interval_us=10, nics=[n[0], n[10]], until=until)
+
+
+def test_a_probe_until_its_ack_adds_the_return_leg() -> None:
+    """The packet-level reference's latency of a one-packet flow is its completion time, when
+    the ACK of its last byte is back at the sender (HPCC ns-3 rdma-hw.cc: ``ReceiveAck`` ->
+    ``QpComplete`` -> the fct.txt callback). ``Probes(until="ack")`` measures that: idle, the
+    ACK adds its own 2 hops, 1 µs of cable and 60 B at 100G each, to the probe's 2 hops of
+    1 µs and 64 + 82 B."""
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=11))
+    one_way = 2 * (1.0 + 146 / 12_500)
+    for until, want in (("arrival", one_way), ("ack", one_way + 2 * (1.0 + 60 / 12_500))):
+        lat = _probe_from_host0(fab, Workload(probes=_ack_probes(until, fab.nic_names))).run()
+        assert np.median(lat.latency_us) == pytest.approx(want, rel=1e-6)
+
+
+def test_the_ack_queues_on_the_reverse_path_but_not_behind_the_receivers_qps() -> None:
+    """The ACK leaves the receiver's NIC from its strict-priority queue (rdma-hw.cc
+    ``ReceiveUdp`` -> ``RdmaEnqueueHighPrioQ``): a receiver whose 8 QPs saturate its port
+    delays it by nothing, where a probe from such a host waits 2.7 µs (the test above). In
+    the switches it queues with the data: an incast into the probe's sender (4 x 100G into
+    one 100G port, ECN off: PFC holds the queue) delays the ACK by that port's queue, and not
+    the probe, whose own path is idle."""
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=11))
+    fab.set_ecn("sw0", EcnConfig(enabled=False))
+    n = fab.nic_names
+
+    def median(until: str, background: list[Background]) -> float:
+        wl = Workload(background=background, probes=_ack_probes(until, n))
+        return float(np.median(_probe_from_host0(fab, wl).run().latency_us))
+
+    idle = {u: median(u, []) for u in ("arrival", "ack")}
+    busy_rx = [Background("incast", 1.0 / 8, 1, [n[2 + k], n[10]]) for k in range(8)]
+    assert median("ack", busy_rx) == pytest.approx(idle["ack"], abs=0.05)
+    into_sender = [Background("incast", 1.0, 4, [n[0], n[2], n[3], n[4], n[5]])]
+    assert median("arrival", into_sender) == pytest.approx(idle["arrival"], abs=0.5)
+    assert median("ack", into_sender) - idle["ack"] > 10.0
+
+
 @pytest.mark.slow
 def test_the_whole_table_keeps_its_targets() -> None:
     """Every family (bench/fidelity.py -> docs/fidelity.md): no target that rocesim met when
