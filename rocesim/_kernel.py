@@ -88,6 +88,11 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 _S11 = np.uint64(11)
 _INV53 = 1.0 / 9007199254740992.0
+# Typed constants for helper arguments: a literal ``0`` or ``1`` would be typed Literal[int] and
+# compile the helper once more beside its int64 / int8 signature (#24 item 4: one signature).
+_ONE = np.int64(1)
+_CLS0, _CLS1 = np.int64(0), np.int64(1)
+_NO = np.int8(0)
 
 # Every helper is its own compiled function, without numba IR inlining (``inline="always"``
 # copied and re-typed each callee's IR at every call site: ~30 % of the cold compile under
@@ -235,7 +240,7 @@ def _mark_prob_burst(qf: float, ecn: np.ndarray, tab: np.ndarray, n: float, rho:
     if qf + kmax * pkt <= ecn[0]:
         return 0.0  # even the largest burst stays below Kmin
     row, i, w = _burst_row(tab, n, rho)
-    t = _tail(tab, row, i, w, 1)
+    t = _tail(tab, row, i, w, _ONE)
     p = (1.0 - t) * _mark_prob(qf, ecn[0], ecn[1], ecn[2], on)
     for k in range(1, kmax + 1):
         nxt = _tail(tab, row, i, w, k + 1) if k < kmax else 0.0  # P(B >= k + 1)
@@ -925,14 +930,16 @@ def nic_arbiter(ln: int, dt: float, lk: LinkState, sw: SwitchState, fl: FlowStat
     the classes, max-min inside one."""
     d0 = x.nic_tot[ln, 0]
     d1 = x.nic_tot[ln, 1]
-    s0, s1 = _wrr(lk.cap[ln] * dt, d0, d1, sw.w_roce, 0, 0)
+    s0, s1 = _wrr(lk.cap[ln] * dt, d0, d1, sw.w_roce, _NO, _NO)
     x.serve_bytes[ln, 0] = 1.0
     x.serve_bytes[ln, 1] = 1.0
     # an oversubscribed port: the NIC's QP arbiter shares it max-min fairly
     if s0 < d0 * (1.0 - 1e-12):
-        _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 0, s0, x.wf)
+        _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, _CLS0, s0,
+                   x.wf)
     if s1 < d1 * (1.0 - 1e-12):
-        _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, 1, s1, x.wf)
+        _waterfill(x.offer, fl.nic_idx, fl.nic_ptr[ln], fl.nic_ptr[ln + 1], fl.cls, _CLS1, s1,
+                   x.wf)
 
 
 @_jit
@@ -1092,7 +1099,7 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
                 ff[f, DELIV] = 0.0
                 ff[f, INFL] = 0.0
                 if sample and not counted:
-                    link_rate(f, fl, lrate)
+                    link_rate(np.uint32(f), fl, lrate)
         else:
             for f in range(gr.f0[g], gr.f1[g]):
                 ff[f, REMAIN] = 0.0
@@ -1108,8 +1115,8 @@ def collectives(t: int, now: float, lk: LinkState, fl: FlowState, gr: GroupState
                 fl.live[k] = f
                 k += 1
             fl.n_live[0] = k
-            count_ingress(fl.live, k, fl.hops, fl.path, fl.pair, fl.cls, fl.pair_stamp,
-                          lk.nfl, -2 - t)
+            count_ingress(fl.live, np.int64(k), fl.hops, fl.path, fl.pair, fl.cls,  # see _ONE
+                          fl.pair_stamp, lk.nfl, -2 - t)
             _drop_finished_from_ports(fl, gr)
             stale = sample  # (a flow can finish with a few bytes short of REMAIN = 0)
     if stale:

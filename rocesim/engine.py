@@ -275,7 +275,7 @@ class Simulation:
         self.state = self._pack()
         K.arrival_limits(self.state[0], self.state[1])
         fl = self.state[3]
-        K.count_ingress(fl.live, int(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
+        K.count_ingress(fl.live, np.int64(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
                         fl.pair_stamp, self.nfl, -(2**62))
 
     def _pack(self) -> tuple[S.LinkState, S.SwitchState, S.NicState, S.FlowState,
