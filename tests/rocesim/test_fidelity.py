@@ -162,7 +162,7 @@ def test_marking_near_one_packet_follows_paced_collisions() -> None:
     Brownian-bridge law gave 5.1 % and held the twin at util 0.36."""
     n, rho, kmax = burst_params(0.504, 8)
     p = mark_prob_burst(0.0, np.array([1000.0, 1001.0, 1.0, 1.0]), K.burst_table(8, 1), n,
-                           rho, kmax, 1000.0)
+                        rho, kmax, 1000.0)
     assert p == pytest.approx(0.0155, rel=0.2)
 
 
