@@ -175,8 +175,9 @@ def test_sonic_save_refuses_other_peoples_unsaved_changes(emulated_cluster: Emul
         drv.write(WIN_ECN)
         plan = persistence_for(drv)
         with pytest.raises(ApplyError, match=r"leaf0: .*not ecntune's: PORT\|Ethernet8: "
-                                             r"added\. `config save` would persist them too"):
+                                             r"mtu 9100 -> 1500\. `config save` would persist "
+                                             r"them too"):
             persist(plan, WIN_ECN)
         assert read_persistent(plan) == EcnSettings()  # nothing was saved
-        emu.edit_state("leaf0", lambda s: s["config_db"]["PORT"].pop("Ethernet8"))
+        emu.edit_state("leaf0", lambda s: s["config_db"]["PORT"]["Ethernet8"].update(mtu="9100"))
         assert persist(plan, WIN_ECN) == WIN_ECN  # only ours differs now
