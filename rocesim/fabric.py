@@ -80,8 +80,7 @@ class Fabric:
         for i, nic in enumerate(self.nic_names):
             leaf = self.leaf_names[place[i][0]]
             port = f"{leaf}/Ethernet{4 * place[i][1]}"
-            self.nic_up[i] = self._add(Link(nic, leaf, nic, port, topo.nic_gbps))
-            self.nic_down[i] = self._add(Link(leaf, nic, port, nic, topo.nic_gbps))
+            self.nic_up[i], self.nic_down[i] = self._cable(nic, leaf, nic, port, topo.nic_gbps)
         # leaf_up[leaf, s]: leaf -> spine s of its pod; spine_down[spine, leaf] (-1: no cable)
         n_sp, pod_l = topo.spines, topo.leaves  # per pod
         self.leaf_up = np.zeros((n_leaf, max(n_sp, 1)), dtype=np.int64)
@@ -92,9 +91,8 @@ class Fabric:
                 spine = self.spine_names[pod * n_sp + si]
                 lp = f"{leaf}/Ethernet{4 * (per_leaf + si)}"
                 sp = f"{spine}/Ethernet{4 * lj}"
-                self.leaf_up[li, si] = self._add(Link(leaf, spine, lp, sp, topo.uplink_gbps))
-                self.spine_down[pod * n_sp + si, li] = self._add(
-                    Link(spine, leaf, sp, lp, topo.uplink_gbps))
+                self.leaf_up[li, si], self.spine_down[pod * n_sp + si, li] = self._cable(
+                    leaf, spine, lp, sp, topo.uplink_gbps)
         # three_tier: spine_up[spine, j] -> super-spine j of its plane; super_down[super, pod]
         plane = topo.super_spines // topo.spines if self.super_names else 0
         self.spine_up = np.zeros((max(len(self.spine_names), 1), max(plane, 1)), dtype=np.int64)
@@ -105,9 +103,8 @@ class Fabric:
                 sup = self.super_names[si * plane + j]
                 up = f"{spine}/Ethernet{4 * (pod_l + j)}"
                 down = f"{sup}/Ethernet{4 * pod}"
-                self.spine_up[gi, j] = self._add(Link(spine, sup, up, down, topo.core))
-                self.super_down[si * plane + j, pod] = self._add(
-                    Link(sup, spine, down, up, topo.core))
+                self.spine_up[gi, j], self.super_down[si * plane + j, pod] = self._cable(
+                    spine, sup, up, down, topo.core)
         self._ecn: dict[tuple[str, int], EcnConfig] = {}
         default_ecn = EcnConfig()
         for sw in self.switch_names:
@@ -124,9 +121,12 @@ class Fabric:
         group, port = divmod(h, topo.hosts_per_leaf)
         return group * topo.nics_per_host + k, port
 
-    def _add(self, link: Link) -> int:
-        self.links.append(link)
-        return len(self.links) - 1
+    def _cable(self, lower: str, upper: str, lower_port: str, upper_port: str, gbps: float
+               ) -> tuple[int, int]:
+        """One cable: the link up from ``lower`` and the link back down, in that order."""
+        self.links.append(Link(lower, upper, lower_port, upper_port, gbps))
+        self.links.append(Link(upper, lower, upper_port, lower_port, gbps))
+        return len(self.links) - 2, len(self.links) - 1
 
     # ---- names ----
     def hosts_under(self, leaf: str) -> list[str]:

@@ -85,6 +85,16 @@ def test_a_link_speed_is_taken_only_when_every_link_reports_the_same_one() -> No
         {"uplink_gbps": 400.0}, "PORT 400000Mb/s on 1 uplinks")
 
 
+def test_the_speed_is_read_as_ethtool_prints_it() -> None:
+    # ethtool netlink/settings.c: "\tSpeed: %uMb/s\n", or "\tSpeed: Unknown!\n" (the ioctl
+    # path adds " (65535)") for a link without one
+    from tuner.preflight_facts import link_speed_mbps
+
+    assert link_speed_mbps("Settings for eth2:\n\tSpeed: 200000Mb/s\n\tLanes: 4\n") == 200000
+    assert link_speed_mbps("\tSpeed: Unknown!\n\tDuplex: Unknown! (255)\n") is None
+    assert link_speed_mbps("\tSpeed: Unknown! (65535)\n") is None
+
+
 def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(tmp_path: Path) -> None:
     f = tmp_path / "calib.yaml"
     f.write_text(YAML.replace("RESULTS", str(tmp_path / "results")))
