@@ -120,13 +120,18 @@ def busbw_norm(m: Measurement) -> float | None:
     return num / den if den > 0 else None
 
 
-def pause_us_per_s(m: Measurement, priority: int = 3) -> float:
-    """PFC pause time received per second of measurement, averaged over NIC ports."""
-    name = f"rx_prio{priority}_pause_duration"
+def per_port_per_s(m: Measurement, name: str) -> float | None:
+    """Counter ``name`` per second of measurement, averaged over the ports that have it (None:
+    no port does, or no duration)."""
     rows = [row[name] for row in m.counters.ports.values() if name in row]
     if not rows or m.duration_s <= 0:
-        return 0.0
+        return None
     return sum(rows) / len(rows) / m.duration_s
+
+
+def pause_us_per_s(m: Measurement, priority: int = 3) -> float:
+    """PFC pause time received per second of measurement, averaged over NIC ports."""
+    return per_port_per_s(m, f"rx_prio{priority}_pause_duration") or 0.0
 
 
 def raw(m: Measurement, priority: int = 3) -> Raw:

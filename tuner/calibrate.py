@@ -9,8 +9,9 @@ PG's pool ``size`` and ``dynamic_th``, ``tuner.drivers.sonic.pg_buffer``; an inv
 ``nic_gbps`` and the leaves' uplink speed (CONFIG_DB ``PORT``) for ``uplink_gbps``. Then
 ``fit`` searches each parameter still free (the buffer, where nothing reported it), on a log
 scale, for the value whose simulated baseline is closest to the measured one: the sum over
-metrics of the squared log ratio twin/canary (busbw, probe p50 and p99, PFC pause per second;
-a metric at its floor on both sides says nothing and is left out).
+metrics of the squared log ratio twin/canary (busbw, probe p50 and p99, and per second at the
+NICs ECN-marked packets received and PFC pause; a metric at its floor on both sides says
+nothing and is left out).
 
 The cable/NIC delay is not fitted: the twin moves bytes in whole steps of ``dt`` (1 µs), so a
 link delay rounds to a whole step, at least one (``rocesim.engine``): every delay up to 1.5 µs
@@ -39,15 +40,18 @@ if TYPE_CHECKING:
 FILE = "twin-calibration.json"
 # Free parameters of the twin's topology and the factors of their declared value searched.
 FREE: dict[str, tuple[float, float]] = {"buffer_bytes": (0.25, 4.0)}
-# Below these a metric is noise: busbw GB/s, µs, paused µs per s.
-FLOORS = {"busbw_gbytes_per_s": 0.01, "p50_us": 0.5, "p99_us": 0.5, "pause_us_per_s": 1.0}
+# Below these a metric is noise: busbw GB/s, µs, marked packets per s, paused µs per s.
+FLOORS = {"busbw_gbytes_per_s": 0.01, "p50_us": 0.5, "p99_us": 0.5, "marks_per_s": 100.0,
+          "pause_us_per_s": 1.0}
+# The NICs' count of received RoCE packets with CE (mlx5 hw_counters, the notification point).
+MARKS = "np_ecn_marked_roce_packets"
 GRID = 9  # log-spaced factors per parameter in the coarse pass
 Metrics = dict[str, float]
 
 
 def metrics(ms: list[Measurement], priority: int) -> Metrics:
     """The medians over replicates of what the fit compares (missing metrics left out)."""
-    from objectives.score import busbw_gbytes_per_s, pause_us_per_s
+    from objectives.score import busbw_gbytes_per_s, pause_us_per_s, per_port_per_s
 
     rows: dict[str, list[float]] = {k: [] for k in FLOORS}
     for m in ms:
@@ -57,6 +61,9 @@ def metrics(ms: list[Measurement], priority: int) -> Metrics:
         if m.latency is not None and m.latency.count > 0:
             rows["p50_us"].append(m.latency.p50_us)
             rows["p99_us"].append(m.latency.p99_us)
+        marks = per_port_per_s(m, MARKS)
+        if marks is not None:
+            rows["marks_per_s"].append(marks)
         rows["pause_us_per_s"].append(pause_us_per_s(m, priority))
     return {k: float(np.median(v)) for k, v in rows.items() if v}
 

@@ -20,7 +20,7 @@ import click
 from tuner.cli import handle_errors
 
 NAMES = {"busbw_gbytes_per_s": "busbw GB/s", "p50_us": "probe p50 µs", "p99_us": "probe p99 µs",
-         "pause_us_per_s": "PFC pause µs/s"}
+         "marks_per_s": "ECN marks/s", "pause_us_per_s": "PFC pause µs/s"}
 
 
 @click.command("calibrate")
