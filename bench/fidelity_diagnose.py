@@ -17,6 +17,9 @@ own 10-µs / 1-µs samples (shared/reference/packet-level/runs/<run>/sample.txt.
                           the run's first 1.5 ms, measured one way (``Probes(until="arrival")``)
                           and until the ACK is back (``until="ack"``, the reference's flow
                           completion time), 8 pairs every 10 µs.
+  fct RUN [RUN ...]       per-flow completion times (the reference's fct.txt against rocesim's
+                          time to deliver each flow's last byte, 1-µs steps): p50, p90, p99 and
+                          the spread last/first.
 
 rocesim runs the same scenario through bench/fidelity.py's mapping (``--seed`` for rocesim's
 seed; the reference sample is always its seed 1). Run::
@@ -25,6 +28,7 @@ seed; the reference sample is always its seed 1). Run::
     .venv/bin/python bench/fidelity_diagnose.py uplinks ls4x2x4_up100g_ring4_kB_mlx_s1 100
     .venv/bin/python bench/fidelity_diagnose.py feedback ls4x2x4_up100g_ring4_kB_mlx_s1
     .venv/bin/python bench/fidelity_diagnose.py probes ls4x2x4_up100g_a2a_kA_mlx_s1
+    .venv/bin/python bench/fidelity_diagnose.py fct ls4x2x4_up100g_a2a_kA_mlx_s1
 """
 
 from __future__ import annotations
@@ -206,6 +210,24 @@ def probes(run: str, seed: int) -> None:
     print(f"until ack / arrival: p50 x{ratio[0]:.2f}, p99 x{ratio[1]:.2f}")
 
 
+def fct(run: str, seed: int) -> None:
+    ref = np.array([int(line.split()[6]) / 1e3 for line in
+                    (RUNS / run / "fct.txt").read_text().splitlines() if line.strip()])
+    case = dataclasses.replace(F.parse_case(run), seed=seed)
+    tap, pairs = _tap(case)
+    sim, size_w = tap.sim, float(F.wire_bytes(case.flow_bytes))
+    got = np.full(len(pairs), math.nan)
+    while np.isnan(got).any() and not sim.done:
+        sim.advance(1.0)
+        got[np.isnan(got) & (tap.delivered() >= size_w * (1 - 1e-9))] = sim.t
+    for name, x in (("reference", ref), (f"rocesim seed {seed}", got)):
+        p50, p90, p99 = np.percentile(x, [50, 90, 99])
+        print(f"{run} {name}: {x.size} flows, FCT p50 {p50:.0f} µs, p90 {p90:.0f}, p99 "
+              f"{p99:.0f}, last/first {x.max() / x.min():.2f}")
+    r = np.percentile(got, [50, 90, 99]) / np.percentile(ref, [50, 90, 99]) - 1
+    print(f"rocesim against the reference: p50 {r[0]:+.1%}, p90 {r[1]:+.1%}, p99 {r[2]:+.1%}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -223,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("probes")
     p.add_argument("run")
     p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("fct")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     if not RUNS.is_dir():
         print(f"fidelity_diagnose: no reference runs at {RUNS}", file=sys.stderr)
@@ -234,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         uplinks(args.run, args.kmin_kb, args.seed)
     elif args.cmd == "probes":
         probes(args.run, args.seed)
+    elif args.cmd == "fct":
+        for run in args.runs:
+            fct(run, args.seed)
     else:
         feedback(args.run, args.seed, args.cnp_prio)
     return 0
