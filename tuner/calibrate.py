@@ -95,6 +95,8 @@ class Fit:
     twin_fitted: Metrics
     evaluations: int
     source: str = ""
+    # free parameters no measured metric moved with (the same loss at every grid point): kept
+    unidentified: list[str] = field(default_factory=list)
     at: float = field(default_factory=time.time)
 
     @property
@@ -121,8 +123,10 @@ def fit(simulate: Callable[[dict[str, float]], Metrics], measured: Metrics,
         rounds: int = 2) -> Fit:
     """Coordinate search: each free parameter over ``GRID`` log-spaced factors of its value in
     ``declared`` (the twin's values with what the switch reported taken), then halving the step
-    around the best three times; ``rounds`` passes over the parameters. Every twin run is
-    kept, so a point is never simulated twice."""
+    around the best three times; ``rounds`` passes over the parameters. Ties go to the value
+    nearest the declared one, so a parameter that moves no metric stays as declared instead of
+    running to the end of its range. Every twin run is kept, so a point is never simulated
+    twice."""
     seen: dict[tuple[tuple[str, float], ...], tuple[float, Metrics]] = {}
 
     def at(values: dict[str, float]) -> tuple[float, Metrics]:
@@ -133,25 +137,39 @@ def fit(simulate: Callable[[dict[str, float]], Metrics], measured: Metrics,
         return seen[key]
 
     best = dict(declared)
+    flat: set[str] = set()
     for _ in range(rounds):
+        flat = set()
         for name, (lo, hi) in free.items():
-            logs = np.linspace(math.log(lo), math.log(hi), GRID)
-            step = logs[1] - logs[0]
-
-            def trial(log_factor: float, name: str = name) -> float:
+            def loss_at(log_factor: float, name: str = name) -> float:
                 return at({**best, name: declared[name] * math.exp(log_factor)})[0]
 
-            scores = [trial(x) for x in logs]
-            here = float(logs[int(np.argmin(scores))])
-            for _refine in range(3):
-                step /= 2
-                here = min((here - step, here, here + step),
-                           key=lambda x: trial(float(np.clip(x, logs[0], logs[-1]))))
-                here = float(np.clip(here, logs[0], logs[-1]))
+            here, moved = _line_search(loss_at, math.log(lo), math.log(hi))
+            if not moved:
+                flat.add(name)
             best[name] = declared[name] * math.exp(here)
     return Fit(declared=dict(declared), taken={}, fitted={k: best[k] for k in free},
                measured=measured, twin_declared=at(dict(declared))[1], twin_fitted=at(best)[1],
-               evaluations=len(seen))
+               evaluations=len(seen), unidentified=sorted(flat))
+
+
+def _line_search(loss_at: Callable[[float], float], lo: float, hi: float) -> tuple[float, bool]:
+    """The log factor in [lo, hi] (lo < 0 < hi) of least loss: ``GRID`` points, then the step
+    halved around the best three times; ties go to the factor nearest 1 (log 0). Also whether
+    the loss moved at all over the grid."""
+    logs = np.linspace(lo, hi, GRID)
+    step = float(logs[1] - logs[0])
+
+    def rank(x: float) -> tuple[float, float]:
+        x = float(np.clip(x, lo, hi))
+        return loss_at(x), abs(x)
+
+    moved = len({loss_at(float(x)) for x in logs}) > 1
+    here = min((float(x) for x in logs), key=rank)
+    for _refine in range(3):
+        step /= 2
+        here = float(np.clip(min((here - step, here, here + step), key=rank), lo, hi))
+    return here, moved
 
 
 def reported(facts: dict[str, str]) -> tuple[dict[str, int], str]:

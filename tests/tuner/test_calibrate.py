@@ -70,6 +70,19 @@ def test_fit_finds_a_monotone_parameter_and_skips_silent_metrics() -> None:
     assert cal.loss({"p99_us": 0.1}, {"p99_us": 0.2}) == math.inf  # both under the floor
 
 
+def test_a_parameter_no_metric_moves_with_stays_as_declared_and_is_named() -> None:
+    # a baseline with nothing the buffer acts on (no pause, the probes' p99 independent of it):
+    # every factor fits equally well, and the fit must not run to an end of its range
+    declared = {"buffer_bytes": float(DECLARED)}
+    for measured, twin in (({"pause_us_per_s": 0.0}, {"pause_us_per_s": 0.0}),
+                           ({"p99_us": 20.0}, {"p99_us": 10.0})):
+        f = cal.fit(lambda values, twin=twin: dict(twin), measured, declared)
+        assert f.fitted == declared and f.unidentified == ["buffer_bytes"]
+    f = cal.fit(lambda v: {"p99_us": 25.0 * v["buffer_bytes"] / 2**20}, {"p99_us": 100.0},
+                declared)
+    assert f.unidentified == []
+
+
 def test_a_link_speed_is_taken_only_when_every_link_reports_the_same_one() -> None:
     def nic(speeds: dict[str, int | None]) -> tuple[dict[str, float], str]:
         return cal.link_speed("nic_gbps", speeds, "NIC", "ethtool Speed")
@@ -117,6 +130,22 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(tmp_path: Pat
     st = optuna_io.load_study("c1", f"sqlite:///{tmp_path / 'results' / 'optuna.db'}")
     used = study_store.info(st).twin_calibration
     assert used is not None and used["overrides"] == {"buffer_bytes": fitted}
+
+
+def test_a_baseline_the_buffer_does_not_act_on_leaves_it_as_declared(tmp_path: Path) -> None:
+    # an all-reduce and probes alone never fill the buffer: every twin measures the same, and
+    # calibrate says so instead of writing a buffer from an end of its range
+    f = tmp_path / "calib.yaml"
+    f.write_text(YAML.replace("RESULTS", str(tmp_path / "results")).replace(PARTS, """  parts:
+    - {kind: collective, op: all_reduce, size_bytes: 1048576, iterations: 2}
+    - {kind: probe, size_bytes: 64, interval_us: 20, pairs: 2}
+"""))
+    r = CliRunner().invoke(main, ["calibrate", str(f)])
+    assert r.exit_code == 0, r.output
+    saved = json.loads((tmp_path / "results" / cal.FILE).read_text())
+    assert saved["overrides"] == {"buffer_bytes": DECLARED}
+    assert saved["unidentified"] == ["buffer_bytes"]
+    assert "kept as declared: no measured metric moves with it" in r.output
 
 
 def test_a_calibration_of_another_twin_is_not_used_and_a_broken_one_is_named(

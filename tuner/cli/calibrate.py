@@ -83,7 +83,9 @@ def command(experiment: Path, replicates: int) -> None:
                f"{f.evaluations + 1} twin runs)")
     click.echo(f"  {'parameter':<16}{'declared':>14}{'now':>14}{'factor':>9}   from")
     for k, v in f.overrides().items():
-        how = f"the canary: {origin[k]}" if k in taken else "fitted to the measurements"
+        how = (f"the canary: {origin[k]}" if k in taken
+               else "kept as declared: no measured metric moves with it"
+               if k in f.unidentified else "fitted to the measurements")
         click.echo(f"  {k:<16}{declared[k]:>14g}{v:>14g}{_factor(k, v, declared[k]):>9}   {how}")
     click.echo(f"  {'metric':<16}{'canary':>12}{'twin declared':>15}{'twin fitted':>13}"
                "   residual (log twin/canary) declared -> fitted")
