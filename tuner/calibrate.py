@@ -216,6 +216,14 @@ def twin_spec(exp: Experiment) -> FabricSpec:
     return exp.fabric.model_copy(update={"seed": exp.fabric.seed + 1})
 
 
+def twin_canary(exp: Experiment) -> tuple[list[str], str]:
+    """The twin's canary switches and the field that names them (for error messages)."""
+    if exp.screen.canary_switches:
+        return list(exp.screen.canary_switches), "screen.canary_switches"
+    where = " (in the twin, screen.fabric)" if exp.screen.fabric is not None else ""
+    return list(exp.canary.switches), f"canary.switches{where}"
+
+
 def with_values(spec: FabricSpec, values: dict[str, Any]) -> FabricSpec:
     return spec.model_copy(update={"topology": spec.topology.model_copy(update=values)})
 

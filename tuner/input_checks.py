@@ -432,6 +432,22 @@ def check_inputs(exp: Experiment, source: str, inventory: Any = None) -> None:
         raise ConfigError("\n".join(lines))
 
 
+def check_twin(exp: Experiment, source: str) -> None:
+    """The twin a run builds (for ``screen.mode: twin`` or ``sampler: twin``) can be built with
+    its canary: checked before the run opens a study, so a twin that names a switch it does
+    not have leaves nothing behind."""
+    if exp.screen.mode != "twin" and exp.sampler.name != "twin":
+        return
+    from tuner import calibrate
+    from tuner.cluster.sim import SimCluster
+
+    try:
+        switches, field = calibrate.twin_canary(exp)
+        SimCluster(calibrate.twin_spec(exp), switches, field=field)
+    except ConfigError as exc:
+        raise with_source(exc, source) from None
+
+
 def with_source(exc: ConfigError, source: str) -> ConfigError:
     """Prefix a backend's ``ConfigError`` with the file it came from (when it lacks one)."""
     text = str(exc)

@@ -43,10 +43,11 @@ class TwinScreen:
         self.calibration = calibrate.load(exp.results_path, spec)
         if self.calibration is not None:
             spec = calibrate.with_values(spec, self.calibration["overrides"])
-        switches = exp.screen.canary_switches or list(exp.canary.switches)
+        switches, field = calibrate.twin_canary(exp)
         self.exp = exp
         self.cfg = cfg
-        self.twin: SimCluster = SimCluster(spec, switches, dict(exp.current), name="twin")
+        self.twin: SimCluster = SimCluster(spec, switches, dict(exp.current), name="twin",
+                                           field=field)
         self.desc = self.twin.describe()
         self.base_settings = self.twin.snapshot()
         self.baselines: list[Measurement] = [self.twin.measure(exp.workload, replicate=r)

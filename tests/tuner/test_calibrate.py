@@ -148,6 +148,19 @@ def test_a_baseline_the_buffer_does_not_act_on_leaves_it_as_declared(tmp_path: P
     assert "kept as declared: no measured metric moves with it" in r.output
 
 
+@pytest.mark.parametrize("command", ["calibrate", "run"])
+def test_a_twin_canary_the_twin_lacks_is_named_before_anything_is_stored(
+        tmp_path: Path, command: str) -> None:
+    f = tmp_path / "calib.yaml"
+    f.write_text(YAML.replace("RESULTS", str(tmp_path / "results"))
+                 .replace("  mode: twin\n", "  mode: twin\n  canary_switches: [leaf9]\n"))
+    r = CliRunner().invoke(main, [command, str(f)])
+    assert r.exit_code == 2, r.output
+    assert "screen.canary_switches: ['leaf9'] not in the fabric; it has leaf0, leaf1, spine0" \
+        in r.output
+    assert not (tmp_path / "results").exists()  # no study, no canary state, no lock
+
+
 def test_a_calibration_of_another_twin_is_not_used_and_a_broken_one_is_named(
         tmp_path: Path) -> None:
     exp = parse_experiment(YAML.replace("RESULTS", str(tmp_path)))

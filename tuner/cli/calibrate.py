@@ -41,7 +41,13 @@ def command(experiment: Path, replicates: int) -> None:
     check_inputs(exp, str(experiment))
     spec = cal.twin_spec(exp)
     prio = exp.safety.roce_priority
-    switches = exp.screen.canary_switches or list(exp.canary.switches)
+    switches, field = cal.twin_canary(exp)
+
+    def twin(values: dict[str, Any]) -> SimCluster:
+        return SimCluster(cal.with_values(spec, values), switches, dict(exp.current),
+                          name="twin", field=field)
+
+    twin({})  # a twin that cannot be built fails here, before the canary is measured
     with hold(exp.results_path, "calibrate"):
         ssh = exp.fabric.backend == "ssh"
         with build_cluster(exp) as cluster:
@@ -67,11 +73,9 @@ def command(experiment: Path, replicates: int) -> None:
         source = "; ".join(dict.fromkeys(origin.values()))
 
         def simulate(values: dict[str, float]) -> cal.Metrics:
-            twin = SimCluster(cal.with_values(spec, {k: type(getattr(spec.topology, k))(v)
-                                                     for k, v in values.items()}),
-                              switches, dict(exp.current), name="twin")
-            return cal.metrics([twin.measure(exp.workload, replicate=r)
-                                for r in range(replicates)], prio)
+            t = twin({k: type(getattr(spec.topology, k))(v) for k, v in values.items()})
+            return cal.metrics([t.measure(exp.workload, replicate=r) for r in range(replicates)],
+                               prio)
 
         declared = {k: getattr(spec.topology, k) for k in sorted({*taken, *cal.FREE})}
         free = {k: span for k, span in cal.FREE.items() if k not in taken}

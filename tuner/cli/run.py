@@ -36,7 +36,7 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
 
     from safety.lock import hold
     from tuner.experiment import check_name, parse_experiment
-    from tuner.input_checks import check_inputs
+    from tuner.input_checks import check_inputs, check_twin
     from tuner.loop import default_study_name
     from tuner.tracking import redact
 
@@ -52,6 +52,7 @@ def execute(exp_text: str, source: str, *, study: str | None, resume: bool, tria
         click.echo(f"{source}: safety.{field_name} = {what}: past its bound (--i-know); "
                    "logged to MLflow as ecntune.i_know", err=True)
     check_inputs(exp, source)  # contradictions between fields: exit 2, nothing touched
+    check_twin(exp, source)
     exp = _without_credentials(exp, source)
     with hold(exp.results_path, "resume" if resume else "run"):  # one tuner per canary
         # only the redacted text is stored (Optuna user attrs, MLflow artifact)

@@ -75,7 +75,8 @@ class SimCluster(Cluster):
     """A rocesim fabric; see the module docstring. ``baseline`` holds uniform knob values."""
 
     def __init__(self, spec: FabricSpec, canary_switches: list[str],
-                 baseline: dict[str, int] | None = None, name: str = "rocesim") -> None:
+                 baseline: dict[str, int] | None = None, name: str = "rocesim",
+                 field: str = "canary.switches") -> None:
         from rocesim import Fabric, Topology
         from rocesim.config import EcmpConfig
 
@@ -86,14 +87,14 @@ class SimCluster(Cluster):
         switches = list(self._fabric.switch_names)
         unknown = [s for s in canary_switches if s not in switches]
         if unknown:
-            raise ConfigError(f"canary.switches: {unknown} not in the fabric; it has "
+            raise ConfigError(f"{field}: {unknown} not in the fabric; it has "
                               f"{', '.join(switches)}")
         self._switches = list(canary_switches)
         nics: list[str] = []
         for s in self._switches:
             nics.extend(n for n in self._fabric.hosts_under(s) if n not in nics)
         if len(nics) < 2:
-            raise ConfigError(f"canary.switches: {self._switches} have {len(nics)} NICs under "
+            raise ConfigError(f"{field}: {self._switches} have {len(nics)} NICs under "
                               "them; a workload needs at least 2")
         hosts = [n.split("/")[0] for n in nics]
         if spec.topology.rails and len(set(hosts)) < len(hosts):
