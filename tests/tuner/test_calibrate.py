@@ -156,8 +156,8 @@ def test_a_twin_canary_the_twin_lacks_is_named_before_anything_is_stored(
                  .replace("  mode: twin\n", "  mode: twin\n  canary_switches: [leaf9]\n"))
     r = CliRunner().invoke(main, [command, str(f)])
     assert r.exit_code == 2, r.output
-    assert "screen.canary_switches: ['leaf9'] not in the fabric; it has leaf0, leaf1, spine0" \
-        in r.output
+    assert (f"{f}: screen.canary_switches: ['leaf9'] not in the fabric; it has leaf0, leaf1, "
+            "spine0") in r.output
     assert not (tmp_path / "results").exists()  # no study, no canary state, no lock
 
 

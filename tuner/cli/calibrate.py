@@ -34,8 +34,9 @@ def command(experiment: Path, replicates: int) -> None:
     from tuner import calibrate as cal
     from tuner.cluster import build_cluster
     from tuner.cluster.sim import SimCluster
+    from tuner.errors import ConfigError
     from tuner.experiment import load_experiment
-    from tuner.input_checks import check_inputs
+    from tuner.input_checks import check_inputs, with_source
 
     exp = load_experiment(experiment)
     check_inputs(exp, str(experiment))
@@ -47,7 +48,10 @@ def command(experiment: Path, replicates: int) -> None:
         return SimCluster(cal.with_values(spec, values), switches, dict(exp.current),
                           name="twin", field=field)
 
-    twin({})  # a twin that cannot be built fails here, before the canary is measured
+    try:  # a twin that cannot be built fails here, before the canary is measured
+        twin({})
+    except ConfigError as exc:
+        raise with_source(exc, str(experiment)) from None
     with hold(exp.results_path, "calibrate"):
         ssh = exp.fabric.backend == "ssh"
         with build_cluster(exp) as cluster:
