@@ -247,11 +247,32 @@ def load(results: Path, spec: FabricSpec) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
         declared, overrides = dict(data["declared"]), dict(data["overrides"])
+        mine = _declares(spec, declared)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a calibration ecntune wrote ({exc}); delete it or run "
                           "`ecntune calibrate` again") from None
-    mine = spec.topology.model_dump()
-    if any(k not in mine or float(mine[k]) != float(v) for k, v in declared.items()):
+    if not mine:
         return None
-    return {"overrides": overrides, "file": str(path), **{k: data.get(k) for k in
-                                                          ("residuals_fitted", "at")}}
+    return {"overrides": overrides, "declared": declared, "file": str(path),
+            **{k: data.get(k) for k in ("residuals_fitted", "at")}}
+
+
+def for_twin(results: Path, spec: FabricSpec, recorded: dict[str, Any] | None
+             ) -> dict[str, Any] | None:
+    """The calibration a study's twin uses: the one the study recorded when its first process
+    built the twin, if made for this declaration, so that every worker of a shared study, on
+    any machine, builds the same twin; else the results folder's (``load``)."""
+    try:
+        if recorded is not None and isinstance(recorded["overrides"], dict) \
+                and _declares(spec, dict(recorded["declared"])):
+            return recorded
+    except (KeyError, TypeError, ValueError):  # recorded before fits kept their declaration
+        pass
+    return load(results, spec)
+
+
+def _declares(spec: FabricSpec, declared: dict[str, Any]) -> bool:
+    """Whether ``spec``'s topology is the one a fit started from (ValueError, TypeError: a
+    declared value that is not a number)."""
+    mine = spec.topology.model_dump()
+    return all(k in mine and float(mine[k]) == float(v) for k, v in declared.items())

@@ -243,7 +243,8 @@ class StudyRunner:
             return
         from tuner.screen import TwinScreen
 
-        twin = TwinScreen(self.exp, self.cfg)
+        twin = TwinScreen(self.exp, self.cfg,
+                          recorded=study_store.info(self.study).twin_calibration)
         if twin.calibration is not None:  # `ecntune calibrate` fitted this twin
             study_store.record(self.study, twin_calibration=twin.calibration)
             self.twin_calibration = twin.calibration["overrides"]

@@ -15,7 +15,7 @@ once, for both.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from objectives.score import score
 from safety.limits import describe
@@ -34,13 +34,15 @@ if TYPE_CHECKING:
 class TwinScreen:
     """The twin and its baseline; ``verdict(values)`` is None (apply it) or ``screened:<why>``."""
 
-    def __init__(self, exp: Experiment, cfg: ScoreConfig) -> None:
+    def __init__(self, exp: Experiment, cfg: ScoreConfig,
+                 recorded: dict[str, Any] | None = None) -> None:
         from tuner import calibrate
         from tuner.cluster.sim import SimCluster
 
         spec = calibrate.twin_spec(exp)
-        # ``ecntune calibrate``'s values for this twin, when it fitted this declaration
-        self.calibration = calibrate.load(exp.results_path, spec)
+        # ``ecntune calibrate``'s values for this twin, when it fitted this declaration: the
+        # study's (``recorded``, a shared study's other workers) before the results folder's
+        self.calibration = calibrate.for_twin(exp.results_path, spec, recorded)
         if self.calibration is not None:
             spec = calibrate.with_values(spec, self.calibration["overrides"])
         switches, field = calibrate.twin_canary(exp)

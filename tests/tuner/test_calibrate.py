@@ -76,7 +76,10 @@ def test_a_parameter_no_metric_moves_with_stays_as_declared_and_is_named() -> No
     declared = {"buffer_bytes": float(DECLARED)}
     for measured, twin in (({"pause_us_per_s": 0.0}, {"pause_us_per_s": 0.0}),
                            ({"p99_us": 20.0}, {"p99_us": 10.0})):
-        f = cal.fit(lambda values, twin=twin: dict(twin), measured, declared)
+        def same(values: dict[str, float], twin: cal.Metrics = twin) -> cal.Metrics:
+            return dict(twin)
+
+        f = cal.fit(same, measured, declared)
         assert f.fitted == declared and f.unidentified == ["buffer_bytes"]
     f = cal.fit(lambda v: {"p99_us": 25.0 * v["buffer_bytes"] / 2**20}, {"p99_us": 100.0},
                 declared)
@@ -108,7 +111,8 @@ def test_the_speed_is_read_as_ethtool_prints_it() -> None:
     assert link_speed_mbps("\tSpeed: Unknown! (65535)\n") is None
 
 
-def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(tmp_path: Path) -> None:
+def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     f = tmp_path / "calib.yaml"
     f.write_text(YAML.replace("RESULTS", str(tmp_path / "results")))
     r = CliRunner().invoke(main, ["calibrate", str(f)])
@@ -130,6 +134,24 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(tmp_path: Pat
     st = optuna_io.load_study("c1", f"sqlite:///{tmp_path / 'results' / 'optuna.db'}")
     used = study_store.info(st).twin_calibration
     assert used is not None and used["overrides"] == {"buffer_bytes": fitted}
+
+    # another process of the study without the file (a worker on another machine; here a
+    # resume after the file went): its twin is the one the study recorded
+    (tmp_path / "results" / cal.FILE).unlink()
+    from tuner import screen
+
+    built: list[int] = []
+    init = screen.TwinScreen.__init__
+
+    def spy(self: screen.TwinScreen, *a: object, **k: object) -> None:
+        init(self, *a, **k)  # type: ignore[arg-type]
+        built.append(self.twin.spec.topology.buffer_bytes)
+
+    monkeypatch.setattr(screen.TwinScreen, "__init__", spy)
+    r = CliRunner().invoke(main, ["resume", "c1", "--results", str(tmp_path / "results"),
+                                  "--experiment", str(f), "--trials", "2", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert built == [fitted]
 
 
 def test_a_baseline_the_buffer_does_not_act_on_leaves_it_as_declared(tmp_path: Path) -> None:
@@ -171,6 +193,13 @@ def test_a_calibration_of_another_twin_is_not_used_and_a_broken_one_is_named(
     assert cal.load(tmp_path, spec)["overrides"] == {"buffer_bytes": 4000000}  # type: ignore
     other = cal.with_values(spec, {"buffer_bytes": 2**23})  # the declaration changed since
     assert cal.load(tmp_path, other) is None
+    # a study's recorded fit: used for its own declaration only, and one recorded without its
+    # declaration (older studies) is not trusted
+    recorded = {"overrides": {"buffer_bytes": 3000000}, "declared": {"buffer_bytes": DECLARED}}
+    assert cal.for_twin(tmp_path, spec, recorded) is recorded
+    assert cal.for_twin(tmp_path, other, recorded) is None
+    from_file = cal.for_twin(tmp_path, spec, {"overrides": {"buffer_bytes": 1}})
+    assert from_file is not None and from_file["overrides"] == {"buffer_bytes": 4000000}
     (tmp_path / cal.FILE).write_text("{not json")
     with pytest.raises(ConfigError, match=rf"{tmp_path / cal.FILE}: not a calibration"):
         cal.load(tmp_path, spec)
