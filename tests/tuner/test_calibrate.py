@@ -68,6 +68,11 @@ def test_fit_finds_a_monotone_parameter_and_skips_silent_metrics() -> None:
     assert abs(f.fitted["buffer_bytes"] / TRUE_BUFFER - 1) < 0.05
     assert set(f.residuals_fitted) == {"p99_us"}  # pause at its floor on both: says nothing
     assert cal.loss({"p99_us": 0.1}, {"p99_us": 0.2}) == math.inf  # both under the floor
+    # pause under 0.01 % of the time is none: a canary paused 0.022 % against a twin never
+    # paused is a 2.2x miss, not 222x
+    assert cal.residuals({"pause_us_per_s": 50.0}, {"pause_us_per_s": 0.0}) == {}
+    assert cal.residuals({"pause_us_per_s": 222.0}, {"pause_us_per_s": 0.0}) == {
+        "pause_us_per_s": pytest.approx(math.log(100 / 222))}
 
 
 def test_a_parameter_no_metric_moves_with_stays_as_declared_and_is_named() -> None:
