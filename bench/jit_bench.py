@@ -108,12 +108,23 @@ def render(rows: list[tuple[tuple[float, float], tuple[float, float]]],
               "took it from 9.0-9.3 to 8.2-8.8 s (3 pairs, "
               "side by side). Tried without gain: LLVM at -O1/-O2 (9.9/10.6 s against "
               "10.1 s), IR-inlining the 20 helpers with one call site (11.5 s against 9.5 s). "
-              "What remains (~9 s, once per machine): LLVM ~60 % (each helper's module is "
-              "optimised and code-generated on its own, then again inside `run`, whose linked "
-              "module alone takes 1.3 s to optimise and 0.7 s to emit), numba typing and "
-              "lowering ~40 %, spread over ~45 functions (0.1-0.5 s each). Compiling in a "
+              "What remains (~8-9 s, once per machine), measured on one simulation of "
+              "quick_leaf_spine.yaml (8.1 s): LLVM 3.4 s (numba's `numba:llvm_lock` event; "
+              "each helper's module is optimised and code-generated on its own, then again "
+              "inside `run`, whose linked module alone takes 1.3 s to optimise and 0.7 s to "
+              "emit), numba's lowering on the Python side ~2.5 s and type inference ~1.2 s, "
+              "spread over ~45 functions (0.02-0.5 s each; `run`'s own 1.8 s). LLVM's level "
+              "barely moves it: 7.7 s at NUMBA_OPT=0 (and the simulation 5 s slower), 7.3 s at "
+              "1. Compiling in a "
               "second process while the run sets up cannot hide it: in a warm run the first "
-              f"simulation starts {first_sim:.1f} s into the command (measured here).",
+              f"simulation starts {first_sim:.1f} s into the command (measured here). "
+              "Compiling part of it in a second process, at once, on the second core: with "
+              "the signatures known in advance, a second process compiling the last six "
+              "phases of the step (`pfc` to `collectives`) while the first compiles the rest "
+              "took the first simulation's compile from 8.3 to 5.4-5.6 s (one run each, "
+              "quick_leaf_spine.yaml, empty cache): an upper bound of ~1.45 cold/warm here, "
+              "short of 1.3 and not built (the kernel's signatures would have to be derived "
+              "before the first compile).",
               END]
     return "\n".join(lines) + "\n"
 
