@@ -96,12 +96,15 @@ _NO = np.int8(0)
 
 # Every helper is its own compiled function, without numba IR inlining (``inline="always"``
 # copied and re-typed each callee's IR at every call site: ~30 % of the cold compile under
-# cProfile); LLVM still inlines them into ``run``. Results are bit-identical and S2/S3 speed
-# unchanged (interleaved A/B, #24 item 4). Nothing here allocates, so no reference counting.
-# Only what the engine calls from Python (``_pyjit``, ``run``, ``burst_table``) gets a Python
-# entry point: building one per helper was 45 % of the first compile (17.5 -> 9.6 s).
+# cProfile), and marked ``alwaysinline`` for LLVM (``forceinline``), which inlines it into
+# ``run`` after linking at no extra compile time. Left to LLVM's own cost model the phases
+# stayed calls, each passing every field of the state structures it takes: a small step took
+# 2.8x as long (S1 17 -> 6 ms, inc4_100g_kA_mlx 18.0 -> 5.1 ms; results bit-identical,
+# bench/rocesim_digest.py). Nothing here allocates, so no reference counting. Only what the
+# engine calls from Python (``_pyjit``, ``run``, ``burst_table``) gets a Python entry point:
+# building one per helper was 45 % of the first compile (17.5 -> 9.6 s).
 _jit = njit(cache=True, error_model="numpy", _nrt=False,  # type: ignore[call-overload]
-            no_cpython_wrapper=True, no_cfunc_wrapper=True)
+            no_cpython_wrapper=True, no_cfunc_wrapper=True, forceinline=True)
 _pyjit = njit(cache=True, error_model="numpy", _nrt=False,  # type: ignore[call-overload]
               no_cfunc_wrapper=True)
 
