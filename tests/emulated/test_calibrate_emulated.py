@@ -64,12 +64,14 @@ results_dir: {tmp_path / "results"}
     assert r.exit_code == 0, r.output
     saved = json.loads((tmp_path / "results" / "twin-calibration.json").read_text())
     # the twin was declared with 200G NICs and 400G uplinks: ethtool and CONFIG_DB say 100G
+    # and the link delay, which nothing reports, is fitted to the probes' p50: the stand-in's
+    # 2.1 µs is the declared 1-µs twin's
     assert saved["overrides"] == {"buffer_bytes": PLANTED, "pfc_alpha_log2": 0, "nic_gbps": 100,
-                                  "uplink_gbps": 100}
+                                  "uplink_gbps": 100, "link_delay_us": 1.0}
     assert abs(saved["overrides"]["buffer_bytes"] / PLANTED - 1) <= 0.15
     assert saved["declared"] == {"buffer_bytes": declared, "pfc_alpha_log2": -3,
-                                 "nic_gbps": 200, "uplink_gbps": 400}
-    assert saved["fitted"] == {}  # nothing left to fit: the gear reported all four
+                                 "nic_gbps": 200, "uplink_gbps": 400, "link_delay_us": 1.0}
+    assert saved["fitted"] == {"link_delay_us": 1.0}  # the gear reported the other four
     assert "CONFIG_DB BUFFER_PG|Ethernet0|3-4 -> pg_lossless_100000_5m_profile" in saved["source"]
     assert "the canary: CONFIG_DB BUFFER_PG" in r.output
     assert "the canary: ethtool Speed 100000Mb/s on 8 NICs" in r.output

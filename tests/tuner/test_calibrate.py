@@ -21,6 +21,7 @@ from tuner.errors import ConfigError
 from tuner.experiment import parse_experiment
 
 TRUE_BUFFER = 4 * 2**20
+BUFFER = {"buffer_bytes": cal.FREE["buffer_bytes"]}  # the buffer alone free
 DECLARED = int(TRUE_BUFFER * 1.4)
 TOPO = "{{kind: leaf_spine, leaves: 2, spines: 1, hosts_per_leaf: 4, buffer_bytes: {}, " \
        "dce_tcp_g_reading: kept}}"
@@ -64,7 +65,7 @@ def test_fit_finds_a_monotone_parameter_and_skips_silent_metrics() -> None:
         return {"p99_us": 25.0 * values["buffer_bytes"] / 2**20, "pause_us_per_s": 0.0}
 
     f = cal.fit(simulate, {"p99_us": 100.0, "pause_us_per_s": 0.0},
-                {"buffer_bytes": float(DECLARED)})
+                {"buffer_bytes": float(DECLARED)}, BUFFER)
     assert abs(f.fitted["buffer_bytes"] / TRUE_BUFFER - 1) < 0.05
     assert set(f.residuals_fitted) == {"p99_us"}  # pause at its floor on both: says nothing
     assert cal.loss({"p99_us": 0.1}, {"p99_us": 0.2}) == math.inf  # both under the floor
@@ -84,10 +85,10 @@ def test_a_parameter_no_metric_moves_with_stays_as_declared_and_is_named() -> No
         def same(values: dict[str, float], twin: cal.Metrics = twin) -> cal.Metrics:
             return dict(twin)
 
-        f = cal.fit(same, measured, declared)
+        f = cal.fit(same, measured, declared, BUFFER)
         assert f.fitted == declared and f.unidentified == ["buffer_bytes"]
     f = cal.fit(lambda v: {"p99_us": 25.0 * v["buffer_bytes"] / 2**20}, {"p99_us": 100.0},
-                declared)
+                declared, BUFFER)
     assert f.unidentified == []
 
 
@@ -125,7 +126,9 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(
     saved = json.loads((tmp_path / "results" / cal.FILE).read_text())
     fitted = saved["overrides"]["buffer_bytes"]
     assert abs(fitted / TRUE_BUFFER - 1) <= 0.15, fitted  # issue #24: within 15 %
-    assert saved["declared"] == {"buffer_bytes": DECLARED} and saved["taken"] == {}
+    # the link delay, declared right, stays: a delay within one 1-µs step is the same twin
+    assert saved["declared"] == {"buffer_bytes": DECLARED, "link_delay_us": 1.0}
+    assert saved["taken"] == {} and saved["overrides"]["link_delay_us"] == 1.0
     assert "fitted to the measurements" in r.output and "buffer_bytes" in r.output
     # the fit closes the gap it was given, on every metric the issue names (busbw, probe
     # p50/p99, ECN marks, PFC pause): every residual smaller than before
@@ -138,7 +141,7 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(
     assert r.exit_code == 0, r.output
     st = optuna_io.load_study("c1", f"sqlite:///{tmp_path / 'results' / 'optuna.db'}")
     used = study_store.info(st).twin_calibration
-    assert used is not None and used["overrides"] == {"buffer_bytes": fitted}
+    assert used is not None and used["overrides"] == saved["overrides"]
 
     # another process of the study without the file (a worker on another machine; here a
     # resume after the file went): its twin is the one the study recorded
@@ -159,6 +162,23 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(
     assert built == [fitted]
 
 
+def test_calibrate_recovers_a_planted_link_delay_to_the_twins_step(tmp_path: Path) -> None:
+    # the canary's links take 3 µs (a longer base RTT than declared): the probes' p50 says so,
+    # and the fitted delay lands in the twin's 3-µs step (it moves bytes in whole 1-µs steps)
+    f = tmp_path / "calib.yaml"
+    canary = f"buffer_bytes: {TRUE_BUFFER},"
+    f.write_text(YAML.replace("RESULTS", str(tmp_path / "results"))
+                 .replace(canary, f"{canary} link_delay_us: 3.0,", 1))
+    r = CliRunner().invoke(main, ["calibrate", str(f)])
+    assert r.exit_code == 0, r.output
+    saved = json.loads((tmp_path / "results" / cal.FILE).read_text())
+    assert saved["declared"]["link_delay_us"] == 1.0
+    assert round(saved["overrides"]["link_delay_us"]) == 3, saved["overrides"]
+    assert abs(saved["overrides"]["buffer_bytes"] / TRUE_BUFFER - 1) <= 0.15
+    before, after = saved["residuals_declared"], saved["residuals_fitted"]
+    assert abs(after["p50_us"]) < abs(before["p50_us"]) / 2, (before, after)
+
+
 def test_a_baseline_the_buffer_does_not_act_on_leaves_it_as_declared(tmp_path: Path) -> None:
     # an all-reduce and probes alone never fill the buffer: every twin measures the same, and
     # calibrate says so instead of writing a buffer from an end of its range
@@ -170,7 +190,7 @@ def test_a_baseline_the_buffer_does_not_act_on_leaves_it_as_declared(tmp_path: P
     r = CliRunner().invoke(main, ["calibrate", str(f)])
     assert r.exit_code == 0, r.output
     saved = json.loads((tmp_path / "results" / cal.FILE).read_text())
-    assert saved["overrides"] == {"buffer_bytes": DECLARED}
+    assert saved["overrides"] == {"buffer_bytes": DECLARED, "link_delay_us": 1.0}
     assert saved["unidentified"] == ["buffer_bytes"]
     assert "kept as declared: no measured metric moves with it" in r.output
 
