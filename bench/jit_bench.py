@@ -1,9 +1,11 @@
 """First run against a warm run: `ecntune run experiments/quick.yaml` with an empty numba cache
-(cold: the kernel is compiled) and with the cache it left (warm), interleaved (#24 item 4).
+(cold: the kernel is compiled) and with the cache it left (warm) (#24 item 4).
 
-The machine is shared and noisy: each repeat runs one cold and one warm run back to back (order
-alternating), and the table reports the median of the per-repeat cold/warm ratios, in wall and
-in CPU time of the child process. Writes its section of docs/benchmarks.md.
+The machine is shared and noisy: each repeat runs a cold run, a cold run compiling in one
+process (``ROCESIM_SPLIT_COMPILE=0``) and a warm run back to back, in rotating order, with
+MLflow logging on (as the README runs it) and off; the table reports the median of the
+per-repeat ratios, in wall time and in CPU time of the command and its children. Writes its
+section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,37 +25,38 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- jit:start -->", "<!-- jit:end -->"
 TARGET = 1.3
-# What compiling the step's last six phases in a second process saved on the first simulation's
-# compile (8.3 -> 5.4-5.6 s, quick_leaf_spine.yaml, measured once by hand): see render's text.
-PARALLEL_SAVING_S = 2.8
 
 
-def one_run(cache: str, results: str, trials: int | None) -> tuple[float, float]:
-    """Wall and CPU seconds of one `ecntune run experiments/quick.yaml` with ``cache``."""
+def one_run(cache: str, results: str, trials: int | None, mlflow: bool,
+            split: bool = True) -> tuple[float, float]:
+    """Wall and CPU seconds (the command and its children) of one `ecntune run
+    experiments/quick.yaml` with the numba cache ``cache``."""
     cmd = [str(Path(sys.executable).parent / "ecntune"), "run", "experiments/quick.yaml",
-           "--quiet", "--no-mlflow", "--results", results]
+           "--quiet", "--results", results] + ([] if mlflow else ["--no-mlflow"])
     if trials:
         cmd += ["--trials", str(trials)]
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, ROCESIM_SPLIT_COMPILE="1" if split else "0")
     c0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
     t1, c1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     return t1 - t0, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
 
 
-def pair(i: int, trials: int | None) -> tuple[tuple[float, float], tuple[float, float]]:
-    """One cold and one warm run (warm first on odd repeats); each cold run gets a new cache."""
+Runs = tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
+
+
+def repeat(i: int, trials: int | None, mlflow: bool) -> Runs:
+    """A cold run (the first compile split over two processes), a cold run compiling in one
+    process, and a warm run, in an order that rotates with ``i``; each cold run gets a new
+    cache."""
+    out: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cache = str(Path(tmp) / "numba")
-        if i % 2:
-            one_run(cache, str(Path(tmp) / "prime"), trials)  # fills the cache, not counted
-            warm = one_run(cache, str(Path(tmp) / "warm"), trials)
-            with tempfile.TemporaryDirectory() as tmp2:
-                cold = one_run(tmp2, str(Path(tmp2) / "cold"), trials)
-        else:
-            cold = one_run(cache, str(Path(tmp) / "cold"), trials)
-            warm = one_run(cache, str(Path(tmp) / "warm"), trials)
-    return cold, warm
+        warm_cache = str(Path(tmp) / "warm")
+        one_run(warm_cache, str(Path(tmp) / "prime"), trials, mlflow)  # fills it, not counted
+        for k in ("cold", "one", "warm")[i % 3:] + ("cold", "one", "warm")[:i % 3]:
+            cache = warm_cache if k == "warm" else str(Path(tmp) / f"empty-{k}")
+            out[k] = one_run(cache, str(Path(tmp) / k), trials, mlflow, split=k != "one")
+    return out["cold"], out["one"], out["warm"]
 
 
 FIRST_SIM = """
@@ -76,62 +79,68 @@ def first_simulation_s(results: str) -> float:
     """Seconds from process start to the first simulation of a warm quick.yaml run: the time a
     compile in a second process could hide behind the run's own set-up."""
     res = subprocess.run([sys.executable, "-c", FIRST_SIM, "run", "experiments/quick.yaml",
-                          "--quiet", "--no-mlflow", "--results", results, "--trials", "1"],
+                          "--quiet", "--results", results, "--trials", "1"],
                          cwd=ROOT, capture_output=True, text=True, check=True)
     return float(res.stderr.strip().splitlines()[0])
 
 
-def render(rows: list[tuple[tuple[float, float], tuple[float, float]]],
-           trials: int | None, first_sim: float) -> str:
-    wall = statistics.median(c[0] / w[0] for c, w in rows)
-    cpu = statistics.median(c[1] / w[1] for c, w in rows)
-    bound = statistics.median((c[0] - PARALLEL_SAVING_S) / w[0] for c, w in rows)
+def _ratios(rows: list[Runs], col: int, field: int) -> float:
+    return statistics.median(r[col][field] / r[2][field] for r in rows)
+
+
+def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) -> str:
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
     what = f"--trials {trials}" if trials else "as shipped"
+    n = len(next(iter(table.values())))
     lines = [START, "## First run (cold numba cache) against a warm run", "",
              f"Produced by `bench/jit_bench.py` on {now} (load average at end {load:.1f}): "
-             f"`ecntune run experiments/quick.yaml` ({what}), {len(rows)} interleaved "
-             f"cold/warm pairs; target cold/warm <= {TARGET}.", "",
-             "| pair | cold wall s | warm wall s | cold/warm wall | cold CPU s | warm CPU s | "
-             "cold/warm CPU |", "|---|---|---|---|---|---|---|"]
-    for i, (c, w) in enumerate(rows):
-        lines.append(f"| {i} | {c[0]:.1f} | {w[0]:.1f} | {c[0] / w[0]:.2f} | {c[1]:.1f} | "
-                     f"{w[1]:.1f} | {c[1] / w[1]:.2f} |")
-    lines += ["", f"Median cold/warm: wall {wall:.2f}, CPU {cpu:.2f} "
-              f"({'within' if max(wall, cpu) <= TARGET else 'over'} the {TARGET} target).",
-              "", "Where the cold run's extra time goes. Before #24 item 4 (cProfile): numba IR "
+             f"`ecntune run experiments/quick.yaml` ({what}; with MLflow logging, as the README "
+             f"runs it, and with `--no-mlflow`), {n} repeats of three runs in rotating order: "
+             "*cold* (empty numba cache; the first compile split over two processes, "
+             "`rocesim/_compile.py`), *one process* (empty cache, `ROCESIM_SPLIT_COMPILE=0`: "
+             "the compile as before), *warm* (the cache a run left). Ratios are per repeat, "
+             f"then the median; CPU is the command's and its children's. Target cold/warm <= "
+             f"{TARGET}.", "",
+             "| MLflow | repeat | cold wall s | one process wall s | warm wall s | "
+             "cold/warm wall | one process/warm wall | cold/warm CPU |",
+             "|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for mlflow, rows in table.items():
+        for i, (c, o, w) in enumerate(rows):
+            lines.append(f"| {'on' if mlflow else 'off'} | {i} | {c[0]:.1f} | {o[0]:.1f} | "
+                         f"{w[0]:.1f} | {c[0] / w[0]:.2f} | {o[0] / w[0]:.2f} | "
+                         f"{c[1] / w[1]:.2f} |")
+        wall, one, cpu = _ratios(rows, 0, 0), _ratios(rows, 1, 0), _ratios(rows, 0, 1)
+        verdicts.append(f"MLflow {'on' if mlflow else 'off'}: cold/warm wall {wall:.2f} "
+                        f"({'within' if wall <= TARGET else 'over'} the {TARGET} target; "
+                        f"{one:.2f} compiling in one process), CPU {cpu:.2f}")
+    lines += ["", "Median " + "; ".join(verdicts) + ".", "",
+              "Where the cold run's extra time goes. Before #24 item 4 (cProfile): numba IR "
               "inlining (`inline=\"always\"` copies and re-types each helper at every call "
               "site) ~30 %, type inference and SSA ~30 %, lowering and LLVM ~40 %. The helpers "
               "became separate compiled functions (results bit-identical; marked "
               "`alwaysinline` for LLVM since a small step, left to LLVM's cost model, was "
               "2.8x slower: S1 17 -> 6 ms at no compile cost), and then lost their Python "
-              "entry points, which only the four "
-              "functions the engine calls from Python need: the first compile of the kernel "
-              "(one all-reduce on the default fabric, empty cache) went from 17.5 to 9.6 s, "
-              "measured side by side; and one signature per helper (a literal 0 or 1 argument, or "
-              "an int64 index where other calls pass uint32, compiled 6 helpers a second time) "
-              "took it from 9.0-9.3 to 8.2-8.8 s (3 pairs, "
-              "side by side). Tried without gain: LLVM at -O1/-O2 (9.9/10.6 s against "
-              "10.1 s), IR-inlining the 20 helpers with one call site (11.5 s against 9.5 s). "
-              "What remains (~8-9 s, once per machine), measured on one simulation of "
-              "quick_leaf_spine.yaml (8.1 s): LLVM 3.4 s (numba's `numba:llvm_lock` event; "
-              "each helper's module is optimised and code-generated on its own, then again "
-              "inside `run`, whose linked module alone takes 1.3 s to optimise and 0.7 s to "
-              "emit), numba's lowering on the Python side ~2.5 s and type inference ~1.2 s, "
-              "spread over ~45 functions (0.02-0.5 s each; `run`'s own 1.8 s). LLVM's level "
-              "barely moves it: 7.7 s at NUMBA_OPT=0 (and the simulation 5 s slower), 7.3 s at "
-              "1. Compiling in a "
-              "second process while the run sets up cannot hide it: in a warm run the first "
-              f"simulation starts {first_sim:.1f} s into the command (measured here). "
-              "Compiling part of it in a second process, at once, on the second core: with "
-              "the signatures known in advance, a second process compiling the last six "
-              "phases of the step (`pfc` to `collectives`) while the first compiles the rest "
-              "took the first simulation's compile from 8.3 to 5.4-5.6 s (one run each, "
-              f"quick_leaf_spine.yaml, empty cache): an upper bound of {bound:.2f} cold/warm "
-              f"here (each cold run above less {PARALLEL_SAVING_S} s), short of {TARGET} and "
-              "not built (the kernel's signatures would have to be derived before the first "
-              "compile).",
+              "entry points, which only the four functions the engine calls from Python need: "
+              "the first compile of the kernel (one all-reduce on the default fabric, empty "
+              "cache) went from 17.5 to 9.6 s, measured side by side; and one signature per "
+              "helper took it from 9.0-9.3 to 8.2-8.8 s. Tried without gain: LLVM at -O1/-O2, "
+              "IR-inlining the 20 helpers with one call site. What remains, on one simulation "
+              "of quick_leaf_spine.yaml from an empty cache (8.4-8.8 s in one process, each "
+              "function's compile timed): `burst_table` 0.8 s (it fills the structures, so it "
+              "comes first), the two functions that set the structures up 0.3 s, the per-flow "
+              "phases and the rest of the step ~2.6 s (`arrive` 0.3, `notify` 0.2, `react` "
+              "0.7, `record` 0.4, `pfc` 0.3, `probes` 0.4), the later phases ~3.1 s "
+              "(`service` 0.8, `marking` 0.6, `injection` 1.1, `collectives` 0.6), and `run` "
+              "itself ~2 s (its typing and lowering, then LLVM on the linked module with every "
+              "phase inlined). The split runs the later phases in a second process while this "
+              "one compiles the rest, then `run` loads them from the cache: 6.3-6.6 s for "
+              "that simulation (bit-identical: `tests/rocesim/test_compile.py`, "
+              "`bench/rocesim_digest.py`). `burst_table` and `run` stay serial: ~2.8 s that "
+              "two cores cannot share. Compiling in the background while the run sets up would "
+              f"hide little: a warm run's first simulation starts {first_sim:.1f} s into the "
+              "command (measured here, with MLflow).",
               END]
     return "\n".join(lines) + "\n"
 
@@ -148,14 +157,15 @@ def write_section(text: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="cold/warm pairs (median shown)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats per MLflow setting")
     ap.add_argument("--trials", type=int, default=None, help="override budget.trials")
     ap.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
     args = ap.parse_args()
-    rows = [pair(i, args.trials) for i in range(max(1, args.repeats))]
-    with tempfile.TemporaryDirectory() as tmp:  # the cache is warm after the pairs
+    table = {mlflow: [repeat(i, args.trials, mlflow) for i in range(max(1, args.repeats))]
+             for mlflow in (True, False)}
+    with tempfile.TemporaryDirectory() as tmp:  # the cache is warm after the runs
         first_sim = first_simulation_s(str(Path(tmp) / "first"))
-    text = render(rows, args.trials, first_sim)
+    text = render(table, args.trials, first_sim)
     print(text)
     if not args.no_write:
         write_section(text)

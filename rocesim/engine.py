@@ -57,6 +57,7 @@ import numpy as np
 
 from rocesim import _kernel as K
 from rocesim import _state as S
+from rocesim._compile import two_processes
 from rocesim.config import FIXED_UDP_SPORT
 from rocesim.fabric import OTHER_LOSSLESS_TC, OTHER_LOSSY_TC, ROCE_TC, Fabric
 from rocesim.workload import (
@@ -273,10 +274,11 @@ class Simulation:
         self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
         self.state = self._pack()
-        K.arrival_limits(self.state[0], self.state[1])
-        fl = self.state[3]
-        K.count_ingress(fl.live, np.int64(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
-                        fl.pair_stamp, self.nfl, -(2**62))
+        with two_processes(self):  # the first compile, on two cores (no-op on a warm cache)
+            K.arrival_limits(self.state[0], self.state[1])
+            fl = self.state[3]
+            K.count_ingress(fl.live, np.int64(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
+                            fl.pair_stamp, self.nfl, -(2**62))
 
     def _pack(self) -> tuple[S.LinkState, S.SwitchState, S.NicState, S.FlowState,
                              S.GroupState, S.ProbeState, S.SeriesState, S.Scratch]:

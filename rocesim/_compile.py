@@ -1,0 +1,133 @@
+"""The kernel's first compile, split over two processes (#24 item 4).
+
+With an empty numba cache the first simulation compiles ~40 functions: ~9 s on one core, which
+a new user meets on their first run. ``two_processes`` starts a second Python that compiles the
+step's later phases (``ELSEWHERE``, with what they call) into numba's on-disk cache while this
+process compiles the rest, waits for it, and leaves ``run`` to its first call, which loads the
+second half from the cache: numba caches each function's LLVM bitcode with its object code, so
+``run`` still inlines every phase, and the results are bit-identical.
+
+The phases' signatures are the ones ``run`` calls them with (``signatures``; a test holds them to
+what a compile of ``run`` produces): a phase compiled with another signature would be compiled
+again by ``run``, which costs time and nothing else. A warm cache, a kernel already compiled in
+this process, ``ROCESIM_SPLIT_COMPILE=0`` or a second process that fails leaves the ordinary
+path: every function is compiled (or loaded) where it is first called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numba
+from numba.core import types
+
+from rocesim import _kernel as K
+
+log = logging.getLogger("rocesim.compile")
+
+# Compiled by the second process, with what they call: about half of the compile before
+# ``run``'s own, once this process has compiled ``burst_table`` (before the split: the
+# structures hold its tables) and the two functions that set the structures up (measured one
+# by one with an empty cache: docs/benchmarks.md, "First run").
+ELSEWHERE = ("service", "marking", "injection", "collectives")
+HERE = ("arrive", "notify", "react", "record", "all_done", "pfc", "probes")
+_split_done = False
+WAIT_S = 600.0  # a second process still compiling then is stopped: ``run`` compiles the rest
+
+
+def signatures(sim: Any) -> dict[str, tuple[Any, ...]]:
+    """Numba argument types of ``run`` and of the phases it calls, for ``sim``'s structures."""
+    L, S, N, F, G, P, R, X = (numba.typeof(s) for s in sim.state)
+    i8, u4, f8, b1 = types.int64, types.uint32, types.float64, types.boolean
+    rng, lrate = numba.typeof(sim.rng), numba.typeof(sim.state[6].lrate)
+    return {
+        "run": (i8, i8, f8, i8, rng, L, S, N, F, G, P, R, X),
+        "arrive": (u4, i8, L, S, F),
+        "notify": (u4, i8, i8, f8, f8, N, F, L, X),
+        "react": (u4, i8, f8, f8, N, F),
+        "record": (i8, f8, L, F, R, X, types.literal(False)),
+        "all_done": (G,),
+        "pfc": (i8, f8, f8, L, S),
+        "service": (i8, i8, f8, f8, L, S, X),
+        "marking": (i8, f8, rng, L, S, F, X),
+        "injection": (f8, L, S, F, X, lrate, b1),
+        "probes": (f8, f8, rng, L, S, P, X),
+        "collectives": (i8, f8, L, F, G, lrate, b1),
+    }
+
+
+def _tried() -> bool:
+    """True once this process has compiled or loaded ``run``, or split a compile (a second
+    simulation built before the first one runs finds the phases compiled), or if splitting is
+    off."""
+    return bool(_split_done or K.run.overloads or getattr(numba.config, "DISABLE_JIT", False)
+                or os.environ.get("ROCESIM_SPLIT_COMPILE", "1") == "0")
+
+
+def cold(run_sig: tuple[Any, ...]) -> bool:
+    """True if neither this process nor numba's cache holds ``run`` for ``run_sig``."""
+    if _tried():
+        return False
+    try:  # numba's cache index (internal): {(signature, target, source stamp): file}
+        index = K.run._cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001  -- an unknown numba: take the ordinary path
+        return False
+    return not any(key[0] == run_sig for key in index)
+
+
+@contextlib.contextmanager
+def two_processes(sim: Any) -> Iterator[None]:
+    """Around ``sim``'s first calls into the kernel: with a cold cache, ``ELSEWHERE`` compiles
+    in a second process while the block and then ``HERE`` compile in this one."""
+    global _split_done
+    sigs = None if _tried() else signatures(sim)  # the common case costs one test
+    if sigs is None or not cold(sigs["run"]):
+        yield
+        return
+    _split_done = True
+    with tempfile.NamedTemporaryFile(suffix=".sigs") as job, tempfile.TemporaryFile() as err:
+        pickle.dump({name: sigs[name] for name in ELSEWHERE}, job)
+        job.flush()
+        # the child imports this rocesim (its source files key numba's cache), wherever it is
+        here = str(Path(K.__file__).resolve().parents[1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [here, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        child = subprocess.Popen([sys.executable, "-m", "rocesim._compile", job.name], env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=err)
+        try:
+            yield
+            for name in HERE:
+                getattr(K, name).compile(sigs[name])
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=WAIT_S)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+        if child.returncode:
+            err.seek(0)
+            log.warning("the kernel's second compile process failed (exit %s), so its phases "
+                        "(%s) compile in this process: %s", child.returncode,
+                        ", ".join(ELSEWHERE), err.read()[-2000:].decode(errors="replace").strip())
+
+
+def _compile_from(path: str) -> int:
+    with open(path, "rb") as f:
+        sigs = pickle.load(f)
+    for name, sig in sigs.items():
+        getattr(K, name).compile(sig)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_compile_from(sys.argv[1]))
