@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import pickle
+import select
 import subprocess
 import sys
 import tempfile
@@ -34,23 +35,24 @@ from rocesim import _kernel as K
 
 log = logging.getLogger("rocesim.compile")
 
-# Compiled by the second process, with what they call: about half of the compile before
-# ``run``'s own, once this process has compiled ``burst_table`` (before the split: the
-# structures hold its tables) and the two functions that set the structures up (measured one
-# by one with an empty cache: docs/benchmarks.md, "First run").
-ELSEWHERE = ("service", "marking", "injection", "collectives")
-HERE = ("arrive", "notify", "react", "record", "all_done", "pfc", "probes")
+# Compiled by the second process, in this order, with what they call: ``burst_table`` (the
+# first thing a simulation calls: its tables fill the structures) and about half of the phases'
+# compile time (measured one by one with an empty cache: docs/benchmarks.md, "First run").
+ELSEWHERE = ("burst_table", "service", "marking", "injection")
+HERE = ("arrive", "notify", "react", "record", "all_done", "pfc", "probes", "collectives")
 _split_done = False
 WAIT_S = 600.0  # a second process still compiling then is stopped: ``run`` compiles the rest
 
 
 def signatures(sim: Any) -> dict[str, tuple[Any, ...]]:
-    """Numba argument types of ``run`` and of the phases it calls, for ``sim``'s structures."""
+    """Numba argument types of ``run``, of the phases it calls and of ``burst_table``, for
+    ``sim``'s structures (their types, not their values: the burst tables may be stand-ins)."""
     L, S, N, F, G, P, R, X = (numba.typeof(s) for s in sim.state)
     i8, u4, f8, b1 = types.int64, types.uint32, types.float64, types.boolean
     rng, lrate = numba.typeof(sim.rng), numba.typeof(sim.state[6].lrate)
     return {
         "run": (i8, i8, f8, i8, rng, L, S, N, F, G, P, R, X),
+        "burst_table": (i8, i8),
         "arrive": (u4, i8, L, S, F),
         "notify": (u4, i8, i8, f8, f8, N, F, L, X),
         "react": (u4, i8, f8, f8, N, F),
@@ -86,8 +88,10 @@ def cold(run_sig: tuple[Any, ...]) -> bool:
 
 @contextlib.contextmanager
 def two_processes(sim: Any) -> Iterator[None]:
-    """Around ``sim``'s first calls into the kernel: with a cold cache, ``ELSEWHERE`` compiles
-    in a second process while the block and then ``HERE`` compile in this one."""
+    """Around ``sim``'s first calls into the kernel (its burst tables first; ``sim.state`` may
+    hold stand-ins of their types): with a cold cache, a second process compiles ``ELSEWHERE``
+    while this one compiles ``HERE``, then waits for ``burst_table``, runs the block, and waits
+    for the rest."""
     global _split_done
     sigs = None if _tried() else signatures(sim)  # the common case costs one test
     if sigs is None or not cold(sigs["run"]):
@@ -102,18 +106,23 @@ def two_processes(sim: Any) -> Iterator[None]:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [here, *filter(None, [os.environ.get("PYTHONPATH")])]))
         child = subprocess.Popen([sys.executable, "-m", "rocesim._compile", job.name], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=err)
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        assert child.stdout is not None
         try:
-            yield
             for name in HERE:
                 getattr(K, name).compile(sigs[name])
+            # the child names each function once it is in the cache; it ends its output early
+            # only by ending
+            if select.select([child.stdout], [], [], WAIT_S)[0]:
+                child.stdout.readline()
+            yield
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=WAIT_S)
         finally:
             if child.poll() is None:
                 child.kill()
             child.wait()
+            child.stdout.close()
         if child.returncode:
             err.seek(0)
             log.warning("the kernel's second compile process failed (exit %s), so its phases "
@@ -126,6 +135,7 @@ def _compile_from(path: str) -> int:
         sigs = pickle.load(f)
     for name, sig in sigs.items():
         getattr(K, name).compile(sig)
+        print(name, flush=True)
     return 0
 
 

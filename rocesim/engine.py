@@ -263,7 +263,10 @@ class Simulation:
         # microburst law up to the most ingress ports any egress queue can have
         in_deg = np.bincount(self.l_dst_sw[self.l_dst_sw >= 0], minlength=1)
         n_max = int(min(K.BURST_N_CAP, max(2, int(in_deg.max(initial=0)))))
-        self.btail, self.bwork, self.bmean = _burst_tables(n_max)
+        # stand-ins of the burst tables' types: a cold cache's first compile starts from the
+        # structures' types (rocesim._compile), and the tables come from a compiled function
+        self.btail = self.bwork = np.zeros((1, 1, 1))
+        self.bmean = np.zeros((1, 1))
         self.burst = np.zeros((n_links, 2, 4))
         self.ts_every = np.array([1], dtype=np.int64)
         self.ts_n = np.zeros(1, dtype=np.int64)
@@ -275,6 +278,8 @@ class Simulation:
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
         self.state = self._pack()
         with two_processes(self):  # the first compile, on two cores (no-op on a warm cache)
+            self.btail, self.bwork, self.bmean = _burst_tables(n_max)
+            self.state = self._pack()
             K.arrival_limits(self.state[0], self.state[1])
             fl = self.state[3]
             K.count_ingress(fl.live, np.int64(fl.n_live[0]), fl.hops, fl.path, fl.pair, fl.cls,
