@@ -1,11 +1,13 @@
 """The kernel's first compile, split over two processes (#24 item 4).
 
 With an empty numba cache the first simulation compiles ~40 functions: ~9 s on one core, which
-a new user meets on their first run. ``two_processes`` starts a second Python that compiles the
-step's later phases (``ELSEWHERE``, with what they call) into numba's on-disk cache while this
-process compiles the rest, waits for it, and leaves ``run`` to its first call, which loads the
-second half from the cache: numba caches each function's LLVM bitcode with its object code, so
-``run`` still inlines every phase, and the results are bit-identical.
+a new user meets on their first run. ``two_processes`` starts a second Python that compiles
+``burst_table`` and three of the step's phases (``ELSEWHERE``, with what they call) into numba's
+on-disk cache while this process compiles the other phases (``HERE``), takes ``burst_table``
+from the cache to fill the structures, waits for the second process, and leaves ``run`` to its
+first call, which loads the second half from the cache: numba caches each function's LLVM
+bitcode with its object code, so ``run`` still inlines every phase, and the results are
+bit-identical.
 
 The phases' signatures are the ones ``run`` calls them with (``signatures``; a test holds them to
 what a compile of ``run`` produces): a phase compiled with another signature would be compiled
@@ -111,8 +113,8 @@ def two_processes(sim: Any) -> Iterator[None]:
         try:
             for name in HERE:
                 getattr(K, name).compile(sigs[name])
-            # the child names each function once it is in the cache; it ends its output early
-            # only by ending
+            # the child prints each name once that function is cached: its first line (or its
+            # end, if it failed) means the block's first call, burst_table, is a cache hit
             if select.select([child.stdout], [], [], WAIT_S)[0]:
                 child.stdout.readline()
             yield
