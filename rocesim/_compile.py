@@ -48,10 +48,12 @@ WAIT_S = 600.0  # a second process still compiling then is stopped: ``run`` comp
 
 def signatures(sim: Any) -> dict[str, tuple[Any, ...]]:
     """Numba argument types of ``run``, of the phases it calls and of ``burst_table``, for
-    ``sim``'s structures (their types, not their values: the burst tables may be stand-ins)."""
-    L, S, N, F, G, P, R, X = (numba.typeof(s) for s in sim.state)
+    ``sim``'s structures (``sim._pack()``: their types, not their values, so the burst tables
+    may be stand-ins)."""
+    state = sim._pack()
+    L, S, N, F, G, P, R, X = (numba.typeof(s) for s in state)
     i8, u4, f8, b1 = types.int64, types.uint32, types.float64, types.boolean
-    rng, lrate = numba.typeof(sim.rng), numba.typeof(sim.state[6].lrate)
+    rng, lrate = numba.typeof(sim.rng), numba.typeof(state[6].lrate)
     return {
         "run": (i8, i8, f8, i8, rng, L, S, N, F, G, P, R, X),
         "burst_table": (i8, i8),
@@ -90,10 +92,10 @@ def cold(run_sig: tuple[Any, ...]) -> bool:
 
 @contextlib.contextmanager
 def two_processes(sim: Any) -> Iterator[None]:
-    """Around ``sim``'s first calls into the kernel (its burst tables first; ``sim.state`` may
-    hold stand-ins of their types): with a cold cache, a second process compiles ``ELSEWHERE``
-    while this one compiles ``HERE``, then waits for ``burst_table``, runs the block, and waits
-    for the rest."""
+    """Around ``sim``'s first calls into the kernel (its burst tables first, which ``sim`` may
+    hold as stand-ins of their types until the block): with a cold cache, a second process
+    compiles ``ELSEWHERE`` while this one compiles ``HERE``, then waits for ``burst_table``,
+    runs the block, and waits for the rest."""
     global _split_done
     sigs = None if _tried() else signatures(sim)  # the common case costs one test
     if sigs is None or not cold(sigs["run"]):

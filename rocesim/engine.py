@@ -276,7 +276,6 @@ class Simulation:
         self.ts_rate = np.zeros((TS_POINTS, n_links), dtype=np.float32)
         self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
-        self.state = self._pack()
         with two_processes(self):  # the first compile, on two cores (no-op on a warm cache)
             self.btail, self.bwork, self.bmean = _burst_tables(n_max)
             self.state = self._pack()
