@@ -109,7 +109,7 @@ def two_processes(sim: Any) -> Iterator[None]:
         here = str(Path(K.__file__).resolve().parents[1])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [here, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        child = subprocess.Popen([sys.executable, "-m", "rocesim._compile", job.name], env=env,
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, job.name], env=env,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
         assert child.stdout is not None
         try:
@@ -134,14 +134,20 @@ def two_processes(sim: Any) -> Iterator[None]:
                         ", ".join(ELSEWHERE), err.read()[-2000:].decode(errors="replace").strip())
 
 
-def _compile_from(path: str) -> int:
+def compile_from(path: str) -> None:
+    """The second process: compiles the functions named in the pickle at ``path`` with their
+    signatures, in order, printing each name once it is in the cache, then exits at once:
+    the interpreter's teardown after a compile takes ~0.5 s, which the first process would
+    wait for (measured: docs/benchmarks.md, "First run")."""
     with open(path, "rb") as f:
         sigs = pickle.load(f)
     for name, sig in sigs.items():
         getattr(K, name).compile(sig)
         print(name, flush=True)
-    return 0
+    sys.stderr.flush()
+    os._exit(0)
 
 
-if __name__ == "__main__":
-    raise SystemExit(_compile_from(sys.argv[1]))
+# run with ``python -c`` (``-m rocesim._compile`` would import this module twice: the package
+# imports it first)
+_CHILD = "import sys; from rocesim._compile import compile_from; compile_from(sys.argv[1])"
