@@ -143,10 +143,13 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
               "6.2-6.5 s against 7.0-7.5 s when this process compiled `burst_table` before "
               "starting the split (the first version), and 6.4-6.9 s against 9.6-9.9 s in one "
               "process; bit-identical (`tests/rocesim/test_compile.py`, "
-              "`bench/rocesim_digest.py`). `run`'s own compile stays serial: ~2.5 s that "
-              "two cores cannot share. Compiling in the background while the run sets up would "
-              f"hide little: a warm run's first simulation starts {first_sim:.1f} s into the "
-              "command (measured here, with MLflow).",
+              "`bench/rocesim_digest.py`). The second process exits without the interpreter's "
+              "teardown once its last function is cached and named, which this process had "
+              "waited for: ~0.5 s (that simulation, 4 pairs alternating with the version that "
+              "waited: 5.5-6.5 s against 6.0-7.3 s). `run`'s own compile stays serial: ~2.5 s "
+              "that two cores cannot share. Compiling in the background while the run sets up "
+              f"would hide little: a warm run's first simulation starts {first_sim:.1f} s into "
+              "the command (measured here, with MLflow).",
               END]
     return "\n".join(lines) + "\n"
 
@@ -163,7 +166,7 @@ def write_section(text: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="repeats per MLflow setting")
+    ap.add_argument("--repeats", type=int, default=5, help="repeats per MLflow setting")
     ap.add_argument("--trials", type=int, default=None, help="override budget.trials")
     ap.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
     args = ap.parse_args()
