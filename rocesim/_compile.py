@@ -72,11 +72,10 @@ def signatures(sim: Any) -> dict[str, tuple[Any, ...]]:
 
 
 def _tried() -> bool:
-    """True once this process has compiled or loaded ``run``, or split a compile (a second
-    simulation built before the first one runs finds the phases compiled), or if splitting is
-    off."""
-    return bool(_split_done or K.run.overloads or getattr(numba.config, "DISABLE_JIT", False)
-                or os.environ.get("ROCESIM_SPLIT_COMPILE", "1") == "0")
+    """True once this process has compiled or loaded ``run``, or started its first compile (a
+    second simulation built before the first one runs finds the phases compiled), or if numba
+    compiles nothing."""
+    return bool(_split_done or K.run.overloads or getattr(numba.config, "DISABLE_JIT", False))
 
 
 def cold(run_sig: tuple[Any, ...]) -> bool:
@@ -93,15 +92,20 @@ def cold(run_sig: tuple[Any, ...]) -> bool:
 @contextlib.contextmanager
 def two_processes(sim: Any) -> Iterator[None]:
     """Around ``sim``'s first calls into the kernel (its burst tables first, which ``sim`` may
-    hold as stand-ins of their types until the block): with a cold cache, a second process
-    compiles ``ELSEWHERE`` while this one compiles ``HERE``, then waits for ``burst_table``,
-    runs the block, and waits for the rest."""
+    hold as stand-ins of their types until the block): with a cold cache, says so (INFO), then,
+    unless ``ROCESIM_SPLIT_COMPILE=0``, a second process compiles ``ELSEWHERE`` while this one
+    compiles ``HERE``, waits for ``burst_table``, runs the block, and waits for the rest."""
     global _split_done
     sigs = None if _tried() else signatures(sim)  # the common case costs one test
     if sigs is None or not cold(sigs["run"]):
         yield
         return
     _split_done = True
+    log.info("compiling rocesim's kernel into numba's cache (%s): once per machine and version, "
+             "~5-10 s", getattr(K.run._cache, "_cache_path", "?"))
+    if os.environ.get("ROCESIM_SPLIT_COMPILE", "1") == "0":
+        yield
+        return
     with tempfile.NamedTemporaryFile(suffix=".sigs") as job, tempfile.TemporaryFile() as err:
         pickle.dump({name: sigs[name] for name in ELSEWHERE}, job)
         job.flush()

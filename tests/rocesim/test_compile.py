@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # One small simulation in a fresh process; prints what the phases' dispatchers did.
 CHILD = """
-import json, sys
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)
 if sys.argv[1] == "dead-child":
     sys.executable = "/bin/false"  # the second process exits at once
 from rocesim import Collective, Fabric, Probes, Simulation, Topology, Workload
@@ -81,6 +82,13 @@ def test_split_compile_gives_the_same_kernel(fresh: dict) -> None:
     assert split["busbw"] == one["busbw"]
     assert not split["cold_after"] and not one["cold_after"]
     assert split["spawned"] == 1 and one["spawned"] == 0
+
+
+def test_a_cold_compile_is_announced_once(fresh: dict) -> None:
+    """Several seconds of silence on a first run get a line (the CLI shows it: tests/tuner)."""
+    for case in ("split", "one"):
+        err = fresh[case][1]
+        assert err.count("compiling rocesim's kernel into numba's cache") == 1, (case, err)
 
 
 def test_a_failed_second_process_costs_time_only(fresh: dict) -> None:

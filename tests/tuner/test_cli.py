@@ -344,3 +344,18 @@ def test_a_worker_refuses_a_study_name_that_would_escape(tiny: Tiny, tmp_path: P
     assert "--study: value '../../../escape'" in r.output
     assert not (tmp_path / "escape").exists()
     assert not (exp.results_path / "slices" / "sim0" / "journal.jsonl").exists()
+
+
+def test_rocesims_compile_notes_are_shown_for_the_command_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A first run compiles rocesim's kernel (seconds with nothing else on screen): rocesim says
+    so on its ``rocesim.compile`` logger (tests/rocesim/test_compile.py), the CLI shows it."""
+    import logging
+
+    log = logging.getLogger("rocesim.compile")
+    monkeypatch.setattr(main.commands["show"], "callback",
+                        lambda **kw: log.info("compiling rocesim's kernel (here)"))
+    r = CliRunner().invoke(main, ["show", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert r.stderr == "ecntune: compiling rocesim's kernel (here)\n"
+    assert not log.handlers and log.level == logging.NOTSET  # a library again after the command

@@ -18,6 +18,7 @@ inside the command functions so ``ecntune --help`` stays fast.
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -86,6 +87,7 @@ def main(large: bool, i_know: bool) -> None:
     bandwidth and tail latency against PFC, rolls back on any safety violation, and logs every
     trial to MLflow. By default it runs on rocesim, a simulated RoCE fabric.
     """
+    click.get_current_context().call_on_close(_show_rocesim_notes())
     if large:  # for this command only (tests run several in one process)
         from tuner.input_checks import set_input_limit
 
@@ -96,6 +98,27 @@ def main(large: bool, i_know: bool) -> None:
 
         set_i_know(True)
         click.get_current_context().call_on_close(lambda: set_i_know(False))
+
+
+class _Echo(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"ecntune: {record.getMessage()}", err=True)
+
+
+def _show_rocesim_notes() -> Callable[[], None]:
+    """Show rocesim's notes on its compile on stderr, for this command only: that it compiles
+    (the first run on a machine would otherwise start with seconds of silence) and a failed
+    second compile process. Returns the undo."""
+    log, echo = logging.getLogger("rocesim.compile"), _Echo()
+    level = log.level
+    log.addHandler(echo)
+    log.setLevel(logging.INFO)
+
+    def undo() -> None:
+        log.removeHandler(echo)
+        log.setLevel(level)
+
+    return undo
 
 
 for _name in COMMANDS:
