@@ -478,11 +478,13 @@ def _walk_fields(loc: tuple[Any, ...]) -> list[str] | None:
 
 def format_errors(source: str, exc: ValidationError) -> str:
     """One line per problem: ``file: field.path: value V -- what is wrong / allowed``."""
+    from tuner.input_checks import error_message
+
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
         where = ".".join(str(p) for p in loc) or "<top level>"
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = error_message(err)
         if err["type"] == "extra_forbidden":
             allowed = _walk_fields(loc[:-1])
             msg = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")

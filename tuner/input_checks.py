@@ -11,11 +11,13 @@ to the inventory entry's ``address``.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import stat
 import types
 import typing
 import unicodedata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +189,16 @@ def _control(text: str, multiline: bool) -> str | None:
         if (code < 0x20 or 0x7F <= code < 0xA0) and not (multiline and ch in "\n\t"):
             return repr(ch)
     return None
+
+
+def error_message(err: Mapping[str, Any]) -> str:
+    """pydantic's message for one validation error, for the user: a NaN compares with no bound,
+    so pydantic's "should be less than or equal to 1000" is said to be about a NaN."""
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    value = err.get("input")
+    if isinstance(value, float) and math.isnan(value) and err.get("type") != "finite_number":
+        msg = f"nan is not a number: give a finite number ({msg})"
+    return msg
 
 
 def value_problems(data: Any, model: type[BaseModel], root: str = "") -> list[str]:

@@ -502,7 +502,7 @@ def _where(data: Any, loc: tuple[int | str, ...]) -> str:
 
 def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
     """Validate a mapping; a bad value raises ``ConfigError`` naming the entry and field."""
-    from tuner.input_checks import value_problems
+    from tuner.input_checks import error_message, value_problems
 
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the inventory must be a mapping, got {type(data).__name__}")
@@ -514,8 +514,7 @@ def parse_inventory(data: Any, source: str = "inventory") -> Inventory:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{source}: {_where(data, tuple(err['loc']))}: {msg}")
+            lines.append(f"{source}: {_where(data, tuple(err['loc']))}: {error_message(err)}")
         raise ConfigError("\n".join(lines)) from None
 
 
