@@ -23,6 +23,7 @@ Shape (every key optional except ``workload``)::
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,14 @@ def load_scenario(path: str | Path) -> tuple[Fabric, Workload, dict[str, Any]]:
     return build_scenario(data, source=str(p))
 
 
+def _finite(raw: dict[str, Any], where: str) -> None:
+    """A number in a scenario is finite: a NaN passes every range check (each comparison is
+    false) and an infinity overflows the conversion to whole steps."""
+    for key, value in raw.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ScenarioError(f"{where}: {key} must be a finite number, got {value}")
+
+
 def _make(cls: type, raw: Any, where: str) -> Any:
     if raw is None:
         raw = {}
@@ -66,6 +75,7 @@ def _make(cls: type, raw: Any, where: str) -> Any:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ScenarioError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+    _finite(raw, where)
     try:
         return cls(**raw)
     except (TypeError, ValueError) as e:
@@ -89,6 +99,8 @@ def _nics(fabric: Fabric, raw: Any, where: str) -> list[str]:
 
 def build_scenario(data: dict[str, Any], source: str = "<scenario>",
                    ) -> tuple[Fabric, Workload, dict[str, Any]]:
+    _finite({k: data[k] for k in ("fabric_seed", "seed", "dt_us", "max_time_us") if k in data},
+            source)
     topo = _make(Topology, data.get("topology"), f"{source}: topology")
     ecmp = _make(EcmpConfig, data.get("ecmp"), f"{source}: ecmp")
     fabric = Fabric(topo, seed=int(data.get("fabric_seed", 0)), ecmp=ecmp)

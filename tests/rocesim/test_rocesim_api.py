@@ -269,6 +269,33 @@ def test_scenario_errors_name_file_and_field(tmp_path: Path) -> None:
     assert cli_main([str(bad)]) == 2
 
 
+QUICK = (Path(__file__).resolve().parents[2] / "rocesim" / "scenarios"
+         / "quick_leaf_spine.yaml").read_text()
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (("uplink_gbps: 100}", "uplink_gbps: 100, link_delay_us: .nan}"), "topology: link_delay_us"),
+    (("nic_gbps: 100,", "nic_gbps: .inf,"), "topology: nic_gbps"),
+    (("uplink_gbps: 100}", "uplink_gbps: 100, buffer_bytes: .nan}"), "topology: buffer_bytes"),
+    (("pmax: 0.2}", "pmax: .nan}"), "ecn.default: pmax"),
+    (("interval_us: 50}", "interval_us: .nan}"), "workload.probes: interval_us"),
+    (("iterations: 5}", "iterations: 5, size_bytes: .inf}"), "workload.collectives[0]"),
+    (("seed: 0", "seed: 0\nmax_time_us: .inf"), "max_time_us"),
+    (("seed: 0", "seed: .nan"), "seed"),
+])
+def test_a_number_that_is_not_finite_is_named(edit: tuple[str, str], field: str,
+                                              tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              ) -> None:
+    """NaN passes every ``< bound`` check (a NaN buffer simulated, silently) and an infinity
+    overflowed an int conversion (a traceback): the file and the field are named, exit 2."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(QUICK.replace(edit[0], edit[1].replace("\\n", "\n"), 1))
+    assert bad.read_text() != QUICK
+    assert cli_main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"bad.yaml: {field}" in err and "finite" in err, err
+
+
 def test_nic_port_is_shared_max_min_between_qps() -> None:
     # Two QPs on one 100G port, one capped at 10 Gb/s: the arbiter gives it all 10 and the
     # other the remaining 90 (max-min), not a proportional 9.1 / 90.9.
