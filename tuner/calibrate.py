@@ -241,6 +241,24 @@ def with_values(spec: FabricSpec, values: dict[str, Any]) -> FabricSpec:
     return spec.model_copy(update={"topology": spec.topology.model_copy(update=values)})
 
 
+def _check(spec: FabricSpec, overrides: dict[str, Any], where: str) -> None:
+    """ConfigError naming ``where`` and each field unless ``overrides`` make a topology the
+    experiment file could declare (field, type, bounds): a file edited by hand or damaged went
+    into the twin unchecked."""
+    from pydantic import ValidationError
+
+    from tuner.errors import ConfigError
+    from tuner.input_checks import error_message
+
+    try:
+        type(spec.topology).model_validate({**spec.topology.model_dump(), **overrides})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}"
+                             for e in exc.errors())
+        raise ConfigError(f"{where}: overrides: {problems} -- delete it or run `ecntune "
+                          "calibrate` again") from None
+
+
 def save(results: Path, f: Fit, experiment: str) -> Path:
     from safety.files import write_file
 
@@ -266,6 +284,7 @@ def load(results: Path, spec: FabricSpec) -> dict[str, Any] | None:
                           "`ecntune calibrate` again") from None
     if not mine:
         return None
+    _check(spec, overrides, str(path))
     return {"overrides": overrides, "declared": declared, "file": str(path),
             **{k: data.get(k) for k in ("residuals_fitted", "at")}}
 
@@ -275,12 +294,15 @@ def for_twin(results: Path, spec: FabricSpec, recorded: dict[str, Any] | None
     """The calibration a study's twin uses: the one the study recorded when its first process
     built the twin, if made for this declaration, so that every worker of a shared study, on
     any machine, builds the same twin; else the results folder's (``load``)."""
-    try:
-        if recorded is not None and isinstance(recorded["overrides"], dict) \
-                and _declares(spec, dict(recorded["declared"])):
+    if recorded is not None:
+        try:
+            mine = isinstance(recorded["overrides"], dict) \
+                and _declares(spec, dict(recorded["declared"]))
+        except (KeyError, TypeError, ValueError):  # recorded before fits kept their declaration
+            mine = False
+        if mine:
+            _check(spec, recorded["overrides"], "the study's recorded calibration")
             return recorded
-    except (KeyError, TypeError, ValueError):  # recorded before fits kept their declaration
-        pass
     return load(results, spec)
 
 

@@ -228,3 +228,30 @@ def test_a_calibration_of_another_twin_is_not_used_and_a_broken_one_is_named(
     (tmp_path / cal.FILE).write_text("{not json")
     with pytest.raises(ConfigError, match=rf"{tmp_path / cal.FILE}: not a calibration"):
         cal.load(tmp_path, spec)
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    ({"buffer_bytes": -5}, "buffer_bytes: Input should be greater than or equal to"),
+    ({"buffer_bytes": math.nan}, "buffer_bytes: Input should be a finite number"),
+    ({"buffer_bytes": "lots"}, "buffer_bytes: Input should be a valid integer"),
+    ({"link_delay_us": 1e300}, "link_delay_us: Input should be less than or equal to"),
+    ({"no_such_field": 3}, "no_such_field: Extra inputs are not permitted"),
+])
+def test_a_calibration_file_the_twin_cannot_take_is_named_and_run_exits_2(
+        overrides: dict, says: str, tmp_path: Path) -> None:
+    """A hand-edited or damaged file: its overrides are checked as a declared topology is (they
+    went into the twin unchecked: exit 1 with a traceback, or an unknown field kept silently)."""
+    path = tmp_path / cal.FILE
+    path.write_text(json.dumps({"experiment": "calib", "declared": {"buffer_bytes": DECLARED},
+                                "overrides": overrides}))
+    exp = parse_experiment(YAML.replace("RESULTS", str(tmp_path)))
+    with pytest.raises(ConfigError, match=rf"{path}: overrides: {says}"):
+        cal.load(tmp_path, cal.twin_spec(exp))
+    with pytest.raises(ConfigError, match=f"the study's recorded calibration: overrides: {says}"):
+        cal.for_twin(tmp_path, cal.twin_spec(exp),
+                     {"overrides": overrides, "declared": {"buffer_bytes": DECLARED}})
+    f = tmp_path / "calib.yaml"
+    f.write_text(YAML.replace("RESULTS", str(tmp_path)))
+    r = CliRunner().invoke(main, ["run", str(f), "--quiet", "--no-mlflow"])
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert f"{path}: overrides: {says.split(':')[0]}" in r.stderr, r.stderr
