@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from objectives.measurement import Measurement
     from tuner.experiment import Experiment, FabricSpec
 
@@ -131,15 +133,20 @@ class Fit:
 def fit(simulate: Callable[[dict[str, float]], Metrics], measured: Metrics,
         declared: dict[str, float],
         free: dict[str, tuple[float, float, tuple[str, ...] | None]] = FREE,
-        rounds: int = 2) -> Fit:
+        rounds: int = 2, bounds: dict[str, tuple[float, float]] | None = None) -> Fit:
     """Coordinate search: each free parameter over ``GRID`` log-spaced factors of its value in
-    ``declared`` (the twin's values with what the switch reported taken), then halving the step
-    around the best three times, on the loss over the parameter's own metrics (``FREE``);
-    ``rounds`` passes over the parameters. Ties go to the value
+    ``declared`` (the twin's values with what the switch reported taken), within ``bounds``
+    (the values the experiment file takes: ``field_bounds``), then halving the step around the
+    best three times, on the loss over the parameter's own metrics (``FREE``); ``rounds``
+    passes over the parameters. Ties go to the value
     nearest the declared one, so a parameter that moves no metric stays as declared instead of
     running to the end of its range. Every twin run is kept, so a point is never simulated
     twice."""
     seen: dict[tuple[tuple[str, float], ...], Metrics] = {}
+    spans = {}
+    for name, (lo, hi, only) in free.items():
+        low, high = (bounds or {}).get(name, (0.0, math.inf))
+        spans[name] = (max(lo, low / declared[name]), min(hi, high / declared[name]), only)
 
     def at(values: dict[str, float]) -> Metrics:
         key = tuple(sorted((k, round(v, 9)) for k, v in values.items()))
@@ -151,7 +158,7 @@ def fit(simulate: Callable[[dict[str, float]], Metrics], measured: Metrics,
     flat: set[str] = set()
     for _ in range(rounds):
         flat = set()
-        for name, (lo, hi, only) in free.items():
+        for name, (lo, hi, only) in spans.items():
             def loss_at(log_factor: float, name: str = name,
                         only: tuple[str, ...] | None = only) -> float:
                 return loss(measured, at({**best, name: declared[name] * math.exp(log_factor)}),
@@ -164,6 +171,20 @@ def fit(simulate: Callable[[dict[str, float]], Metrics], measured: Metrics,
     return Fit(declared=dict(declared), taken={}, fitted={k: best[k] for k in free},
                measured=measured, twin_declared=at(dict(declared)), twin_fitted=at(best),
                evaluations=len(seen), unidentified=sorted(flat))
+
+
+def field_bounds(model: type[BaseModel], name: str) -> tuple[float, float]:
+    """The least and greatest value ``model`` takes for the numeric field ``name`` (its
+    ``ge``/``gt`` and ``le``/``lt``; an open bound is taken as closed)."""
+    low, high = 0.0, math.inf
+    for m in model.model_fields[name].metadata:
+        for attr in ("ge", "gt"):
+            if getattr(m, attr, None) is not None:
+                low = float(getattr(m, attr))
+        for attr in ("le", "lt"):
+            if getattr(m, attr, None) is not None:
+                high = float(getattr(m, attr))
+    return low, high
 
 
 def _line_search(loss_at: Callable[[float], float], lo: float, hi: float) -> tuple[float, bool]:
@@ -241,22 +262,30 @@ def with_values(spec: FabricSpec, values: dict[str, Any]) -> FabricSpec:
     return spec.model_copy(update={"topology": spec.topology.model_copy(update=values)})
 
 
-def _check(spec: FabricSpec, overrides: dict[str, Any], where: str) -> None:
-    """ConfigError naming ``where`` and each field unless ``overrides`` make a topology the
-    experiment file could declare (field, type, bounds): a file edited by hand or damaged went
-    into the twin unchecked."""
+def problems(spec: FabricSpec, overrides: dict[str, Any]) -> str:
+    """What keeps ``overrides`` from making a topology the experiment file could declare
+    (field, type, bounds), one ``field: why`` per problem; "" if nothing does."""
     from pydantic import ValidationError
 
-    from tuner.errors import ConfigError
     from tuner.input_checks import error_message
 
     try:
         type(spec.topology).model_validate({**spec.topology.model_dump(), **overrides})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}"
-                             for e in exc.errors())
-        raise ConfigError(f"{where}: overrides: {problems} -- delete it or run `ecntune "
-                          "calibrate` again") from None
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {error_message(e)}"
+                         for e in exc.errors())
+    return ""
+
+
+def _check(spec: FabricSpec, overrides: dict[str, Any], where: str) -> None:
+    """A file edited by hand or damaged went into the twin unchecked: ConfigError naming
+    ``where`` and each field."""
+    from tuner.errors import ConfigError
+
+    bad = problems(spec, overrides)
+    if bad:
+        raise ConfigError(f"{where}: overrides: {bad} -- delete it or run `ecntune calibrate` "
+                          "again")
 
 
 def save(results: Path, f: Fit, experiment: str) -> Path:

@@ -23,7 +23,8 @@ INCAST = {"pattern": "incast", "load": 1.0, "fan_in": 3, "priority": "roce"}
 
 
 @pytest.fixture
-def emu(tmp_path: Path) -> Iterator[EmulatedCluster]:
+def emu(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[EmulatedCluster]:
+    """The emulated cluster, its switches' pool ``PLANTED`` (or the test's parameter)."""
     if not sshd_available():
         pytest.skip("/usr/sbin/sshd missing")
     from tuner.emulated.cluster import free_base_address
@@ -31,7 +32,8 @@ def emu(tmp_path: Path) -> Iterator[EmulatedCluster]:
     cluster = EmulatedCluster(tmp_path / "emu", hosts=8, switches=[("leaf0", "sonic"),
                                                                    ("leaf1", "sonic")],
                               operator_fix=True, base_address=free_base_address(switches=2),
-                              background=[INCAST], buffer_bytes=PLANTED)
+                              background=[INCAST],
+                              buffer_bytes=getattr(request, "param", PLANTED))
     cluster.start()
     try:
         yield cluster
@@ -39,10 +41,7 @@ def emu(tmp_path: Path) -> Iterator[EmulatedCluster]:
         cluster.stop()
 
 
-@pytest.mark.ssh
-def test_calibrate_takes_the_planted_buffer_from_the_switches(emu: EmulatedCluster,
-                                                              tmp_path: Path) -> None:
-    declared = int(PLANTED * 1.4)
+def _experiment(emu: EmulatedCluster, tmp_path: Path, declared: int) -> Path:
     exp = tmp_path / "calib.yaml"
     exp.write_text(f"""
 name: calib
@@ -60,6 +59,14 @@ workload:
 tracking: {{enabled: false}}
 results_dir: {tmp_path / "results"}
 """)
+    return exp
+
+
+@pytest.mark.ssh
+def test_calibrate_takes_the_planted_buffer_from_the_switches(emu: EmulatedCluster,
+                                                              tmp_path: Path) -> None:
+    declared = int(PLANTED * 1.4)
+    exp = _experiment(emu, tmp_path, declared)
     r = CliRunner().invoke(main, ["calibrate", str(exp), "--replicates", "1"])
     assert r.exit_code == 0, r.output
     saved = json.loads((tmp_path / "results" / "twin-calibration.json").read_text())
@@ -76,3 +83,17 @@ results_dir: {tmp_path / "results"}
     assert "the canary: CONFIG_DB BUFFER_PG" in r.output
     assert "the canary: ethtool Speed 100000Mb/s on 8 NICs" in r.output
     assert "the canary: CONFIG_DB PORT speed 100000Mb/s on 2 uplinks" in r.output
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("emu", [3 * 2**30], indirect=True)
+def test_a_reading_the_twin_cannot_take_is_named_and_nothing_is_saved(
+        emu: EmulatedCluster, tmp_path: Path) -> None:
+    """Switches that report a 3 GiB pool: the experiment file takes at most 2 GiB, so `run`
+    would refuse the calibration file; calibrate says so and saves none."""
+    exp = _experiment(emu, tmp_path, int(PLANTED * 1.4))
+    r = CliRunner().invoke(main, ["calibrate", str(exp), "--replicates", "1"])
+    assert r.exit_code == 2, r.output
+    assert "the twin cannot take the calibration (buffer_bytes: Input should be less than or " \
+           "equal to 2147483648" in r.stderr and "nothing was saved" in r.stderr, r.stderr
+    assert not (tmp_path / "results" / "twin-calibration.json").exists()

@@ -255,3 +255,18 @@ def test_a_calibration_file_the_twin_cannot_take_is_named_and_run_exits_2(
     r = CliRunner().invoke(main, ["run", str(f), "--quiet", "--no-mlflow"])
     assert r.exit_code == 2, (r.output, r.exception)
     assert f"{path}: overrides: {says.split(':')[0]}" in r.stderr, r.stderr
+
+
+def test_the_fit_stays_within_what_the_experiment_file_may_declare() -> None:
+    """A twin declared near a bound (1.5 GiB of buffer; the file takes up to 2 GiB) searched
+    0.25-4x: a fit past the bound would be refused when loaded (above), and again after every
+    new calibration."""
+    from tuner.experiment import TopologySpec
+
+    bounds = {k: cal.field_bounds(TopologySpec, k) for k in cal.FREE}
+    assert bounds == {"buffer_bytes": (2**16, 2**31), "link_delay_us": (0.0, 1000.0)}
+    more = lambda v: {"busbw_gbytes_per_s": 1.0 + v["buffer_bytes"] / 2**30}  # noqa: E731
+    f = cal.fit(more, {"busbw_gbytes_per_s": 100.0},
+                {"buffer_bytes": 1.5 * 2**30, "link_delay_us": 900.0}, bounds=bounds)
+    assert f.fitted["buffer_bytes"] == pytest.approx(2**31)  # as far as the file goes
+    assert f.fitted["link_delay_us"] <= 1000.0

@@ -83,9 +83,14 @@ def command(experiment: Path, replicates: int) -> None:
 
         declared = {k: getattr(spec.topology, k) for k in sorted({*taken, *cal.FREE})}
         free = {k: span for k, span in cal.FREE.items() if k not in taken}
-        f = replace(cal.fit(simulate, measured, {**declared, **taken}, free),
+        bounds = {k: cal.field_bounds(type(spec.topology), k) for k in free}
+        f = replace(cal.fit(simulate, measured, {**declared, **taken}, free, bounds=bounds),
                     declared=declared, taken=dict(taken), source=source,
                     twin_declared=simulate(declared))
+        bad = cal.problems(spec, f.overrides())
+        if bad:  # a reading past what the twin takes: run would refuse the file
+            raise ConfigError(f"{experiment}: the twin cannot take the calibration ({bad}); "
+                              "nothing was saved")
         path = cal.save(exp.results_path, f, exp.name)
     click.echo(f"twin fitted to the canary's baseline ({replicates} placements, "
                f"{f.evaluations + 1} twin runs)")
