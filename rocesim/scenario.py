@@ -66,6 +66,24 @@ def _finite(raw: dict[str, Any], where: str) -> None:
             raise ScenarioError(f"{where}: {key} must be a finite number, got {value}")
 
 
+def _options(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """The run options given: seeds whole numbers >= 0, times finite numbers > 0 (the step's
+    own range is the engine's to check)."""
+    opts: dict[str, Any] = {}
+    for key, whole in (("fabric_seed", True), ("seed", True), ("dt_us", False),
+                       ("max_time_us", False)):
+        v = data.get(key)
+        if v is None:
+            continue
+        number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        if whole and not (number and float(v).is_integer() and v >= 0):
+            raise ScenarioError(f"{source}: {key} must be a finite whole number >= 0, got {v!r}")
+        if not whole and not (number and v > 0):
+            raise ScenarioError(f"{source}: {key} must be a finite number > 0, got {v!r}")
+        opts[key] = int(v) if whole else float(v)
+    return opts
+
+
 def _make(cls: type, raw: Any, where: str) -> Any:
     if raw is None:
         raw = {}
@@ -99,11 +117,10 @@ def _nics(fabric: Fabric, raw: Any, where: str) -> list[str]:
 
 def build_scenario(data: dict[str, Any], source: str = "<scenario>",
                    ) -> tuple[Fabric, Workload, dict[str, Any]]:
-    _finite({k: data[k] for k in ("fabric_seed", "seed", "dt_us", "max_time_us") if k in data},
-            source)
+    opts = _options(data, source)
     topo = _make(Topology, data.get("topology"), f"{source}: topology")
     ecmp = _make(EcmpConfig, data.get("ecmp"), f"{source}: ecmp")
-    fabric = Fabric(topo, seed=int(data.get("fabric_seed", 0)), ecmp=ecmp)
+    fabric = Fabric(topo, seed=opts.pop("fabric_seed", 0), ecmp=ecmp)
     for target, raw in (data.get("ecn") or {}).items():
         cfg = _make(EcnConfig, raw, f"{source}: ecn.{target}")
         for sw in fabric.switch_names if target == "default" else [target]:
@@ -137,5 +154,4 @@ def build_scenario(data: dict[str, Any], source: str = "<scenario>",
         raw["nics"] = _nics(fabric, raw.get("nics"), f"{source}: workload.probes.nics")
         probes = _make(Probes, raw, f"{source}: workload.probes")
     workload = Workload(collectives=cols, background=bgs, probes=probes)
-    opts = {k: data[k] for k in ("seed", "dt_us", "max_time_us") if data.get(k) is not None}
     return fabric, workload, opts

@@ -296,6 +296,21 @@ def test_a_number_that_is_not_finite_is_named(edit: tuple[str, str], field: str,
     assert f"bad.yaml: {field}" in err and "finite" in err, err
 
 
+@pytest.mark.parametrize(("line", "key"), [
+    ("fabric_seed: abc", "fabric_seed"), ("seed: abc", "seed"), ("seed: -1", "seed"),
+    ("seed: 1.5", "seed"), ("seed: true", "seed"), ("dt_us: abc", "dt_us"),
+    ("max_time_us: -5", "max_time_us"), ("max_time_us: 0", "max_time_us"),
+])
+def test_a_scenarios_run_options_are_checked(line: str, key: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A negative time limit ran (and printed an empty run); a word for a seed said "invalid
+    literal for int()", naming neither file nor field."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(QUICK.replace("seed: 0", line, 1))
+    assert cli_main([str(bad)]) == 2
+    assert f"bad.yaml: {key} must be a finite" in capsys.readouterr().err
+
+
 def test_nic_port_is_shared_max_min_between_qps() -> None:
     # Two QPs on one 100G port, one capped at 10 Gb/s: the arbiter gives it all 10 and the
     # other the remaining 90 (max-min), not a proportional 9.1 / 90.9.
