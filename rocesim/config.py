@@ -13,13 +13,23 @@ newer NICs ship 4 µs - set it explicitly to model them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 # RoCEv2 framing per packet on the wire: Ethernet 14 + FCS 4 + IPv4 20 + UDP 8 + BTH 12 +
 # ICRC 4 = 62 bytes of headers, plus 8 bytes preamble/SFD and a 12-byte inter-frame gap.
 ROCEV2_HEADER_BYTES = 62
 ETHERNET_GAP_BYTES = 20
+
+
+def check_finite(setting: Any) -> None:
+    """Every number of a setting is finite: a NaN passes every range check (each comparison is
+    false) and an infinity overflows the conversion to whole steps."""
+    for f in fields(setting):
+        value = getattr(setting, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name} must be a finite number, got {value}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,7 @@ class Topology:
     rails: bool = False  # rail-aligned leaves (see above)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.kind not in ("leaf_spine", "single_switch", "three_tier"):
             raise ValueError(f"Topology.kind: unknown kind {self.kind!r}")
         if self.kind == "three_tier":
@@ -207,6 +218,7 @@ class EcnConfig:
     enabled: bool = True
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.kmin_bytes < 0 or self.kmax_bytes <= self.kmin_bytes:
             raise ValueError(f"EcnConfig: need 0 <= kmin_bytes < kmax_bytes, got "
                              f"{self.kmin_bytes}, {self.kmax_bytes}")
@@ -276,6 +288,7 @@ class DcqcnConfig:
     cnp_802p_prio: int = 6
 
     def __post_init__(self) -> None:
+        check_finite(self)
         for name, (lo, hi) in _DCQCN_RANGES.items():
             value = getattr(self, name)
             if not lo <= value <= hi:
@@ -311,6 +324,7 @@ class EcmpConfig:
     udp_sport: Literal["per_qp", "fixed"] = "per_qp"
 
     def __post_init__(self) -> None:
+        check_finite(self)
         fields_ = tuple(self.hash_fields)
         bad = [f for f in fields_ if f not in HASH_FIELDS]
         if bad or not fields_ or len(set(fields_)) != len(fields_):

@@ -58,14 +58,6 @@ def load_scenario(path: str | Path) -> tuple[Fabric, Workload, dict[str, Any]]:
     return build_scenario(data, source=str(p))
 
 
-def _finite(raw: dict[str, Any], where: str) -> None:
-    """A number in a scenario is finite: a NaN passes every range check (each comparison is
-    false) and an infinity overflows the conversion to whole steps."""
-    for key, value in raw.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ScenarioError(f"{where}: {key} must be a finite number, got {value}")
-
-
 def _options(data: dict[str, Any], source: str) -> dict[str, Any]:
     """The run options given: seeds whole numbers >= 0, times finite numbers > 0 (the step's
     own range is the engine's to check)."""
@@ -93,7 +85,6 @@ def _make(cls: type, raw: Any, where: str) -> Any:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ScenarioError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
-    _finite(raw, where)
     try:
         return cls(**raw)
     except (TypeError, ValueError) as e:

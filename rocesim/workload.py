@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rocesim.config import check_finite
+
 OPS = ("all_reduce", "alltoall", "all_gather", "reduce_scatter")
 # The DSCP RoCE traffic is marked with: 26, which NVIDIA's lossless RoCE configuration maps to
 # priority 3 (``mlnx_qos --trust dscp``). The switch's DSCP map (SONiC CONFIG_DB
@@ -102,6 +104,7 @@ class Collective:
     algo: Literal["ring", "tree"] = "ring"
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.op not in OPS:
             raise ValueError(f"Collective.op: unknown op {self.op!r}; expected one of {OPS}")
         if self.size_bytes <= 0:
@@ -149,6 +152,7 @@ class Background:
         return ROCE_DSCP if self.priority == "roce" else BEST_EFFORT_DSCP
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.dscp is not None and not 0 <= self.dscp <= 63:
             raise ValueError(f"Background.dscp is a 6-bit DSCP in [0, 63], got {self.dscp}")
         if self.pattern not in ("incast", "permutation"):
@@ -182,6 +186,7 @@ class Probes:
     until: str = "arrival"
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.pairs < 1 or self.interval_us <= 0 or self.size_bytes < 1:
             raise ValueError("Probes: pairs >= 1, interval_us > 0 and size_bytes >= 1 needed")
         if self.until not in ("arrival", "ack"):
