@@ -136,6 +136,17 @@ def wait_until(pred, timeout_s: float, interval_s: float = 0.005) -> bool:
     return False
 
 
+def change_journalled(journal) -> bool:
+    """A run's first change is in its journal, whole: the file exists from its open, before
+    its first record is written (read then: no entry, or a torn line)."""
+    from safety.journal import JournalUnreadable
+
+    try:
+        return journal.path.exists() and journal.dirty() is not None
+    except JournalUnreadable:
+        return False
+
+
 def finished_trials(results: Path) -> dict[int, str]:
     import optuna
 

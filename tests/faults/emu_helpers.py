@@ -62,12 +62,12 @@ def run_holding_first_trial(emu, exp: Path, journal):
     journal entry); the process is killed if that never happens."""
     import subprocess
 
-    from tests.faults.conftest import ECNTUNE, wait_until
+    from tests.faults.conftest import ECNTUNE, change_journalled, wait_until
 
     proc = subprocess.Popen([*ECNTUNE, "run", str(exp), "--quiet", "--no-mlflow"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: journal.path.exists(), 120, 0.01), proc.communicate()
+        assert wait_until(lambda: change_journalled(journal), 120, 0.01), proc.communicate()
         emu.inject(emu.host_names[0], hang={"mpirun": 60})
         entry = journal.dirty()
         assert entry is not None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from safety.journal import Journal
-from tests.faults.conftest import ECNTUNE, lost_trials, wait_until
+from tests.faults.conftest import ECNTUNE, change_journalled, lost_trials, wait_until
 from tests.faults.emu_helpers import (
     experiment,
     host_knobs,
@@ -81,7 +81,7 @@ def test_sigkill_during_apply_then_recover(emu, tmp_path: Path, reliability) -> 
     proc = subprocess.Popen([*ECNTUNE, "run", str(exp), "--quiet", "--no-mlflow"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: journal.path.exists(), 120, 0.01), proc.communicate()
+        assert wait_until(lambda: change_journalled(journal), 120, 0.01), proc.communicate()
         entry = journal.dirty()
         assert entry is not None
         want = entry.settings.nics[f"{emu.host_names[0]}/mlx5_0"].rpg_time_reset
