@@ -38,23 +38,24 @@ def command(experiment: Path, replicates: int) -> None:
     from tuner.experiment import load_experiment
     from tuner.input_checks import check_inputs, with_source
 
+    source = str(experiment)
     exp = load_experiment(experiment)
-    check_inputs(exp, str(experiment))
-    spec = cal.twin_spec(exp)
+    check_inputs(exp, source)
     prio = exp.safety.roce_priority
-    switches, field = cal.twin_canary(exp)
 
     def twin(values: dict[str, Any]) -> SimCluster:
         return SimCluster(cal.with_values(spec, values), switches, dict(exp.current),
                           name="twin", field=field)
 
     try:  # a twin that cannot be built fails here, before the canary is measured
+        spec = cal.twin_spec(exp)
+        switches, field = cal.twin_canary(exp)
         twin({})
     except ConfigError as exc:
-        raise with_source(exc, str(experiment)) from None
+        raise with_source(exc, source) from None
     with hold(exp.results_path, "calibrate"):
         ssh = exp.fabric.backend == "ssh"
-        with build_cluster(exp) as cluster:
+        with build_cluster(exp, source) as cluster:
             facts = cluster.describe().facts
             inner: Any = getattr(cluster, "inner", cluster)  # the SSH cluster in its dead-man
             nics, uplinks = (inner.nic_speeds(), inner.uplink_speeds()) if ssh else ({}, {})

@@ -103,17 +103,13 @@ def command(experiment: Path, sample_s: float, load: bool, bw_s: int, collective
 
     from tuner.cluster import build_cluster
     from tuner.diagnose.run import diagnose, save
-    from tuner.errors import ConfigError
     from tuner.experiment import load_experiment
-    from tuner.input_checks import check_inputs, with_source
+    from tuner.input_checks import check_inputs
 
     source = str(experiment)
     exp = load_experiment(experiment)
     check_inputs(exp, source)
-    try:
-        cluster = build_cluster(exp)
-    except ConfigError as exc:
-        raise with_source(exc, source) from None
+    cluster = build_cluster(exp, source)
     with cluster:
         diag, checked = diagnose(exp, cluster, sample_s, load, bw_s, collectives)
     out = save(exp, diag)

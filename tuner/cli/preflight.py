@@ -133,17 +133,14 @@ def command(experiment: Path, as_json: bool, enable_counters: bool) -> None:
 
     from safety.preflight import failures, summary, worst
     from tuner.cluster import build_cluster
-    from tuner.errors import ConfigError, SafetyAbort
+    from tuner.errors import SafetyAbort
     from tuner.experiment import load_experiment
-    from tuner.input_checks import check_inputs, with_source
+    from tuner.input_checks import check_inputs
 
     source = str(experiment)
     exp = load_experiment(experiment)
     check_inputs(exp, source)
-    try:
-        cluster = build_cluster(exp)
-    except ConfigError as exc:
-        raise with_source(exc, source) from None
+    cluster = build_cluster(exp, source)
     with cluster:
         inputs(exp, cluster, source)
         inner = getattr(cluster, "inner", cluster)

@@ -135,7 +135,9 @@ def recover(journal_path: Path, experiment: Path | None, results: str | None,
         warning = check_baseline(entry, exp, slice_name, trust_journal)
         if warning:
             echo(warning)
-    with build_cluster(exp) as cluster:
+    source = str(experiment) if experiment is not None else (
+        f"<experiment stored with study {todo[0].study}>")
+    with build_cluster(exp, source) as cluster:
         desc = cluster.describe()
         mine = set(desc.canary_switches) | set(desc.canary_nics)
         take_over = getattr(cluster, "take_over_locks", None)

@@ -108,14 +108,9 @@ def _run_locked(exp: Any, exp_text: str, source: str, name: str, console: Any,
     from tuner.cli._render import LiveProgress, print_result
     from tuner.cli.preflight import gate
     from tuner.cluster import build_cluster
-    from tuner.errors import ConfigError
-    from tuner.input_checks import with_source
     from tuner.loop import StudyRunner
 
-    try:
-        cluster = build_cluster(exp)
-    except ConfigError as exc:
-        raise with_source(exc, source) from None
+    cluster = build_cluster(exp, source)
     try:  # pre-flight: a failed check stops the study before any change
         gate(exp, cluster, console, source=source)
         if not resume:  # a resumed study keeps the findings it started under

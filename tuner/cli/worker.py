@@ -125,14 +125,9 @@ def _run(exp: Any, text: str, source: str, study: str, slice_name: str, keeper: 
 
     from tuner.cli.preflight import gate
     from tuner.cluster import build_cluster
-    from tuner.errors import ConfigError
-    from tuner.input_checks import with_source
     from tuner.worker import SliceWorker
 
-    try:
-        cluster = build_cluster(exp)
-    except ConfigError as exc:
-        raise with_source(exc, source) from None
+    cluster = build_cluster(exp, source)
     try:  # pre-flight: a failed check stops the worker before any change
         gate(exp, cluster, Console(), source=source)
     except BaseException:

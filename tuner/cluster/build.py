@@ -11,8 +11,20 @@ if TYPE_CHECKING:
     from tuner.experiment import Experiment
 
 
-def build_cluster(exp: Experiment) -> Cluster:
-    """The experiment's backend, with its baseline (vendor defaults + ``current:``)."""
+def build_cluster(exp: Experiment, source: str | None = None) -> Cluster:
+    """The experiment's backend, with its baseline (vendor defaults + ``current:``); a
+    ``ConfigError`` names ``source``, where ``exp`` came from, when given."""
+    try:
+        return _build(exp)
+    except ConfigError as exc:
+        if source is None:
+            raise
+        from tuner.input_checks import with_source
+
+        raise with_source(exc, source) from None
+
+
+def _build(exp: Experiment) -> Cluster:
     if exp.fabric.backend == "sim":
         from tuner.cluster.sim import SimCluster
         from tuner.cluster.statefile import StateFileCluster
