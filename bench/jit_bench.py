@@ -116,7 +116,10 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
                         f"({'within' if wall <= TARGET else 'over'} the {TARGET} target; "
                         f"{one:.2f} compiling in one process), CPU {cpu:.2f}")
     lines += ["", "Median " + "; ".join(verdicts) + ".", "",
-              "Where the cold run's extra time goes. Before #24 item 4 (cProfile): numba IR "
+              "Where the cold run's extra time goes (the seconds in this paragraph were "
+              "measured up to 2026-12-06 on an earlier 2-core host of this kind, about twice "
+              "as fast as the one the table ran on: Python's per-call overhead in the rocesim "
+              "section was 13 us there). Before #24 item 4 (cProfile): numba IR "
               "inlining (`inline=\"always\"` copies and re-types each helper at every call "
               "site) ~30 %, type inference and SSA ~30 %, lowering and LLVM ~40 %. The helpers "
               "became separate compiled functions (results bit-identical; marked "
