@@ -1,6 +1,6 @@
 """A backend that cannot be built names the experiment file it came from, in every command
-that builds one (``build_cluster(exp, source)``): run, worker, preflight, diagnose, calibrate and
-recover."""
+that builds one (``build_cluster(exp, source)``: run, worker, preflight, diagnose, calibrate and
+recover pass it; worker and recover need a study or a journal first and are not run here)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_the_error_names_the_source_when_given(lab: Path) -> None:
     assert str(bare.value) == UNSET
 
 
-@pytest.mark.parametrize("command", ["preflight", "diagnose", "calibrate"])
+@pytest.mark.parametrize("command", ["run", "preflight", "diagnose", "calibrate"])
 def test_commands_name_the_experiment_file(lab: Path, command: str) -> None:
     if command == "calibrate":  # it builds the twin first, then the canary's backend
         r = CliRunner().invoke(main, [command, str(lab)])
