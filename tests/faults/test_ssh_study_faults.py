@@ -20,6 +20,7 @@ import pytest
 
 from tests.faults.conftest import lost_trials
 from tests.faults.emu_helpers import experiment, off_baseline, read_canary
+from tests.ssh.conftest import stand_ins
 from tuner.errors import RollbackError, TunerError
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -150,9 +151,17 @@ def test_fault_during_a_study(emu, tmp_path: Path, reliability, fault: str) -> N
             lambda: emu.inject(hosts[1], refuse_write={"rpg_time_reset": "EINVAL"}))
         expect = "failed:apply"
     elif kind == "dropped":
-        def drop() -> None:  # mpirun on the launcher (host0) runs 3 s; its SSH dies at 1 s
+        def drop() -> None:  # mpirun on the launcher (host0) hangs 3 s; its SSH dies then
             emu.inject(hosts[0], hang={"mpirun": 3})
-            threading.Timer(1.0, emu.kill_sessions, [hosts[0]]).start()
+            threading.Thread(target=drop_once_running, daemon=True).start()
+
+        def drop_once_running() -> None:
+            # A 1 s timer raced the collective's start on a slower host (CI, 2026-12-07:
+            # 'baseline,ok,ok': the sessions were dropped before mpirun ran)
+            deadline = time.monotonic() + 60
+            while not stand_ins(emu, "mpirun") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            emu.kill_sessions(hosts[0])
         kw["at_measure"] = on_first_trial_measure(drop)
         expect = "failed:measurement"
     elif kind == "hang":
