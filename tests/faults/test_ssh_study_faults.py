@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.conftest import lost_trials
+from tests.faults.conftest import lost_trials, wait_until
 from tests.faults.emu_helpers import experiment, off_baseline, read_canary
 from tests.ssh.conftest import stand_ins
 from tuner.errors import RollbackError, TunerError
@@ -158,9 +158,7 @@ def test_fault_during_a_study(emu, tmp_path: Path, reliability, fault: str) -> N
         def drop_once_running() -> None:
             # A 1 s timer raced the collective's start on a slower host (CI, 2026-12-07:
             # 'baseline,ok,ok': the sessions were dropped before mpirun ran)
-            deadline = time.monotonic() + 60
-            while not stand_ins(emu, "mpirun") and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: stand_ins(emu, "mpirun"), 60, 0.05)
             emu.kill_sessions(hosts[0])
         kw["at_measure"] = on_first_trial_measure(drop)
         expect = "failed:measurement"
