@@ -40,6 +40,7 @@ def settled(emu) -> Settings:
         return Settings()
 
 
+@pytest.mark.slow  # ~30 s: a tuner killed, the dead-man timer firing
 def test_deadman_restores_after_tuner_sigkill_without_recover(emu, tmp_path: Path,
                                                               reliability) -> None:
     exp = experiment(emu, tmp_path, trials=5, deadman=3)

@@ -22,7 +22,7 @@ from tests.review.conftest import ROOT, free_port, quick_yaml, run_study
 from tuner import optuna_io
 from tuner.cli.ui import port_free
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # ~60 s: MLflow's UI in chromium
 ARTIFACTS = ROOT / "tests" / "artifacts"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -15,6 +15,7 @@ import pytest
 from rocesim._compile import ELSEWHERE, HERE
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # three cold compiles: ~70 s
 
 # One small simulation in a fresh process; prints what the phases' dispatchers did.
 CHILD = """

@@ -90,6 +90,7 @@ def freeze_mid_trial(procs: dict[str, subprocess.Popen[bytes]], results: Path,
     pytest.fail("never caught a worker inside a trial")
 
 
+@pytest.mark.slow  # ~40 s: three worker processes, one killed
 def test_three_workers_one_killed_mid_trial(pg_url: str, mlflow_pg: str,
                                             tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient

@@ -41,7 +41,7 @@ def cluster(emulated_cluster: EmulatedCluster) -> Iterator[SshCluster]:
         yield c
 
 
-@pytest.mark.slow  # ~20 s: timed pass + measured pass; test_end_to_end covers it by default
+@pytest.mark.slow  # ~20 s: timed pass + measured pass
 def test_measure_returns_busbw_latency_and_counter_deltas(cluster: SshCluster) -> None:
     m = cluster.measure(SMALL)
     [coll] = m.collectives

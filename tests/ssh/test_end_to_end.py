@@ -20,6 +20,7 @@ EXPERIMENT = ROOT / "experiments" / "emulated-ssh.yaml"
 pytestmark = pytest.mark.ssh
 
 
+@pytest.mark.slow  # ~160 s (a baseline and a trial over the emulated cluster)
 def test_emulated_ssh_experiment_tunes_and_restores(emulated_cluster: EmulatedCluster,
                                                      tmp_path: Path) -> None:
     emu = emulated_cluster
