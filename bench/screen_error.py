@@ -23,8 +23,11 @@ Those settings sit mostly far from the storm boundary, where a model error rarel
 verdict. A second family sits on it (``boundary_settings``): towards each end of each knob's
 range and towards each spread setting that the twin as built stops, a bisection of the line
 from the baseline on that twin, 4 halvings; the last setting the twin lets through and the
-first it stops. These are where a screen that trusts its twin exactly misses
-storms and skips good settings when the canary's fabric differs.
+first it stops. Between the settings the screen lets through and those the twin sees storm
+lies a band the screen skips for a busbw loss beyond the guardrail, so a third family,
+*edge*, bisects the same lines on any screen verdict (that loss included): the last setting
+the screen lets through and the first it skips. These are where a screen that trusts its
+twin exactly misses storms and skips good settings when the canary's fabric differs.
 
 The twin differs from the canary by its fabric seed in every row, as in a study: the ECMP hash
 seed (rocesim ``Fabric`` hashes with it) and the placements. The first row has that error
@@ -94,15 +97,16 @@ def candidate_settings(exp: Any, n: int, seed: int = 0) -> list[dict[str, int]]:
     return out
 
 
-def boundary_settings(exp: Any, spread: list[dict[str, int]], halvings: int = 4
-                      ) -> list[dict[str, int]]:
-    """Settings on the twin's storm boundary. Towards each end of each searched knob's range
-    (the others at the baseline) and towards each ``spread`` setting, where the twin as built
-    stops that end (any safety verdict, as the screen reads it; a setting the static limits
-    refuse counts as stopped, the search never proposes it): bisect the straight line from
-    the baseline in the search space (log knobs on a log scale) ``halvings`` times, and keep
-    the last setting the twin lets through and the first it stops (unless the static limits
-    refuse it)."""
+def boundary_settings(exp: Any, spread: list[dict[str, int]], halvings: int = 4,
+                      edge: bool = False) -> list[dict[str, int]]:
+    """Settings on the twin's storm boundary (with ``edge``: on the edge of what the screen
+    lets through, a busbw loss beyond the guardrail included). Towards each end of each
+    searched knob's range (the others at the baseline) and towards each ``spread`` setting,
+    where the twin as built stops that end (any safety verdict, as the screen reads it, or
+    with ``edge`` any screen verdict; a setting the static limits refuse counts as stopped,
+    the search never proposes it): bisect the straight line from the baseline in the search
+    space (log knobs on a log scale) ``halvings`` times, and keep the last setting the twin
+    lets through and the first it stops (unless the static limits refuse it)."""
     import math
 
     from safety.limits import PfcThreshold, check_proposal, kmax_ceiling
@@ -111,7 +115,7 @@ def boundary_settings(exp: Any, spread: list[dict[str, int]], halvings: int = 4
     from tuner.space import build_space
 
     twin = TwinScreen(exp, score_config(exp))
-    desc, base = twin.twin.describe(), twin.base_settings.flat()
+    desc, base = twin.twin.desc, twin.twin.base_settings.flat()
     pfc = PfcThreshold.from_facts(desc.facts)
     space = build_space(exp).bounded(kmax_ceiling(pfc, exp.safety) if pfc else None)
     logs = {d.name: d.log and d.low > 0 for d in space.dims}
@@ -133,7 +137,7 @@ def boundary_settings(exp: Any, spread: list[dict[str, int]], halvings: int = 4
         if refused(values):
             return True
         v = twin.verdict(values)
-        return v is not None and v[0] != "screened:busbw_loss"
+        return v is not None and (edge or v[0] != "screened:busbw_loss")
 
     ends = [{**start, d.name: (math.log(b) if logs[d.name] else b)}
             for d in space.dims for b in (d.low, d.high)]
@@ -197,7 +201,7 @@ def screened(exp: Any, settings: list[dict[str, int]]) -> list[bool]:
     return [twin.verdict(v) is not None for v in settings]
 
 
-FAMILIES = ("spread", "boundary")
+FAMILIES = ("spread", "boundary", "edge")
 
 
 def measure(path: str, n: int) -> list[dict[str, Any]]:
@@ -205,7 +209,8 @@ def measure(path: str, n: int) -> list[dict[str, Any]]:
 
     exp = load_experiment(ROOT / path)
     spread = candidate_settings(exp, n)
-    families = {"spread": spread, "boundary": boundary_settings(exp, spread)}
+    families = {"spread": spread, "boundary": boundary_settings(exp, spread),
+                "edge": boundary_settings(exp, spread, edge=True)}
     skips = {fam: screened(exp, settings) for fam, settings in families.items()}
     rows = []
     for label, change in ERRORS:
@@ -235,9 +240,12 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
     lines = ["## The screen under model error", "",
              f"Produced by `bench/screen_error.py` on {when}. Two families of settings per "
              f"experiment: *spread*, each searched knob alone at 20, 50 and 80 % of its range "
-             f"and {n} random pairs of knobs, and *boundary*, the settings either side of the "
+             f"and {n} random pairs of knobs; *boundary*, the settings either side of the "
              "twin's storm boundary on the line from the baseline to each knob's ends and to "
-             "each spread setting the twin stops (4 halvings; static limits applied to both). "
+             "each spread setting the twin stops (4 halvings); *edge*, the same lines "
+             "bisected on any screen verdict, a busbw loss beyond the guardrail included, "
+             "so the last setting the screen lets through and the first it skips (static "
+             "limits applied to all three). "
              "Each is screened once by the twin as built (nominal "
              "fabric, another seed), then measured on a canary whose fabric is built wrong, "
              f"one error at a time, on {PLACEMENTS} placements. The twin's fabric seed "
