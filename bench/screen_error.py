@@ -192,11 +192,23 @@ def truth(exp: Any, settings: list[dict[str, int]]) -> list[str]:
     return out
 
 
-def screened(exp: Any, settings: list[dict[str, int]]) -> list[bool]:
-    """Whether the screen (the twin as built for ``exp``) skips each setting."""
+# The uncertainty-aware screen measured beside the twin as built (``screen.ensemble``): a copy
+# either side of the errors the issue names where they have two sides, each with its own seed.
+ENSEMBLE: list[dict[str, float]] = [{}, {"buffer": 0.7}, {"buffer": 1.3}, {"link_delay": 2.0},
+                                    {"pfc_alpha": 0.5}, {"pfc_alpha": 2.0}]
+
+
+def screened(exp: Any, settings: list[dict[str, int]],
+             ensemble: list[dict[str, float]] | None = None) -> list[bool]:
+    """Whether the screen (the twin as built for ``exp``, with the copies of ``ensemble``)
+    skips each setting."""
+    from tuner.experiment import ModelError
     from tuner.loop import score_config
     from tuner.screen import TwinScreen
 
+    if ensemble:
+        exp = exp.model_copy(update={"screen": exp.screen.model_copy(update={
+            "ensemble": [ModelError(**e) for e in ensemble]})})
     twin = TwinScreen(exp, score_config(exp))
     return [twin.verdict(v) is not None for v in settings]
 
@@ -212,6 +224,7 @@ def measure(path: str, n: int) -> list[dict[str, Any]]:
     families = {"spread": spread, "boundary": boundary_settings(exp, spread),
                 "edge": boundary_settings(exp, spread, edge=True)}
     skips = {fam: screened(exp, settings) for fam, settings in families.items()}
+    ens = {fam: screened(exp, settings, ENSEMBLE) for fam, settings in families.items()}
     rows = []
     for label, change in ERRORS:
         topo = exp.fabric.topology
@@ -222,13 +235,20 @@ def measure(path: str, n: int) -> list[dict[str, Any]]:
             got = truth(canary, settings)
             storms = [i for i, g in enumerate(got) if g == "storm"]
             good = [i for i, g in enumerate(got) if g == "improves"]
-            sk = skips[fam]
+            sk, se = skips[fam], ens[fam]
             rows.append({"experiment": exp.name, "error": label, "family": fam,
                          "settings": len(settings), "storms": len(storms),
                          "missed": sum(not sk[i] for i in storms),
                          "improves": len(good), "skipped": sum(sk[i] for i in good),
-                         "screened": sum(sk), "seconds": time.monotonic() - t0})
+                         "screened": sum(sk), "ens_missed": sum(not se[i] for i in storms),
+                         "ens_skipped": sum(se[i] for i in good), "ens_screened": sum(se),
+                         "seconds": time.monotonic() - t0})
     return rows
+
+
+def _yaml(ensemble: list[dict[str, float]]) -> str:
+    return "[" + ", ".join("{" + ", ".join(f"{k}: {v:g}" for k, v in e.items()) + "}"
+                           for e in ensemble) + "]"
 
 
 def _share(k: int, n: int) -> str:
@@ -247,7 +267,10 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
              "so the last setting the screen lets through and the first it skips (static "
              "limits applied to all three). "
              "Each is screened once by the twin as built (nominal "
-             "fabric, another seed), then measured on a canary whose fabric is built wrong, "
+             "fabric, another seed) and once by the same twin with the copies of "
+             f"`screen.ensemble: {_yaml(ENSEMBLE)}` (each copy with a seed of its own; a "
+             "storm in any copy screens a setting, a busbw loss only one every copy "
+             "predicts), then measured on a canary whose fabric is built wrong, "
              f"one error at a time, on {PLACEMENTS} placements. The twin's fabric seed "
              "differs from the canary's in every row (the ECMP hash seed, and the "
              "placements): the first row of each experiment has that error alone, each other "
@@ -256,18 +279,26 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
     for fam in FAMILIES:
         part = [r for r in rows if r["family"] == fam]
         lines += ["", f"**{fam}**", "",
-                  "| experiment | canary's model error | screened | canary storms | missed by "
-                  "the screen | canary improvements | wrongly skipped |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| experiment | canary's model error | canary storms | canary improvements "
+                  "| as built: screened | missed storms | wrongly skipped | ensemble: screened "
+                  "| missed storms | wrongly skipped |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in part:
-            lines.append(f"| {r['experiment']} | {r['error']} | {r['screened']}/{r['settings']}"
-                         f" | {r['storms']} | {_share(r['missed'], r['storms'])} | "
-                         f"{r['improves']} | {_share(r['skipped'], r['improves'])} |")
+            lines.append(f"| {r['experiment']} | {r['error']} | {r['storms']} | "
+                         f"{r['improves']} | {r['screened']}/{r['settings']} | "
+                         f"{_share(r['missed'], r['storms'])} | "
+                         f"{_share(r['skipped'], r['improves'])} | "
+                         f"{r['ens_screened']}/{r['settings']} | "
+                         f"{_share(r['ens_missed'], r['storms'])} | "
+                         f"{_share(r['ens_skipped'], r['improves'])} |")
         storms = sum(r["storms"] for r in part)
         good = sum(r["improves"] for r in part)
-        lines += ["", f"Over every {fam} row: missed storms "
+        lines += ["", f"Over every {fam} row, as built: missed storms "
                   f"{_share(sum(r['missed'] for r in part), storms)}, wrongly skipped "
-                  f"improvements {_share(sum(r['skipped'] for r in part), good)}."]
+                  f"improvements {_share(sum(r['skipped'] for r in part), good)}; with the "
+                  f"ensemble: missed storms {_share(sum(r['ens_missed'] for r in part), storms)}"
+                  f", wrongly skipped improvements "
+                  f"{_share(sum(r['ens_skipped'] for r in part), good)}."]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ The field reference lives in ``docs/experiment-file.md``.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -291,6 +292,47 @@ class SamplerSpec(BaseModel):
         return self.startup_trials if self.name in MODEL_BASED else 0
 
 
+class ModelError(BaseModel):
+    """One copy of the twin built wrong on purpose (``screen.ensemble``): factors on the twin's
+    buffer, link delay (its base RTT) and PFC dynamic threshold alpha (a power of two, as
+    ``pfc_alpha_log2`` steps). Every copy also hashes and places with a seed of its own."""
+
+    model_config = _STRICT
+    buffer: float = Field(default=1.0, gt=0, le=16)
+    link_delay: float = Field(default=1.0, gt=0, le=16)
+    pfc_alpha: float = Field(default=1.0, gt=0, le=16)
+
+    @field_validator("pfc_alpha")
+    @classmethod
+    def _power_of_two(cls, v: float) -> float:
+        if not math.log2(v).is_integer():
+            raise ValueError("a power of two (0.25, 0.5, 1, 2, 4 ...): the dynamic "
+                             "threshold is set as 2**pfc_alpha_log2")
+        return v
+
+    @property
+    def label(self) -> str:
+        parts = [f"{name} x{v:g}" for name, v in (("buffer", self.buffer),
+                                                  ("link delay", self.link_delay),
+                                                  ("PFC alpha", self.pfc_alpha)) if v != 1.0]
+        return ", ".join(parts) or "another hash seed"
+
+    def topology(self, topo: TopologySpec) -> dict[str, Any]:
+        """The fields of ``topo`` this error changes, as the topology declares them."""
+        return {"buffer_bytes": int(round(topo.buffer_bytes * self.buffer)),
+                "link_delay_us": topo.link_delay_us * self.link_delay,
+                "pfc_alpha_log2": topo.pfc_alpha_log2 + int(math.log2(self.pfc_alpha))}
+
+    def refusal(self, twin: FabricSpec, i: int) -> str:
+        """Why ``twin`` built with this error (``screen.ensemble[i]``) is not a topology the
+        file could declare; "" if it is."""
+        from tuner.calibrate import problems
+
+        bad = problems(twin, self.topology(twin.topology))
+        return f"screen.ensemble[{i}]: {self.label} takes the twin out of range: {bad}" \
+            if bad else ""
+
+
 class ScreenSpec(BaseModel):
     """Pre-screening of proposals on the digital twin (``tuner/screen.py``)."""
 
@@ -304,6 +346,17 @@ class ScreenSpec(BaseModel):
     # every guardrail judged on each, as the canary judges them. 1 by default: 2 doubled the
     # twin's cost and confirmed no more winners (docs/benchmarks.md, search notes).
     placements: int = Field(default=1, ge=1, le=8)
+    # Copies of the twin built wrong on purpose (an uncertainty-aware screen): a storm that
+    # any copy predicts screens a proposal, a busbw loss only one that the twin and every copy
+    # predict. Each copy costs one more twin measurement per placement and setting.
+    ensemble: list[ModelError] = Field(default_factory=list, max_length=8)
+
+    @model_validator(mode="after")
+    def _ensemble(self) -> ScreenSpec:
+        if self.ensemble and self.mode != "twin":
+            raise ValueError("ensemble: applies to mode twin (the screen), not to mode "
+                             f"{self.mode}")
+        return self
 
 
 class TrackingSpec(BaseModel):
@@ -434,6 +487,15 @@ class Experiment(BaseModel):
                 f"({startup} random proposals before {self.sampler.name} models anything) plus "
                 f"budget.confirm_top_k ({top_k} candidates to confirm): raise budget.trials to "
                 f"at least {startup + top_k}, or lower the other two")
+        return self
+
+    @model_validator(mode="after")
+    def _ensemble_builds(self) -> Experiment:
+        twin = self.screen.fabric or self.fabric  # as declared (calibration: TwinScreen)
+        for i, err in enumerate(self.screen.ensemble):
+            bad = err.refusal(twin, i)
+            if bad:
+                raise ValueError(bad)
         return self
 
     @model_validator(mode="after")

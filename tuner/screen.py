@@ -8,9 +8,15 @@ baseline on the same placements, every guardrail judged on each; a predicted sto
 safety violation) or a busbw loss beyond ``objective.guardrails.max_busbw_loss_percent`` gives
 the verdict ``screened:<reason>``: recorded, told to the sampler as infeasible, never applied.
 The screen costs simulator time only, and is judged by ``bench/search.py`` (storms prevented,
-good settings wrongly skipped). The same twin serves ``sampler: twin`` (``evaluate``, the
-score and guardrails on the twin; ``tuner/twin_search.py``); each setting is measured there
-once, for both.
+good settings wrongly skipped) and ``bench/screen_error.py`` (the same when the canary's fabric
+is not the twin's). The same twin serves ``sampler: twin`` (``evaluate``, the score and
+guardrails on the twin; ``tuner/twin_search.py``); each setting is measured there once, for
+both.
+
+A twin is only as right as its model. ``screen.ensemble`` adds copies of the twin built wrong
+on purpose (buffer, base RTT, PFC alpha, each with its own ECMP hash seed), and the screen
+leans each way towards the canary: a storm predicted by any copy screens the proposal, a busbw
+loss only one predicted by the twin and every copy.
 """
 
 from __future__ import annotations
@@ -28,16 +34,66 @@ if TYPE_CHECKING:
     from objectives.measurement import Measurement
     from objectives.score import Score, ScoreConfig
     from tuner.cluster.sim import SimCluster
-    from tuner.experiment import Experiment
+    from tuner.experiment import Experiment, FabricSpec, ModelError
+
+
+class Twin:
+    """One simulated fabric like the canary's, its baseline on each placement, and each setting
+    measured there once (the screen and the search ask alike)."""
+
+    def __init__(self, exp: Experiment, spec: FabricSpec, switches: list[str], field: str,
+                 label: str = "twin") -> None:
+        from tuner.cluster.sim import SimCluster
+
+        self.exp = exp
+        self.label = label
+        self.cluster: SimCluster = SimCluster(spec, switches, dict(exp.current), name="twin",
+                                              field=field)
+        self.desc = self.cluster.describe()
+        self.base_settings = self.cluster.snapshot()
+        self.baselines: list[Measurement] = [self.cluster.measure(exp.workload, replicate=r)
+                                             for r in range(exp.screen.placements)]
+        self.window_s = storm_window_s(exp.safety,
+                                       min(m.duration_s for m in self.baselines))
+        self._seen: dict[tuple[tuple[str, int], ...],
+                         tuple[Score | None, tuple[str, str] | None]] = {}
+
+    def measure(self, values: dict[str, int], cfg: ScoreConfig
+                ) -> tuple[Score | None, tuple[str, str] | None]:
+        """(score, None), or (None, (verdict, detail)) when a safety rule stops ``values``."""
+        key = tuple(sorted(values.items()))
+        if key not in self._seen:
+            self._seen[key] = self._measure_now(values, cfg)
+        return self._seen[key]
+
+    def _measure_now(self, values: dict[str, int], cfg: ScoreConfig
+                     ) -> tuple[Score | None, tuple[str, str] | None]:
+        settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics, values)
+        self.cluster.apply(settings)
+        try:
+            ms = []
+            for r in range(len(self.baselines)):
+                m = self.cluster.measure(self.exp.workload,
+                                         LiveMonitor(self.exp.safety, self.window_s),
+                                         replicate=r)
+                found = judge(m, self.exp.safety, self.window_s)
+                if found:
+                    return None, (f"screened:{found[0].code}", f"{self.label}: {describe(found)}")
+                ms.append(m)
+            return score(ms, self.baselines, cfg), None
+        except SafetyAbort as exc:
+            return None, (f"screened:{exc.reason}", f"{self.label}: {exc.detail}")
+        finally:
+            self.cluster.apply(self.base_settings)
 
 
 class TwinScreen:
-    """The twin and its baseline; ``verdict(values)`` is None (apply it) or ``screened:<why>``."""
+    """The twin and its copies built wrong on purpose (``screen.ensemble``);
+    ``verdict(values)`` is None (apply it) or ``screened:<why>``."""
 
     def __init__(self, exp: Experiment, cfg: ScoreConfig,
                  recorded: dict[str, Any] | None = None) -> None:
         from tuner import calibrate
-        from tuner.cluster.sim import SimCluster
 
         spec = calibrate.twin_spec(exp)
         # ``ecntune calibrate``'s values for this twin, when it fitted this declaration: the
@@ -48,55 +104,46 @@ class TwinScreen:
         switches, field = calibrate.twin_canary(exp)
         self.exp = exp
         self.cfg = cfg
-        self.twin: SimCluster = SimCluster(spec, switches, dict(exp.current), name="twin",
-                                           field=field)
-        self.desc = self.twin.describe()
-        self.base_settings = self.twin.snapshot()
-        self.baselines: list[Measurement] = [self.twin.measure(exp.workload, replicate=r)
-                                             for r in range(exp.screen.placements)]
-        self.window_s = storm_window_s(exp.safety,
-                                       min(m.duration_s for m in self.baselines))
-        self._seen: dict[tuple[tuple[str, int], ...],
-                         tuple[Score | None, tuple[str, str] | None]] = {}
+        self.twin = Twin(exp, spec, switches, field)
+        self.members = [Twin(exp, member_spec(spec, err, i), switches, field,
+                             label=f"twin with {err.label}")
+                        for i, err in enumerate(exp.screen.ensemble)]
 
     def verdict(self, values: dict[str, int]) -> tuple[str, str] | None:
-        """(verdict, detail) when the twin predicts trouble, else None."""
-        sc, trouble = self._measure(values)
-        if trouble is not None:
-            return trouble
-        assert sc is not None
-        loss = [text for code, text in sc.violations() if code == "busbw_loss"]
-        return ("screened:busbw_loss", f"twin: {loss[0]}") if loss else None
+        """(verdict, detail) when the twin or any copy predicts trouble (any safety verdict),
+        or when the twin and every copy predict a busbw loss beyond the guardrail; else None.
+        A copy that storms stops a setting the twin passed; a copy that gains lets through a
+        setting the twin would skip: the canary, not the model, settles it."""
+        losses = []
+        for twin in (self.twin, *self.members):
+            sc, trouble = twin.measure(values, self.cfg)
+            if trouble is not None:
+                return trouble
+            assert sc is not None
+            losses.append([text for code, text in sc.violations() if code == "busbw_loss"])
+        if not all(losses):
+            return None
+        every = " (and in every copy of screen.ensemble)" if self.members else ""
+        return "screened:busbw_loss", f"twin: {losses[0][0]}{every}"
 
     def evaluate(self, values: dict[str, int]) -> TwinResult:
-        """The twin's score for ``values`` and its guardrail margins (``sampler: twin``)."""
-        sc, trouble = self._measure(values)
+        """The twin's score for ``values`` and its guardrail margins (``sampler: twin``; the
+        twin as built, not its copies)."""
+        sc, trouble = self.twin.measure(values, self.cfg)
         if trouble is not None or sc is None:
             return TwinResult(score=None)
         return TwinResult(score=sc.scalar, margins=dict(sc.constraints))
 
-    def _measure(self, values: dict[str, int]) -> tuple[Score | None, tuple[str, str] | None]:
-        """One twin measurement of ``values`` (kept: the screen and the search ask alike)."""
-        key = tuple(sorted(values.items()))
-        if key not in self._seen:
-            self._seen[key] = self._measure_now(values)
-        return self._seen[key]
 
-    def _measure_now(self, values: dict[str, int]
-                     ) -> tuple[Score | None, tuple[str, str] | None]:
-        settings = Settings.uniform(self.desc.canary_switches, self.desc.canary_nics, values)
-        self.twin.apply(settings)
-        try:
-            ms = []
-            for r in range(len(self.baselines)):
-                m = self.twin.measure(self.exp.workload,
-                                      LiveMonitor(self.exp.safety, self.window_s), replicate=r)
-                found = judge(m, self.exp.safety, self.window_s)
-                if found:
-                    return None, (f"screened:{found[0].code}", "twin: " + describe(found))
-                ms.append(m)
-            return score(ms, self.baselines, self.cfg), None
-        except SafetyAbort as exc:
-            return None, (f"screened:{exc.reason}", f"twin: {exc.detail}")
-        finally:
-            self.twin.apply(self.base_settings)
+def member_spec(spec: FabricSpec, err: ModelError, i: int) -> FabricSpec:
+    """The twin ``spec`` built with ``err`` and a seed of its own (``screen.ensemble[i]``);
+    ConfigError when the result is not a topology the experiment file could declare (checked
+    on the declared twin when the file loads; again here, on the calibrated one)."""
+    from tuner import calibrate
+    from tuner.errors import ConfigError
+
+    bad = err.refusal(spec, i)
+    if bad:
+        raise ConfigError(bad)
+    return calibrate.with_values(spec, err.topology(spec.topology)).model_copy(
+        update={"seed": (spec.seed + 1 + i) % 2**32})

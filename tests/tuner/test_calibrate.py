@@ -153,7 +153,7 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(
 
     def spy(self: screen.TwinScreen, *a: object, **k: object) -> None:
         init(self, *a, **k)  # type: ignore[arg-type]
-        built.append(self.twin.spec.topology.buffer_bytes)
+        built.append(self.twin.cluster.spec.topology.buffer_bytes)
 
     monkeypatch.setattr(screen.TwinScreen, "__init__", spy)
     r = CliRunner().invoke(main, ["resume", "c1", "--results", str(tmp_path / "results"),

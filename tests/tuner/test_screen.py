@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from objectives.score import score
-from tuner.experiment import load_experiment
+from tuner.experiment import ModelError, load_experiment
 from tuner.loop import score_config
 from tuner.screen import TwinScreen
 from tuner.settings import Settings
@@ -25,17 +25,97 @@ def test_the_twin_judges_each_guardrail_on_its_worst_placement() -> None:
     topo = exp.fabric.topology.model_copy(update={"dce_tcp_g_reading": "kept"})
     exp = exp.model_copy(update={"screen": exp.screen.model_copy(update={"placements": 2}),
                                  "fabric": exp.fabric.model_copy(update={"topology": topo})})
-    twin = TwinScreen(exp, score_config(exp))
+    screen = TwinScreen(exp, score_config(exp))
+    twin = screen.twin
     assert [m.replicate for m in twin.baselines] == [0, 1]
     values = {**exp.current, **SETTING}
-    margins = twin.evaluate(values).margins
+    margins = screen.evaluate(values).margins
     # Each placement alone, paired with the twin's baseline on that placement.
-    twin.twin.apply(Settings.uniform(twin.desc.canary_switches, twin.desc.canary_nics, values))
-    alone = [score([twin.twin.measure(exp.workload, replicate=r)], [twin.baselines[r]],
-                   twin.cfg).constraints for r in (0, 1)]
-    twin.twin.apply(twin.base_settings)
+    twin.cluster.apply(Settings.uniform(twin.desc.canary_switches, twin.desc.canary_nics,
+                                        values))
+    alone = [score([twin.cluster.measure(exp.workload, replicate=r)], [twin.baselines[r]],
+                   screen.cfg).constraints for r in (0, 1)]
+    twin.cluster.apply(twin.base_settings)
     assert set(margins) == {"busbw_loss", "tenant_goodput", "p99", "pfc_pause"}
     for g, m in margins.items():
         assert m == pytest.approx(max(alone[0][g], alone[1][g]))
     # The test can tell: placement 0 alone reads the PFC guardrail as broken by far less.
     assert alone[1]["pfc_pause"] - alone[0]["pfc_pause"] > 0.3
+
+
+def _screen(*ensemble: ModelError) -> TwinScreen:
+    exp = load_experiment(QUICK)
+    exp = exp.model_copy(update={"screen": exp.screen.model_copy(
+        update={"ensemble": list(ensemble)})})
+    return TwinScreen(exp, score_config(exp))
+
+
+# On quick.yaml's twin (settings found by bench/screen_error.py's two families): one the twin
+# passes and its copy with alpha / 4 storms; two the twin reads as a busbw loss beyond the
+# guardrail, of which its copy with 70 % of the buffer reads the first as within it.
+PASSES_STORMS = {"kmax_bytes": 2013265, "rpg_ai_rate": 3}
+LOSS_COPY_GAINS = {"kmin_bytes": 53163, "kmax_bytes": 85814}
+LOSS_EVERYWHERE = {"kmax_bytes": 2013265, "min_time_between_cnps": 5}
+
+
+def test_a_storm_in_any_copy_of_the_twin_screens_the_setting() -> None:
+    alone = _screen()
+    base = alone.twin.base_settings.flat()
+    assert alone.verdict({**base, **PASSES_STORMS}) is None
+    both = _screen(ModelError(), ModelError(pfc_alpha=0.25))
+    assert [m.label for m in both.members] == ["twin with another hash seed",
+                                               "twin with PFC alpha x0.25"]
+    # each copy hashes with a seed of its own; the second one's alpha is a quarter of the twin's
+    assert [m.cluster.spec.seed for m in both.members] == [3, 4]
+    assert [m.cluster.spec.topology.pfc_alpha_log2 for m in both.members] == [-3, -5]
+    code, detail = both.verdict({**base, **PASSES_STORMS}) or ("", "")
+    assert code == "screened:pfc_storm"
+    assert detail.startswith("twin with PFC alpha x0.25: pfc_storm on host")
+    # ``sampler: twin`` explores the twin as built: the copies do not change its scores
+    assert both.evaluate({**base, **PASSES_STORMS}) == alone.evaluate({**base, **PASSES_STORMS})
+
+
+def test_a_busbw_loss_is_screened_only_when_every_copy_predicts_it() -> None:
+    alone = _screen()
+    base = alone.twin.base_settings.flat()
+    for setting in (LOSS_COPY_GAINS, LOSS_EVERYWHERE):
+        assert (alone.verdict({**base, **setting}) or ("",))[0] == "screened:busbw_loss"
+    wider = _screen(ModelError(buffer=0.7))
+    assert wider.members[0].cluster.spec.topology.buffer_bytes == round(12582912 * 0.7)
+    assert wider.verdict({**base, **LOSS_COPY_GAINS}) is None  # the canary settles it
+    code, detail = wider.verdict({**base, **LOSS_EVERYWHERE}) or ("", "")
+    assert code == "screened:busbw_loss"
+    assert detail.endswith("(and in every copy of screen.ensemble)")
+
+
+def test_a_copy_the_twin_cannot_be_built_as_is_refused_naming_it() -> None:
+    from tuner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"screen\.ensemble\[1\]: buffer x0\.001 takes the "
+                                          r"twin out of range: buffer_bytes"):
+        _screen(ModelError(), ModelError(buffer=0.001))
+
+
+@pytest.mark.parametrize(("ensemble", "says"), [
+    ("[{}, {buffer: 0.001}]", "screen.ensemble[1]: buffer x0.001 takes the twin out of range: "
+                              "buffer_bytes: Input should be greater than or equal to 65536"),
+    ("[{pfc_alpha: 3}]", "screen.ensemble.0.pfc_alpha: value 3 -- a power of two"),
+    ("[{link_delay: 0}]", "screen.ensemble.0.link_delay: value 0 -- Input should be greater "
+                          "than 0"),
+])
+def test_a_bad_ensemble_ends_the_run_with_exit_2_naming_the_file_and_field(
+        tmp_path: Path, ensemble: str, says: str) -> None:
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    f = tmp_path / "q.yaml"
+    text = QUICK.read_text()
+    assert text.count("screen: {mode: twin}") == 1
+    f.write_text(text.replace("screen: {mode: twin}",
+                              f"screen: {{mode: twin, ensemble: {ensemble}}}"))
+    r = CliRunner().invoke(main, ["run", str(f), "--no-mlflow", "--results",
+                                  str(tmp_path / "r")])
+    assert r.exit_code == 2, r.output
+    assert "q.yaml: " in r.output and says in r.output
+    assert not (tmp_path / "r").exists()  # refused before anything ran
