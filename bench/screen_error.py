@@ -262,7 +262,7 @@ def _share(k: int, n: int) -> str:
 def render(rows: list[dict[str, Any]], n: int) -> str:
     when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["## The screen under model error", "",
-             f"Produced by `bench/screen_error.py` on {when}. Two families of settings per "
+             f"Produced by `bench/screen_error.py` on {when}. Three families of settings per "
              f"experiment: *spread*, each searched knob alone at 20, 50 and 80 % of its range "
              f"and {n} random pairs of knobs; *boundary*, the settings either side of the "
              "twin's storm boundary on the line from the baseline to each knob's ends and to "
