@@ -50,9 +50,9 @@ def _screen(*ensemble: ModelError) -> TwinScreen:
     return TwinScreen(exp, score_config(exp))
 
 
-# On quick.yaml's twin (settings found by bench/screen_error.py's two families): one the twin
-# passes and its copy with alpha / 4 storms; two the twin reads as a busbw loss beyond the
-# guardrail, of which its copy with 70 % of the buffer reads the first as within it.
+# On quick.yaml's twin (settings from bench/screen_error.py's spread and boundary families):
+# one the twin passes and its copy with alpha / 4 storms; two the twin reads as a busbw loss
+# beyond the guardrail, of which its copy with 70 % of the buffer reads the first as within it.
 PASSES_STORMS = {"kmax_bytes": 2013265, "rpg_ai_rate": 3}
 LOSS_COPY_GAINS = {"kmin_bytes": 53163, "kmax_bytes": 85814}
 LOSS_EVERYWHERE = {"kmax_bytes": 2013265, "min_time_between_cnps": 5}
