@@ -97,7 +97,7 @@ def candidate_settings(exp: Any, n: int, seed: int = 0) -> list[dict[str, int]]:
     return out
 
 
-def boundary_settings(exp: Any, spread: list[dict[str, int]], halvings: int = 4,
+def boundary_settings(exp: Any, twin: Any, spread: list[dict[str, int]], halvings: int = 4,
                       edge: bool = False) -> list[dict[str, int]]:
     """Settings on the twin's storm boundary (with ``edge``: on the edge of what the screen
     lets through, a busbw loss beyond the guardrail included). Towards each end of each
@@ -106,15 +106,13 @@ def boundary_settings(exp: Any, spread: list[dict[str, int]], halvings: int = 4,
     with ``edge`` any screen verdict; a setting the static limits refuse counts as stopped,
     the search never proposes it): bisect the straight line from the baseline in the search
     space (log knobs on a log scale) ``halvings`` times, and keep the last setting the twin
-    lets through and the first it stops (unless the static limits refuse it)."""
+    lets through and the first it stops (unless the static limits refuse it). ``twin`` is the
+    screen as built for ``exp`` (``screen``): its measurements are kept between calls."""
     import math
 
     from safety.limits import PfcThreshold, check_proposal, kmax_ceiling
-    from tuner.loop import score_config
-    from tuner.screen import TwinScreen
     from tuner.space import build_space
 
-    twin = TwinScreen(exp, score_config(exp))
     desc, base = twin.twin.desc, twin.twin.base_settings.flat()
     pfc = PfcThreshold.from_facts(desc.facts)
     space = build_space(exp).bounded(kmax_ceiling(pfc, exp.safety) if pfc else None)
@@ -198,10 +196,8 @@ ENSEMBLE: list[dict[str, float]] = [{}, {"buffer": 0.7}, {"buffer": 1.3}, {"link
                                     {"pfc_alpha": 0.5}, {"pfc_alpha": 2.0}]
 
 
-def screened(exp: Any, settings: list[dict[str, int]],
-             ensemble: list[dict[str, float]] | None = None) -> list[bool]:
-    """Whether the screen (the twin as built for ``exp``, with the copies of ``ensemble``)
-    skips each setting."""
+def screen(exp: Any, ensemble: list[dict[str, float]] | None = None) -> Any:
+    """The screen for ``exp``: the twin as built, with the copies of ``ensemble``."""
     from tuner.experiment import ModelError
     from tuner.loop import score_config
     from tuner.screen import TwinScreen
@@ -209,8 +205,7 @@ def screened(exp: Any, settings: list[dict[str, int]],
     if ensemble:
         exp = exp.model_copy(update={"screen": exp.screen.model_copy(update={
             "ensemble": [ModelError(**e) for e in ensemble]})})
-    twin = TwinScreen(exp, score_config(exp))
-    return [twin.verdict(v) is not None for v in settings]
+    return TwinScreen(exp, score_config(exp))
 
 
 FAMILIES = ("spread", "boundary", "edge")
@@ -221,12 +216,18 @@ def measure(path: str, n: int) -> list[dict[str, Any]]:
 
     exp = load_experiment(ROOT / path)
     spread = candidate_settings(exp, n)
-    families = {"spread": spread, "boundary": boundary_settings(exp, spread),
-                "edge": boundary_settings(exp, spread, edge=True)}
+    finder = screen(exp)  # one twin for both bisections (its measurements are kept)
+    families = {"spread": spread, "boundary": boundary_settings(exp, finder, spread),
+                "edge": boundary_settings(exp, finder, spread, edge=True)}
+    # each screen built once, fresh, so that its CPU time counts every measurement it makes
     t0 = time.process_time()
-    skips = {fam: screened(exp, settings) for fam, settings in families.items()}
+    built = screen(exp)
+    skips = {fam: [built.verdict(v) is not None for v in settings]
+             for fam, settings in families.items()}
     t1 = time.process_time()
-    ens = {fam: screened(exp, settings, ENSEMBLE) for fam, settings in families.items()}
+    copies = screen(exp, ENSEMBLE)
+    ens = {fam: [copies.verdict(v) is not None for v in settings]
+           for fam, settings in families.items()}
     cost = {"experiment": exp.name, "family": "cost", "settings": sum(map(len, families.values())),
             "built_s": t1 - t0, "ensemble_s": time.process_time() - t1}
     rows = []
@@ -315,7 +316,8 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
                      f"{_share(sum(r['ens_skipped'] for r in part), good)}")
     costs = [r for r in rows if r["family"] == "cost"]
     lines += ["", "What the ensemble costs: the screen's CPU time over every setting of the "
-              "three families, the twin and its baselines built once per screen: " + "; ".join(
+              "three families, each screen built once (its twins and their baselines) and "
+              "each setting measured once: " + "; ".join(
                   f"{r['experiment']} {r['built_s']:.1f} s as built, {r['ensemble_s']:.1f} s "
                   f"with the ensemble ({r['ensemble_s'] / r['built_s']:.1f}x, "
                   f"{r['settings']} settings)" for r in costs) + ". Every copy is one more "
