@@ -116,10 +116,10 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
                         f"({'within' if wall <= TARGET else 'over'} the {TARGET} target; "
                         f"{one:.2f} compiling in one process), CPU {cpu:.2f}")
     lines += ["", "Median " + "; ".join(verdicts) + ".", "",
-              "Where the cold run's extra time goes (the seconds in this paragraph were "
-              "measured up to 2026-12-06 on an earlier 2-core host of this kind, about twice "
-              "as fast as the one the table ran on: Python's per-call overhead in the rocesim "
-              "section was 13 us there). Before #24 item 4 (cProfile): numba IR "
+              "Where the cold run's extra time goes (the seconds in this paragraph up to "
+              "'measured on 2026-12-07' were measured up to 2026-12-06 on an earlier 2-core "
+              "host, which ran S2 in 0.64 s: compare the rocesim section). Before #24 item 4 "
+              "(cProfile): numba IR "
               "inlining (`inline=\"always\"` copies and re-types each helper at every call "
               "site) ~30 %, type inference and SSA ~30 %, lowering and LLVM ~40 %. The helpers "
               "became separate compiled functions (results bit-identical; marked "
@@ -152,7 +152,17 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
               "waited: 5.5-6.5 s against 6.0-7.3 s). `run`'s own compile stays serial: ~2.5 s "
               "that two cores cannot share. Compiling in the background while the run sets up "
               f"would hide little: a warm run's first simulation starts {first_sim:.1f} s into "
-              "the command (measured here, with MLflow).",
+              "the command (measured here, with MLflow). Measured on 2026-12-07 on the host "
+              "of the table (one simulation of the bench's single-switch fabric from an empty "
+              "cache, split: 6.3-6.5 s, LLVM 3.2-3.5 s of it under `numba:llvm_lock`): "
+              "`run`'s compile is 2.4-2.5 s, 2.0 s of it LLVM on its linked module (function "
+              "passes on its own IR 0.4 s, the two module-level O3 rounds numba runs after "
+              "linking 0.8 s, machine code 0.8 s). Tried and not kept: leaving the seven "
+              "once-per-step phases out of line (`forceinline=False`) did not shorten it "
+              "(7.2 s against 6.8-7.2 s: numba links and re-optimises the callees' code "
+              "either way); running only numba's first O3 round on `run`'s module saved 0.9 "
+              "s (5.6 s) but made the kernel 5-7 % slower (S2 0.94 s against 0.89 s, S3 2.14 "
+              "against 1.99).",
               END]
     return "\n".join(lines) + "\n"
 

@@ -238,11 +238,13 @@ def jit_costs() -> dict[str, float]:
 
 def _machine() -> str:
     cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    try:  # the name alone does not tell hosts apart ("AMD EPYC" under KVM): add family/model
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text()
+                    .split("\n\n")[0].splitlines() if ":" in line)
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        cpu = info.get("model name", cpu)
+        if "cpu family" in info:
+            cpu += f" (family {info['cpu family']}, model {info.get('model', '?')})"
     except OSError:
         pass
     import numba
