@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.doc_sections import write_section  # noqa: E402
+from tuner.screen import REAL_GEAR_ENSEMBLE  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- screen-error:start -->", "<!-- screen-error:end -->"
@@ -191,9 +192,9 @@ def truth(exp: Any, settings: list[dict[str, int]]) -> list[str]:
 
 
 # The uncertainty-aware screen measured beside the twin as built (``screen.ensemble``): a copy
-# either side of the errors the issue names where they have two sides, each with its own seed.
-ENSEMBLE: list[dict[str, float]] = [{}, {"buffer": 0.7}, {"buffer": 1.3}, {"link_delay": 2.0},
-                                    {"pfc_alpha": 0.5}, {"pfc_alpha": 2.0}]
+# either side of the errors the issue names where they have two sides, each with its own seed;
+# what a twin of real gear gets by default.
+ENSEMBLE: list[dict[str, float]] = list(REAL_GEAR_ENSEMBLE)
 
 
 def screen(exp: Any, ensemble: list[dict[str, float]] | None = None) -> Any:
@@ -321,8 +322,10 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
                   f"{r['experiment']} {r['built_s']:.1f} s as built, {r['ensemble_s']:.1f} s "
                   f"with the ensemble ({r['ensemble_s'] / r['built_s']:.1f}x, "
                   f"{r['settings']} settings)" for r in costs) + ". Every copy is one more "
-              "twin measurement per placement and proposal, so it is off unless "
-              "`screen.ensemble` is set.", "",
+              "twin measurement per placement and proposal. On rocesim, where the twin is the "
+              "canary's own model, the screen has no copies unless `screen.ensemble` is set; "
+              "a twin of real gear gets these six unless the file writes its own "
+              "(`REAL_GEAR_ENSEMBLE`, tuner/screen.py).", "",
               "What this cannot show: the canary's errors come one at a time, never two "
               "together; and the settings where the two screens differ are few (the edge "
               f"family holds {sum(r['improves'] for r in rows if r['family'] == 'edge')} "

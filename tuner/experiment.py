@@ -348,7 +348,8 @@ class ScreenSpec(BaseModel):
     placements: int = Field(default=1, ge=1, le=8)
     # Copies of the twin built wrong on purpose (an uncertainty-aware screen): a storm that
     # any copy predicts screens a proposal, a busbw loss only one that the twin and every copy
-    # predict. Each copy costs one more twin measurement per placement and setting.
+    # predict. Each copy costs one more twin measurement per placement and setting. Unwritten:
+    # none on rocesim, ``tuner.screen.REAL_GEAR_ENSEMBLE`` on a twin of real gear.
     ensemble: list[ModelError] = Field(default_factory=list, max_length=8)
 
     @model_validator(mode="after")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from objectives.score import score
-from tuner.experiment import ModelError, load_experiment
+from tuner.experiment import Experiment, ModelError, load_experiment, parse_experiment
 from tuner.loop import score_config
-from tuner.screen import TwinScreen
+from tuner.screen import REAL_GEAR_ENSEMBLE, TwinScreen, ensemble
 from tuner.settings import Settings
 
 QUICK = Path(__file__).resolve().parents[2] / "experiments" / "quick.yaml"
@@ -119,3 +119,48 @@ def test_a_bad_ensemble_ends_the_run_with_exit_2_naming_the_file_and_field(
     assert r.exit_code == 2, r.output
     assert "q.yaml: " in r.output and says in r.output
     assert not (tmp_path / "r").exists()  # refused before anything ran
+
+
+def _real_gear(ensemble: str | None = None, alpha_log2: int = -3) -> Experiment:
+    """quick.yaml on the ssh backend (an inventory the screen never reads), its fabric as the
+    twin (``screen.fabric``), ``screen.ensemble`` written only if given."""
+    text = QUICK.read_text()
+    fabric = text[text.index("fabric:\n"):text.index("canary:")]
+    twin = fabric.replace("fabric:\n", "  fabric:\n").replace("\n  ", "\n    ").replace(
+        "buffer_bytes: 12582912}", f"buffer_bytes: 12582912, pfc_alpha_log2: {alpha_log2}}}")
+    screen = "screen:\n  mode: twin\n" + twin + (f"  ensemble: {ensemble}\n" if ensemble else "")
+    text = text.replace(fabric, "fabric: {backend: ssh, inventory_file: lab.yaml}\n")
+    return parse_experiment(text.replace("screen: {mode: twin}", screen), "lab")
+
+
+def test_a_twin_of_real_gear_gets_the_measured_copies_unless_the_file_writes_them() -> None:
+    assert REAL_GEAR_ENSEMBLE[1:] == ({"buffer": 0.7}, {"buffer": 1.3}, {"link_delay": 2.0},
+                                      {"pfc_alpha": 0.5}, {"pfc_alpha": 2.0})
+    assert ensemble(load_experiment(QUICK)) == []  # rocesim: the twin is the canary's model
+    assert ensemble(_real_gear("[]")) == []
+    off = _real_gear()
+    off = off.model_copy(update={"screen": off.screen.model_copy(update={"mode": "off"})})
+    assert ensemble(off) == []  # `sampler: twin` alone: nothing screens
+    assert ensemble(_real_gear("[{buffer: 0.5}]")) == [ModelError(buffer=0.5)]
+    screen = TwinScreen(_real_gear(), score_config(_real_gear()))
+    assert [m.label for m in screen.members] == [
+        "twin with another hash seed", "twin with buffer x0.7", "twin with buffer x1.3",
+        "twin with link delay x2", "twin with PFC alpha x0.5", "twin with PFC alpha x2"]
+    assert [m.cluster.spec.seed for m in screen.members] == [2, 3, 4, 5, 6, 7]  # twin: seed 1
+    assert screen.left_out == []
+
+
+def test_a_default_copy_the_twin_cannot_take_is_left_out_and_said(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from tuner.errors import ConfigError
+
+    exp = _real_gear(alpha_log2=3)  # alpha 8, the topology's largest: x2 is out of range
+    screen = TwinScreen(exp, score_config(exp))
+    assert [m.label for m in screen.members][-1] == "twin with PFC alpha x0.5"
+    assert len(screen.members) == 5
+    assert screen.left_out == ["twin with PFC alpha x2: pfc_alpha_log2: Input should be less "
+                               "than or equal to 3"]
+    assert "leaves out its default copy of the twin with PFC alpha x2" in caplog.text
+    # written, the same copy is refused when the file loads, naming it, as before
+    with pytest.raises(ConfigError, match=r"screen\.ensemble\[0\]: PFC alpha x2 takes the twin"):
+        _real_gear("[{pfc_alpha: 2}]", alpha_log2=3)
