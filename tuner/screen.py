@@ -132,6 +132,13 @@ class TwinScreen:
             self.members.append(Twin(exp, member_spec(spec, err, i), switches, field,
                                      label=f"twin with {err.label}"))
 
+    def describe(self) -> dict[str, str]:
+        """The copies, for the study's MLflow params (a default ensemble is in no file)."""
+        out = {"screen.copies": "; ".join(m.label for m in self.members) or "none"}
+        if self.left_out:
+            out["screen.left_out"] = "; ".join(self.left_out)
+        return out
+
     def verdict(self, values: dict[str, int]) -> tuple[str, str] | None:
         """(verdict, detail) when the twin or any copy predicts trouble (any safety verdict),
         or when the twin and every copy predict a busbw loss beyond the guardrail; else None.

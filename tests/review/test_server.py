@@ -49,6 +49,8 @@ def test_parent_and_nested_runs_over_rest(mlflow_server: Server,
     pparams = _params(parent)
     assert pparams["experiment"] == "quick" and pparams["backend"] == "sim"
     assert pparams["trials_budget"] == str(TRIALS)
+    # the twin screen and its copies (none on rocesim unless the file writes them)
+    assert (pparams["screen"], pparams["screen.copies"]) == ("twin", "none")
     pm = _metrics(parent)
     assert pm["confirmed"] == float(st.result.winner is not None)
     if st.result.best is not None:  # the best candidate's paired score (0 = the baseline)

@@ -148,6 +148,8 @@ def test_a_twin_of_real_gear_gets_the_measured_copies_unless_the_file_writes_the
         "twin with link delay x2", "twin with PFC alpha x0.5", "twin with PFC alpha x2"]
     assert [m.cluster.spec.seed for m in screen.members] == [2, 3, 4, 5, 6, 7]  # twin: seed 1
     assert screen.left_out == []
+    # no file names them: the study's MLflow params do
+    assert screen.describe() == {"screen.copies": "; ".join(m.label for m in screen.members)}
 
 
 def test_a_default_copy_the_twin_cannot_take_is_left_out_and_said(
@@ -161,6 +163,7 @@ def test_a_default_copy_the_twin_cannot_take_is_left_out_and_said(
     assert screen.left_out == ["twin with PFC alpha x2: pfc_alpha_log2: Input should be less "
                                "than or equal to 3"]
     assert "leaves out its default copy of the twin with PFC alpha x2" in caplog.text
+    assert screen.describe()["screen.left_out"] == screen.left_out[0]
     # written, the same copy is refused when the file loads, naming it, as before
     with pytest.raises(ConfigError, match=r"screen\.ensemble\[0\]: PFC alpha x2 takes the twin"):
         _real_gear("[{pfc_alpha: 2}]", alpha_log2=3)

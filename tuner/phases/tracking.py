@@ -50,6 +50,7 @@ def start(ctx: StudyRunner) -> None:
         **{f"objective.{k}": v for k, v in exp.objective.model_dump().items()},
         **{f"safety.{k}": v for k, v in exp.safety.model_dump().items()},
         **{f"twin.calibrated.{k}": v for k, v in ctx.twin_calibration.items()},
+        "screen": exp.screen.mode, **(ctx.screen.describe() if ctx.screen else {}),
     }
     tags = {"ecntune.version": __version__, "ecntune.study": ctx.study_name,
             "ecntune.storage": exp.storage_url, "ecntune.cluster": ctx.desc.name,
