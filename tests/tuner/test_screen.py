@@ -121,14 +121,14 @@ def test_a_bad_ensemble_ends_the_run_with_exit_2_naming_the_file_and_field(
     assert not (tmp_path / "r").exists()  # refused before anything ran
 
 
-def _real_gear(ensemble: str | None = None, alpha_log2: int = -3) -> Experiment:
+def _real_gear(written: str | None = None, alpha_log2: int = -3) -> Experiment:
     """quick.yaml on the ssh backend (an inventory the screen never reads), its fabric as the
-    twin (``screen.fabric``), ``screen.ensemble`` written only if given."""
+    twin (``screen.fabric``), ``screen.ensemble`` written only if given (``written``)."""
     text = QUICK.read_text()
     fabric = text[text.index("fabric:\n"):text.index("canary:")]
     twin = fabric.replace("fabric:\n", "  fabric:\n").replace("\n  ", "\n    ").replace(
         "buffer_bytes: 12582912}", f"buffer_bytes: 12582912, pfc_alpha_log2: {alpha_log2}}}")
-    screen = "screen:\n  mode: twin\n" + twin + (f"  ensemble: {ensemble}\n" if ensemble else "")
+    screen = "screen:\n  mode: twin\n" + twin + (f"  ensemble: {written}\n" if written else "")
     text = text.replace(fabric, "fabric: {backend: ssh, inventory_file: lab.yaml}\n")
     return parse_experiment(text.replace("screen: {mode: twin}", screen), "lab")
 
