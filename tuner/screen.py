@@ -121,9 +121,9 @@ class TwinScreen:
         self.twin = Twin(exp, spec, switches, field)
         self.members: list[Twin] = []
         self.left_out: list[str] = []  # default copies this twin's ranges cannot take
-        written = "ensemble" in exp.screen.model_fields_set
+        defaults = _defaulted(exp)
         for i, err in enumerate(ensemble(exp)):
-            bad = "" if written else calibrate.problems(spec, err.topology(spec.topology))
+            bad = calibrate.problems(spec, err.topology(spec.topology)) if defaults else ""
             if bad:
                 self.left_out.append(f"twin with {err.label}: {bad}")
                 log.warning("the screen leaves out its default copy of the twin with %s: it "
@@ -171,10 +171,16 @@ def ensemble(exp: Experiment) -> list[ModelError]:
     (``sampler: twin`` alone explores the twin as built)."""
     from tuner.experiment import ModelError
 
-    if "ensemble" in exp.screen.model_fields_set or exp.fabric.backend == "sim" \
-            or exp.screen.mode != "twin":
+    if not _defaulted(exp):
         return list(exp.screen.ensemble)
     return [ModelError(**err) for err in REAL_GEAR_ENSEMBLE]
+
+
+def _defaulted(exp: Experiment) -> bool:
+    """The screen takes ``REAL_GEAR_ENSEMBLE``: a twin of real gear screens, and the file does
+    not write ``screen.ensemble``."""
+    return exp.fabric.backend != "sim" and exp.screen.mode == "twin" \
+        and "ensemble" not in exp.screen.model_fields_set
 
 
 def member_spec(spec: FabricSpec, err: ModelError, i: int) -> FabricSpec:
