@@ -55,7 +55,8 @@ def signatures(sim: Any) -> dict[str, tuple[Any, ...]]:
     i8, u4, f8, b1 = types.int64, types.uint32, types.float64, types.boolean
     rng, lrate = numba.typeof(sim.rng), numba.typeof(state[6].lrate)
     return {
-        "run": (i8, i8, f8, i8, rng, L, S, N, F, G, P, R, X),
+        "run": (i8, i8, f8, i8, rng, numba.typeof(K.state_table(state)),
+                K.state_ref(state)),
         "burst_table": (i8, i8),
         "arrive": (u4, i8, L, S, F),
         "notify": (u4, i8, i8, f8, f8, N, F, L, X),

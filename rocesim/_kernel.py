@@ -1,9 +1,10 @@
 """The compiled inner loop: one call advances the fabric by many fixed time steps.
 
 State lives in the named structures of ``rocesim._state`` (built in
-``rocesim.engine.Simulation._build``); this module only holds numba kernels, so that the Python
-side stays readable. One step is a fixed sequence of phase functions (``run``), each a plain
-function of the structures it reads and writes, so that each can be driven alone in a test.
+``rocesim.engine.Simulation._build``); this module holds the numba kernels (and the table that
+hands them the state), so that the Python side stays readable. One step is a fixed sequence of
+phase functions (``run``), each a plain function of the structures it reads and writes, so that
+each can be driven alone in a test.
 Units inside the kernel: time in µs, data in wire bytes, rates in bytes/µs. numba is used
 because per-step Python overhead dominates small scenarios (see bench/rocesim_bench.py, which
 reports it); ``cache=True`` keeps the JIT cost to the first run on a machine, and
@@ -13,8 +14,17 @@ never divides by zero; S2 ~10 % faster).
 
 from __future__ import annotations
 
+from typing import Any
+
+import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit
+from numba.core import cgutils, types
+from numba.core.datamodel import models, register_default
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
 
 from rocesim._state import (
     ACK_FLOW,
@@ -1205,13 +1215,130 @@ def all_done(gr: GroupState) -> bool:
     return True
 
 
+# ---------------------------------------------------------------- the state handed to run
+# Called from Python with its eight structures (107 arrays), ``run`` needs a CPython wrapper
+# that unboxes each array: compiling that wrapper took 1.1-1.8 s of ``run``'s 3.2-4.1 s
+# compile, the part of a cold first run that no second process can share (docs/benchmarks.md,
+# "First run"). Instead Python writes each field's address, shape and strides (or a scalar's
+# bits) into an int64 table (``state_table``), and ``unpack`` rebuilds the structures inside
+# ``run`` from the table and their numba type (``state_ref``): the same memory, read and
+# written as before. The caller keeps the structures alive for the call and passes the type
+# of the very structures the table was written from; ``unpack`` trusts the two to agree.
+# It lives here because numba's cache of ``run`` is keyed on this file alone.
+
+MAX_NDIM = 3
+COLS = 1 + 2 * MAX_NDIM  # address or scalar bits, shape, strides in bytes
+
+
+class StateRef(types.TypeRef):
+    """The numba type of the structures, passed to ``run`` as a value (``state_ref``).
+
+    Keyed by its name, which spells every field's type, and the structures' classes: numba's
+    dispatcher hashes each argument's type on every call, and hashing the nested tuple type
+    field by field cost ~100 µs per ``Simulation.advance`` (against ~20 µs for the rest)."""
+
+    @property
+    def key(self) -> Any:  # numba declares a Type; any hashable key will do
+        # from attributes every TypeRef has: a StateRef unpickled from numba's cache index
+        # was never constructed here
+        structs: Any = self.instance_type
+        return self.name, tuple(getattr(t, "instance_class", None) for t in structs.types)
+
+
+register_default(StateRef)(models.OpaqueModel)  # as numba's TypeRef: no data
+
+
+def state_ref(state: tuple[Any, ...]) -> StateRef:
+    """``run``'s ``state_type`` argument for ``state``."""
+    return StateRef(numba.typeof(state))
+
+
+def state_table(state: tuple[Any, ...]) -> np.ndarray:
+    """One row per field of each structure, in order: an array's address, shape and strides;
+    a float's IEEE bits or an int's (or bool's) value in column 0."""
+    rows = []
+    for struct in state:
+        for name, v in zip(struct._fields, struct, strict=True):
+            row = [0] * COLS
+            if isinstance(v, np.ndarray):
+                if v.ndim > MAX_NDIM:
+                    raise ValueError(f"{type(struct).__name__}.{name}: {v.ndim} dimensions, "
+                                     f"the kernel takes at most {MAX_NDIM}")
+                row[0] = v.ctypes.data
+                row[1:1 + v.ndim] = v.shape
+                row[1 + MAX_NDIM:1 + MAX_NDIM + v.ndim] = v.strides
+            elif isinstance(v, float):
+                row[0] = int(np.float64(v).view(np.int64))
+            else:
+                row[0] = int(v)
+            rows.append(row)
+    return np.array(rows, dtype=np.int64)
+
+
+def _field(context: Any, builder: ir.IRBuilder, cell: Any, fty: types.Type,
+           where: str) -> Any:
+    """The value of one field of numba type ``fty`` from its table row (``cell(k)``: column k)."""
+    if isinstance(fty, types.Array):
+        if fty.ndim > MAX_NDIM:
+            raise TypingError(f"{where}: {fty.ndim}-d array, at most {MAX_NDIM}")
+        ary = make_array(fty)(context, builder)
+        dtype = context.get_data_type(fty.dtype)
+        populate_array(
+            ary, data=builder.inttoptr(cell(0), dtype.as_pointer()),
+            shape=[cell(1 + d) for d in range(fty.ndim)],
+            strides=[cell(1 + MAX_NDIM + d) for d in range(fty.ndim)],
+            itemsize=context.get_constant(types.intp, context.get_abi_sizeof(dtype)),
+            meminfo=None)
+        return ary._getvalue()
+    if fty == types.float64:
+        return builder.bitcast(cell(0), ir.DoubleType())
+    if fty == types.int64:
+        return cell(0)
+    if fty == types.boolean:
+        return builder.icmp_signed("!=", cell(0), ir.Constant(ir.IntType(64), 0))
+    raise TypingError(f"{where}: {fty} cannot be passed in the state table")
+
+
+def _unpack(typingctx: Any, table: types.Type, state_type: types.Type, index: types.Type) -> Any:
+    """Structure number ``index`` (a constant) of those ``state_table`` wrote into ``table``,
+    as typed in ``state_type`` (a ``TypeRef`` of their tuple). One structure per call: one
+    value of all of them is a ~1000-field aggregate that cost LLVM a second to take apart."""
+    if not (isinstance(table, types.Array) and table.dtype == types.int64 and table.ndim == 2
+            and table.layout == "C"):
+        raise TypingError(f"unpack: the table must be a C-contiguous 2-d int64 array, not {table}")
+    if not isinstance(state_type, types.TypeRef):
+        raise TypingError(f"unpack: state_type must be a type, not {state_type}")
+    if not isinstance(index, types.IntegerLiteral):
+        raise TypingError(f"unpack: index must be a constant, not {index}")
+    structs = state_type.instance_type.types
+    nt = structs[index.literal_value]
+    first = sum(len(s.types) for s in structs[:index.literal_value])
+
+    def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> Any:
+        data = make_array(table)(context, builder, args[0]).data
+        fields = []
+        for k, fty in enumerate(nt.types):
+            base = (first + k) * COLS
+
+            def cell(col: int, base: int = base) -> Any:
+                return builder.load(cgutils.gep(builder, data, base + col))
+            fields.append(_field(context, builder, cell, fty, f"{nt}.{k}"))
+        return context.make_tuple(builder, nt, fields)
+
+    return nt(table, state_type, index), codegen
+
+
+unpack: Any = intrinsic(prefer_literal=True)(_unpack)
+
+
 @njit(cache=True, error_model="numpy", _nrt=False, nogil=True,  # type: ignore[call-overload]
       no_cfunc_wrapper=True)
-def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links: LinkState,
-        switches: SwitchState, nics: NicState, flows: FlowState, groups: GroupState,
-        probe: ProbeState, series: SeriesState, scratch: Scratch) -> int:
+def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, table: np.ndarray,
+        state_type: object) -> int:
     """Advance ``n_steps`` steps from step ``t0``; returns the step reached.
 
+    The structures come as ``state_table`` of them and ``state_ref``, their numba type (see
+    above: a Python entry point taking them one by one made the first compile slower).
     Stops early when every collective finished its iterations (if there are collectives) or at
     ``max_steps``. The phase order is the model (see ``rocesim.engine``'s docstring).
 
@@ -1219,6 +1346,10 @@ def run(n_steps: int, t0: int, dt: float, max_steps: int, rng: np.ndarray, links
     counting the references each phase takes to the structures' arrays doubled the cost of a
     small step (1.1 -> 2.5 µs on S1).
     """
+    links, switches = unpack(table, state_type, 0), unpack(table, state_type, 1)
+    nics, flows = unpack(table, state_type, 2), unpack(table, state_type, 3)
+    groups, probe = unpack(table, state_type, 4), unpack(table, state_type, 5)
+    series, scratch = unpack(table, state_type, 6), unpack(table, state_type, 7)
     ring = flows.transit.shape[0]
     live = flows.live
     t = t0

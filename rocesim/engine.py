@@ -276,6 +276,8 @@ class Simulation:
         self.ts_rate = np.zeros((TS_POINTS, n_links), dtype=np.float32)
         self.lrate = np.zeros((n_links, 2))
         self.rng = np.array([np.uint64(self._rs.integers(0, 2**63))], dtype=np.uint64)
+        self._table_of: object = None  # the structures ``self._table`` was written from
+        self._table: tuple[np.ndarray, object] = (np.zeros((1, 1), np.int64), None)
         with two_processes(self):  # the first compile, on two cores (no-op on a warm cache)
             self.btail, self.bwork, self.bmean = _burst_tables(n_max)
             self.state = self._pack()
@@ -609,7 +611,13 @@ class Simulation:
         if self.done:
             return
         t0 = time.perf_counter()
-        self.t = int(K.run(n, self.t, self.dt, self.max_steps, self.rng, *self.state))
+        # the table holds the structures' addresses: written again for other structures, or
+        # for a copy of this simulation (deepcopy keeps the identity, not the addresses)
+        if (self._table_of is not self.state
+                or self._table[0][0, 0] != self.state[0].cap.ctypes.data):
+            self._table_of = self.state
+            self._table = (K.state_table(self.state), K.state_ref(self.state))
+        self.t = int(K.run(n, self.t, self.dt, self.max_steps, self.rng, *self._table))
         self.wall_s += time.perf_counter() - t0
 
     def inject_cnp(self, flow: int, count: int = 1) -> None:
