@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rocesim_bench import _machine  # bench/ is the script's directory
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- jit:start -->", "<!-- jit:end -->"
@@ -94,7 +96,8 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
     what = f"--trials {trials}" if trials else "as shipped"
     n = len(next(iter(table.values())))
     lines = [START, "## First run (cold numba cache) against a warm run", "",
-             f"Produced by `bench/jit_bench.py` on {now} (load average at end {load:.1f}): "
+             f"Produced by `bench/jit_bench.py` on {now} on {_machine().split(';')[0]} "
+             f"(load average at end {load:.1f}): "
              f"`ecntune run experiments/quick.yaml` ({what}; with MLflow logging, as the README "
              f"runs it, and with `--no-mlflow`), {n} repeats of three runs in rotating order: "
              "*cold* (empty numba cache; the first compile split over two processes, "
@@ -152,8 +155,9 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
               "waited: 5.5-6.5 s against 6.0-7.3 s). `run`'s own compile stays serial: ~2.5 s "
               "that two cores cannot share. Compiling in the background while the run sets up "
               f"would hide little: a warm run's first simulation starts {first_sim:.1f} s into "
-              "the command (measured here, with MLflow). Measured on 2026-12-07 on the host "
-              "of the table (one simulation of the bench's single-switch fabric from an empty "
+              "the command (measured here, with MLflow). Measured on 2026-12-07 on an earlier "
+              "host (family 25 model 17, S2 0.89 s; one simulation of the bench's single-switch "
+              "fabric from an empty "
               "cache, split: 6.3-6.5 s, LLVM 3.2-3.5 s of it under `numba:llvm_lock`): "
               "`run`'s compile is 2.4-2.5 s, 2.0 s of it LLVM on its linked module (function "
               "passes on its own IR 0.4 s, the two module-level O3 rounds numba runs after "
@@ -162,7 +166,14 @@ def render(table: dict[bool, list[Runs]], trials: int | None, first_sim: float) 
               "(7.2 s against 6.8-7.2 s: numba links and re-optimises the callees' code "
               "either way); running only numba's first O3 round on `run`'s module saved 0.9 "
               "s (5.6 s) but made the kernel 5-7 % slower (S2 0.94 s against 0.89 s, S3 2.14 "
-              "against 1.99).",
+              "against 1.99). Measured on the host of the table: `run`'s Python entry point "
+              "unboxed the 107 arrays of the eight structures, and compiling it was 1.1-1.8 s "
+              "of `run`'s 3.3-4.1 s compile (`run` compiled with and without it, 3 pairs); "
+              "`run` now takes one table of the arrays' addresses and the structures' numba "
+              "type (`state_table` and `unpack` in `rocesim/_kernel.py`; bit-identical). One "
+              "simulation of quick_leaf_spine.yaml from an empty cache, 5 pairs alternating "
+              "with the version before: `run`'s compile median 3.86 -> 3.59 s (paired "
+              "differences +0.06 to -1.51 s, median -0.50 s).",
               END]
     return "\n".join(lines) + "\n"
 
