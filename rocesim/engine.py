@@ -611,12 +611,13 @@ class Simulation:
         if self.done:
             return
         t0 = time.perf_counter()
-        # the table holds the structures' addresses: written again for other structures, or
-        # for a copy of this simulation (deepcopy keeps the identity, not the addresses)
-        if (self._table_of is not self.state
-                or self._table[0][0, 0] != self.state[0].cap.ctypes.data):
-            self._table_of = self.state
-            self._table = (K.state_table(self.state), K.state_ref(self.state))
+        # the table holds only the structures' addresses (``state`` keeps the arrays alive for
+        # the call): written again for other structures, or for a copy of this simulation
+        # (deepcopy keeps the identity, not the addresses)
+        state = self.state
+        if self._table_of is not state or self._table[0][0, 0] != state[0].cap.ctypes.data:
+            self._table_of = state
+            self._table = (K.state_table(state), K.state_ref(state))
         self.t = int(K.run(n, self.t, self.dt, self.max_steps, self.rng, *self._table))
         self.wall_s += time.perf_counter() - t0
 
