@@ -41,6 +41,7 @@ import datetime as _dt
 import math
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -191,12 +192,6 @@ def truth(exp: Any, settings: list[dict[str, int]]) -> list[str]:
     return out
 
 
-# The uncertainty-aware screen measured beside the twin as built (``screen.ensemble``): a copy
-# either side of the errors the issue names where they have two sides, each with its own seed;
-# what a twin of real gear gets by default.
-ENSEMBLE: list[dict[str, float]] = list(REAL_GEAR_ENSEMBLE)
-
-
 def screen(exp: Any, ensemble: list[dict[str, float]] | None = None) -> Any:
     """The screen for ``exp``: the twin as built, with the copies of ``ensemble``."""
     from tuner.experiment import ModelError
@@ -226,7 +221,9 @@ def measure(path: str, n: int) -> list[dict[str, Any]]:
     skips = {fam: [built.verdict(v) is not None for v in settings]
              for fam, settings in families.items()}
     t1 = time.process_time()
-    copies = screen(exp, ENSEMBLE)
+    # the uncertainty-aware screen beside the twin as built: the copies a twin of real gear
+    # gets by default (a copy either side of each error the issue names, own seeds)
+    copies = screen(exp, list(REAL_GEAR_ENSEMBLE))
     ens = {fam: [copies.verdict(v) is not None for v in settings]
            for fam, settings in families.items()}
     cost = {"experiment": exp.name, "family": "cost", "settings": sum(map(len, families.values())),
@@ -252,7 +249,7 @@ def measure(path: str, n: int) -> list[dict[str, Any]]:
     return [*rows, cost]
 
 
-def _yaml(ensemble: list[dict[str, float]]) -> str:
+def _yaml(ensemble: Iterable[dict[str, float]]) -> str:
     return "[" + ", ".join("{" + ", ".join(f"{k}: {v:g}" for k, v in e.items()) + "}"
                            for e in ensemble) + "]"
 
@@ -274,8 +271,8 @@ def render(rows: list[dict[str, Any]], n: int) -> str:
              "limits applied to all three). "
              "Each is screened once by the twin as built (nominal "
              "fabric, another seed) and once by the same twin with the copies of "
-             f"`screen.ensemble: {_yaml(ENSEMBLE)}` (each copy with a seed of its own; a "
-             "storm in any copy screens a setting, a busbw loss only one every copy "
+             f"`screen.ensemble: {_yaml(REAL_GEAR_ENSEMBLE)}` (each copy with a seed of its "
+             "own; a storm in any copy screens a setting, a busbw loss only one every copy "
              "predicts), then measured on a canary whose fabric is built wrong, "
              f"one error at a time, on {PLACEMENTS} placements. The twin's fabric seed "
              "differs from the canary's in every row (the ECMP hash seed, and the "
