@@ -14,6 +14,7 @@ never divides by zero; S2 ~10 % faster).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numba
@@ -26,6 +27,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
+from rocesim import _state
 from rocesim._state import (
     ACK_FLOW,
     ACTIVE,
@@ -89,6 +91,30 @@ from rocesim._state import (
     SeriesState,
     SwitchState,
 )
+
+# numba keys its cache of this module's functions on this file alone, yet compiles the column
+# constants imported above from ``_state`` into their code: edited there alone, they would
+# leave a warm cache running the kernel with the old columns. So an edit of them stops the
+# import until their fingerprint is copied here, which changes this file and re-keys the cache.
+STATE_FINGERPRINT = "1e5e0ce2844567a0"
+
+
+def state_fingerprint() -> str:
+    """A digest of ``_state``'s integer constants (names and values)."""
+    consts = sorted((k, v) for k, v in vars(_state).items() if k.isupper() and isinstance(v, int))
+    return hashlib.sha256(repr(consts).encode()).hexdigest()[:16]
+
+
+def check_state_fingerprint() -> None:
+    got = state_fingerprint()
+    if got != STATE_FINGERPRINT:
+        raise ImportError(
+            f"rocesim/_state.py's column constants changed (fingerprint {got}, the kernel was "
+            f"written for {STATE_FINGERPRINT}): check rocesim/_kernel.py against them and set "
+            f'STATE_FINGERPRINT = "{got}" there, which also re-keys numba\'s cache of the kernel')
+
+
+check_state_fingerprint()
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

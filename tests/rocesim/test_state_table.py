@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 from typing import NamedTuple
 
 import numba
@@ -114,3 +115,19 @@ def test_bad_input_is_named() -> None:
     state = _state()
     with pytest.raises(TypingError, match="index must be a constant"):
         not_constant(state_table(state), state_ref(state), 0)
+
+
+def test_a_state_constant_edited_alone_stops_the_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba keys the kernel's cache on _kernel.py alone and compiles _state's column constants
+    into it: one edited in _state.py alone must stop the import, not run the cached kernel with
+    the old columns."""
+    from rocesim import _state
+    assert K.state_fingerprint() == K.STATE_FINGERPRINT
+    monkeypatch.setattr(_state, "NFF", _state.NFF + 1)  # a column added
+    with pytest.raises(ImportError, match=r'set STATE_FINGERPRINT = "[0-9a-f]{16}" there'):
+        K.check_state_fingerprint()
+    # and loading the module makes the check
+    spec = importlib.util.spec_from_file_location("kernel_again", K.__file__)
+    assert spec is not None and spec.loader is not None
+    with pytest.raises(ImportError, match="rocesim/_state.py's column constants changed"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
