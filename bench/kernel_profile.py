@@ -1,0 +1,241 @@
+"""Where rocesim's kernel spends its time, by function and by source line (#24).
+
+perf samples bench scenarios (bench/rocesim_bench.py's ``s1``, ``quick``, ``s2``, ``s4``,
+``s3``) while they run a build of the kernel with line numbers, and each sample inside ``run``
+is mapped to a line of rocesim/_kernel.py through the DWARF line table of that build's object
+code, and so to the function the line is in (the helpers are inlined into ``run``). The build
+is of a copy of rocesim in a temporary folder, with ``debug=True, boundscheck=False`` added to
+its numba decorators and a numba cache of its own: the same code, compiled with line numbers,
+and nothing of it reaches the project's cache. Needs Linux ``perf`` (``perf_event_paranoid``
+<= 2 or root) and binutils ``objdump``. Run::
+
+    .venv/bin/python bench/kernel_profile.py [s2 s3 ...] [--runs N] [--no-write]
+
+Writes its section of docs/benchmarks.md (between ``<!-- kernel-profile:start -->`` and
+``<!-- kernel-profile:end -->``; other sections are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import datetime as _dt
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from doc_sections import write_section  # noqa: E402
+from rocesim_bench import _machine  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- kernel-profile:start -->", "<!-- kernel-profile:end -->"
+DECORATOR = 'njit(cache=True, error_model="numpy",'
+NAMES = {"s1": "S1", "quick": "tuner quick trial", "s2": "S2", "s4": "S4", "s3": "S3"}
+TOP_LINES = 12
+# What was tried against this profile (prose of the section: measured by hand, dated).
+TRIED = (
+    "Tried against this profile on 2026-12-07 on the host above, in alternating pairs with "
+    "the kernel of the time (S2 best of 3, S3 one run per pair): the flows' float and int "
+    "state in C order instead of Fortran order: S2 no different, S3 slower "
+    "(3.8-4.6 s against 3.2-3.8 s); the transit ring as [flow, slot, hop], so that a flow's "
+    "arrivals and its next sends share a cache line (bit-identical): best of 4 S2 1.30 against "
+    "1.33 s, S3 3.15 against 3.29 s, inside this host's spread; `marking` fused into "
+    "`injection`'s pass over each port's QPs (not bit-identical: the marking draws and the "
+    "ingress sums in another order): slower, S2 1.53-1.90 against 1.32-1.66 s, S3 3.54-3.99 "
+    "against 3.11-3.64 s. None was kept. The cost per live flow-step is flat from 4,032 to "
+    "261,632 flows (the rocesim section's scaling curve) while the state grows from ~1 MB to "
+    "far past this host's 32 MB L3: the step is not bound by memory (its instructions and "
+    "branches are the likelier cost; this host's perf has no hardware counters to tell).")
+
+# The scenario's process: compiles the line-numbered kernel into its own cache, hands over the
+# object code and where ``run`` was loaded, then runs the scenario once the parent says "go"
+# (perf attached by then).
+_CHILD = """
+import sys, time
+import rocesim_bench as B
+from rocesim import _kernel as K
+name, runs, obj = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+scenario = getattr(B, name)
+scenario()
+(ov,) = K.run.overloads.values()
+with open(obj, "wb") as f:
+    f.write(ov.library._get_compiled_object())  # numba's: the object code it compiled here
+print("ready", ov.library.get_pointer_to_function(ov.fndesc.llvm_func_name), flush=True)
+sys.stdin.readline()
+for _ in range(runs):
+    print("wall", scenario().wall_s, flush=True)
+"""
+
+
+def debug_copy(dst: Path) -> Path:
+    """rocesim and the bench's scenarios copied into ``dst``, the kernel's numba decorators with
+    line numbers; returns the copy's _kernel.py (its lines are the original's)."""
+    shutil.copytree(ROOT / "rocesim", dst / "rocesim",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (dst / "bench").mkdir()
+    for name in ("rocesim_bench.py", "doc_sections.py"):
+        shutil.copy(ROOT / "bench" / name, dst / "bench" / name)
+    kernel = dst / "rocesim" / "_kernel.py"
+    src = kernel.read_text()
+    if DECORATOR not in src:
+        raise SystemExit(f"rocesim/_kernel.py has no {DECORATOR!r} left to add line numbers to")
+    kernel.write_text(src.replace(DECORATOR, DECORATOR + " debug=True, boundscheck=False,"))
+    return kernel
+
+
+def line_table(obj: Path) -> tuple[list[int], list[int | None], int]:
+    """Offsets of ``run``'s instructions (the object's first function), the source line of
+    each, and the function's length in bytes."""
+    dis = subprocess.run(["objdump", "-d", "-l", "--no-show-raw-insn", str(obj)],
+                         capture_output=True, text=True, check=True).stdout
+    offs: list[int] = []
+    lines: list[int | None] = []
+    line: int | None = None
+    inside = False
+    for text in dis.splitlines():
+        if re.match(r"^[0-9a-f]{16} <", text):
+            if inside:
+                break
+            inside = int(text[:16], 16) == 0
+            continue
+        if not inside:
+            continue
+        m = re.match(r"^/\S+_kernel\.py:(\d+)", text)
+        if m:
+            line = int(m.group(1))
+            continue
+        m = re.match(r"^\s+([0-9a-f]+):\s", text)
+        if m:
+            offs.append(int(m.group(1), 16))
+            lines.append(line)
+    if not offs:
+        raise SystemExit(f"objdump found no instructions of run in {obj}")
+    return offs, lines, offs[-1] + 16
+
+
+def functions_of(source: list[str]) -> dict[int, str]:
+    """The function each line number of ``source`` is in."""
+    out, cur = {}, "?"
+    for i, text in enumerate(source, 1):
+        m = re.match(r"def (\w+)", text)
+        if m:
+            cur = m.group(1)
+        out[i] = cur
+    return out
+
+
+def profile(name: str, runs: int, tmp: Path) -> dict:
+    kernel = debug_copy(tmp / name)
+    obj, data = tmp / f"{name}.o", tmp / f"{name}.perf"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / f"{name}-cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp / name / "bench"), str(tmp / name)]))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, name, str(runs), str(obj)],
+                             cwd=tmp / name, env=env, text=True, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    ready = child.stdout.readline().split()
+    if ready[:1] != ["ready"]:
+        child.kill()
+        raise SystemExit(f"{name}: the scenario's process did not start (exit {child.wait()})")
+    addr = int(ready[1])
+    perf = subprocess.Popen(["perf", "record", "-q", "-F", "2999", "-p", str(child.pid),
+                             "-o", str(data)], stderr=subprocess.PIPE)
+    time.sleep(1.0)  # perf attaches
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    walls = [float(t.split()[1]) for t in child.stdout if t.startswith("wall")]
+    child.wait()
+    if perf.poll() is None:
+        perf.send_signal(signal.SIGINT)
+    perf_rc = perf.wait()
+    if not data.exists():
+        raise SystemExit(f"{name}: perf record failed (exit {perf_rc}; perf_event_paranoid "
+                         f"above 2?): {perf.stderr.read().decode()[-500:] if perf.stderr else ''}")
+    ips = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    offs, lines, size = line_table(obj)
+    source = kernel.read_text().splitlines()
+    fn_of = functions_of(source)
+    by_line: collections.Counter[int] = collections.Counter()
+    for ip in ips:
+        off = int(ip, 16) - addr
+        if 0 <= off < size:
+            line = lines[bisect.bisect_right(offs, off) - 1]
+            if line:
+                by_line[line] += 1
+    in_run = sum(by_line.values())
+    by_fn: collections.Counter[str] = collections.Counter()
+    for line, n in by_line.items():
+        by_fn[fn_of.get(line, "?")] += n
+    return {"name": name, "walls": walls, "samples": len(ips), "in_run": in_run,
+            "by_fn": by_fn, "by_line": by_line, "source": source, "fn_of": fn_of}
+
+
+def render(profiles: list[dict], runs: int, machine: str) -> str:
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cols = [NAMES.get(p["name"], p["name"]) for p in profiles]
+    out = [
+        "## Where the kernel spends its time", "",
+        f"Produced by `bench/kernel_profile.py` on {now} on {machine}: perf samples (2999 Hz) "
+        f"of {runs} runs of each scenario of the rocesim section, with a build of the kernel "
+        "that carries line numbers; each sample inside `run` is attributed to the line of "
+        "rocesim/_kernel.py it executes and to the function that line is in (the helpers are "
+        "inlined into `run`). Shares are of the samples inside `run`. A sample lands on the "
+        "instruction after the one that stalled, and optimised code interleaves lines: read a "
+        "line's share as its neighbourhood's.", "",
+        "| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols),
+        "| runs' wall s (this build) | " + " | ".join(
+            ", ".join(f"{w:.2f}" for w in p["walls"]) for p in profiles) + " |",
+        "| samples in `run` / in the process | " + " | ".join(
+            f"{p['in_run']} / {p['samples']}" for p in profiles) + " |",
+    ]
+    total: collections.Counter[str] = collections.Counter()
+    for p in profiles:
+        for fn, n in p["by_fn"].items():
+            total[fn] += n / max(1, p["in_run"])
+    for fn, _ in total.most_common():
+        shares = [p["by_fn"].get(fn, 0) / max(1, p["in_run"]) for p in profiles]
+        if max(shares) < 0.005:
+            continue
+        out.append(f"| `{fn}` | " + " | ".join(f"{100 * s:.1f} %" for s in shares) + " |")
+    out += ["", TRIED]
+    for p in profiles:
+        out += ["", f"{NAMES.get(p['name'], p['name'])}, the {TOP_LINES} hottest lines:", "",
+                "| share | line | function | code |", "|---|---|---|---|"]
+        for line, n in p["by_line"].most_common(TOP_LINES):
+            code = p["source"][line - 1].strip().split("  #")[0].replace("|", "\\|")
+            out.append(f"| {100 * n / max(1, p['in_run']):.1f} % | {line} | "
+                       f"`{p['fn_of'].get(line, '?')}` | `{code}` |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenarios", nargs="*", default=["s2", "s3"], choices=list(NAMES))
+    ap.add_argument("--runs", type=int, default=3, help="runs of each scenario under perf")
+    ap.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
+    args = ap.parse_args()
+    for tool in ("perf", "objdump"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed")
+    with tempfile.TemporaryDirectory(prefix="kernel-profile-") as tmp:
+        profiles = [profile(name, max(1, args.runs), Path(tmp)) for name in args.scenarios]
+    text = render(profiles, max(1, args.runs), _machine())
+    print(text)
+    if not args.no_write:
+        write_section(DOC, START, END, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
