@@ -53,15 +53,16 @@ TRIED = (
     "`injection`'s pass over each port's QPs (not bit-identical: the marking draws and the "
     "ingress sums in another order): slower, S2 1.53-1.90 against 1.32-1.66 s, S3 3.54-3.99 "
     "against 3.11-3.64 s. None was kept. The cost per live flow-step is flat from 4,032 to "
-    "261,632 flows (the rocesim section's scaling curve) while the state grows from ~1 MB to "
-    "far past this host's 32 MB L3: the step is not bound by memory (its instructions and "
-    "branches are the likelier cost; this host's perf has no hardware counters to tell).")
+    "261,632 flows (the rocesim section's scaling curve) while the state grows from 15 to "
+    "153 MB, from within this host's 32 MB L3 to far past it: the step is not bound by "
+    "memory (its instructions and branches are the likelier cost; this host's perf has no "
+    "hardware counters to tell).")
 
 # The scenario's process: compiles the line-numbered kernel into its own cache, hands over the
 # object code and where ``run`` was loaded, then runs the scenario once the parent says "go"
 # (perf attached by then).
 _CHILD = """
-import sys, time
+import sys
 import rocesim_bench as B
 from rocesim import _kernel as K
 name, runs, obj = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -94,19 +95,20 @@ def debug_copy(dst: Path) -> Path:
 
 
 def line_table(obj: Path) -> tuple[list[int], list[int | None], int]:
-    """Offsets of ``run``'s instructions (the object's first function), the source line of
-    each, and the function's length in bytes."""
+    """Offsets of ``run``'s instructions from its start, the source line of each, and the
+    function's length in bytes."""
     dis = subprocess.run(["objdump", "-d", "-l", "--no-show-raw-insn", str(obj)],
                          capture_output=True, text=True, check=True).stdout
     offs: list[int] = []
     lines: list[int | None] = []
     line: int | None = None
-    inside = False
+    inside, start = False, 0
     for text in dis.splitlines():
         if re.match(r"^[0-9a-f]{16} <", text):
             if inside:
                 break
-            inside = int(text[:16], 16) == 0
+            inside = "<_ZN7rocesim7_kernel3run" in text  # not its CPython wrapper
+            start = int(text[:16], 16)
             continue
         if not inside:
             continue
@@ -116,7 +118,7 @@ def line_table(obj: Path) -> tuple[list[int], list[int | None], int]:
             continue
         m = re.match(r"^\s+([0-9a-f]+):\s", text)
         if m:
-            offs.append(int(m.group(1), 16))
+            offs.append(int(m.group(1), 16) - start)
             lines.append(line)
     if not offs:
         raise SystemExit(f"objdump found no instructions of run in {obj}")
