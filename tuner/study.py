@@ -205,17 +205,16 @@ class StudyResult:
     startup_trials: int = 0
 
     @property
+    def rolled_back(self) -> tuple[int, int]:
+        """(rolled back, proposed) among the sampler's proposals after its start-up trials."""
+        after = [t for t in self.trials if t.role == "proposal"][self.startup_trials:]
+        return sum(t.verdict.startswith("rolled_back") for t in after), len(after)
+
+    @property
     def rolled_back_share(self) -> float | None:
         """Rolled-back share of the sampler's proposals after its start-up trials."""
-        return rolled_back_share(self.trials, self.startup_trials)
-
-
-def rolled_back_share(trials: list[TrialOutcome], startup: int) -> float | None:
-    """Share of proposals rolled back, after the first ``startup`` (random) proposals."""
-    after = [t for t in trials if t.role == "proposal"][startup:]
-    if not after:
-        return None
-    return sum(t.verdict.startswith("rolled_back") for t in after) / len(after)
+        k, n = self.rolled_back
+        return k / n if n else None
 
 
 def load_for_resume(storage: str, study: str | None) -> tuple[str, str]:
