@@ -130,6 +130,8 @@ def test_calibrate_recovers_a_planted_buffer_error_and_run_uses_it(
     assert saved["declared"] == {"buffer_bytes": DECLARED, "link_delay_us": 1.0}
     assert saved["taken"] == {} and saved["overrides"]["link_delay_us"] == 1.0
     assert "fitted to the measurements" in r.output and "buffer_bytes" in r.output
+    assert f"{DECLARED:,}" in r.output  # bytes as written in the file, not 1.2e+07
+    assert "raised to its metric's floor first" in r.output  # so a residual against 0 reads
     # the fit closes the gap it was given, on every metric the issue names (busbw, probe
     # p50/p99, ECN marks, PFC pause): every residual smaller than before
     before, after = saved["residuals_declared"], saved["residuals_fitted"]

@@ -100,9 +100,10 @@ def command(experiment: Path, replicates: int) -> None:
         how = (f"the canary: {origin[k]}" if k in taken
                else "kept as declared: no measured metric moves with it"
                if k in f.unidentified else "fitted to the measurements")
-        click.echo(f"  {k:<16}{declared[k]:>14g}{v:>14g}{_factor(k, v, declared[k]):>9}   {how}")
+        click.echo(f"  {k:<16}{_value(declared[k]):>14}{_value(v):>14}"
+                   f"{_factor(k, v, declared[k]):>9}   {how}")
     click.echo(f"  {'metric':<16}{'canary':>12}{'twin declared':>15}{'twin fitted':>13}"
-               "   residual (log twin/canary) declared -> fitted")
+               "   residual ln(twin/canary) declared -> fitted")
     before, after = f.residuals_declared, f.residuals_fitted
     for k, name in NAMES.items():
         if k not in measured:
@@ -111,9 +112,22 @@ def command(experiment: Path, replicates: int) -> None:
                else "(at its floor on both: not fitted)")
         click.echo(f"  {name:<16}{measured[k]:>12.3g}{f.twin_declared.get(k, 0):>15.3g}"
                    f"{f.twin_fitted.get(k, 0):>13.3g}   {res}")
+    click.echo("  (each side raised to its metric's floor first, so that 0 compares: "
+               + ", ".join(_floor(NAMES[k], cal.FLOORS[k]) for k in NAMES) + ")")
     for note in notes:
         click.echo(f"  note: {note}")
     click.echo(f"written to {path}; `ecntune run` builds the twin with the fitted values")
+
+
+def _floor(name: str, floor: float) -> str:
+    """"busbw GB/s", 0.01 -> "busbw 0.01 GB/s"."""
+    what, unit = name.rsplit(" ", 1)
+    return f"{what} {floor:g} {unit}"
+
+
+def _value(v: float) -> str:
+    """Whole quantities (bytes, µs of delay) as written in the experiment file."""
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:g}"
 
 
 def _factor(key: str, now: float, declared: float) -> str:
