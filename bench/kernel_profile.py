@@ -56,7 +56,13 @@ TRIED = (
     "261,632 flows (the rocesim section's scaling curve) while the state grows from 15 to "
     "153 MB, from within this host's 32 MB L3 to far past it: the step is not bound by "
     "memory (its instructions and branches are the likelier cost; this host's perf has no "
-    "hardware counters to tell).")
+    "hardware counters to tell)."
+    " Also not kept: telling LLVM that no two state arrays overlap (each array's address "
+    "returned by a `noalias` function in `unpack`, bit-identical once the addresses escape; "
+    "before that LLVM took the arrays for memory local to `run` and dropped stores made at "
+    "its end, which moved the time series by a point): 3 alternating pairs, S2 1.33-1.58 "
+    "against 1.27-1.50 s, S3 3.09-3.35 against 2.88-3.37 s; possible aliasing is not what "
+    "holds the step back.")
 
 # The scenario's process: compiles the line-numbered kernel into its own cache, hands over the
 # object code and where ``run`` was loaded, then runs the scenario once the parent says "go"
