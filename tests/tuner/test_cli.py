@@ -51,7 +51,7 @@ def test_run_show_export_in_process(tiny: Tiny, tmp_path: Path) -> None:
     flat = " ".join(r.output.split())  # the console wraps long lines
     # the search's own numbers are selection-biased for the trial they picked, and say so
     assert ("the search's measurements: baseline (trial 0) vs" in flat
-            and "picked as the best of these, so its change reads high" in flat)
+            and "among the best here, so its change reads high" in flat)
     assert "rolled back by a safety stop: 0 of 2 proposals (0%)" in flat
     verdict = (f"winner: trial {win.number}" if win is not None
                else "nothing beat the baseline")  # what the study stored, printed

@@ -111,12 +111,12 @@ def summary_table(res: StudyResult) -> Table:
     base = res.baseline
     best = res.winner or res.best
     which = "winner" if res.winner is not None else "best candidate, unconfirmed"
-    # the trial was picked as the best of these very measurements, so its change reads high
+    # the trial was picked among the best of these very measurements, so its change reads high
     # (winner's curse): the confirmation on fresh placements, printed below, is the estimate
     t = Table(title=f"the search's measurements: baseline (trial 0) vs {which} (trial "
                     f"{best.number if best else '-'}), means over {res.repeats} paired "
-                    "replicates; picked as the best of these, so its change reads high: the "
-                    "confirmation below is the estimate")
+                    "replicates; a candidate for measuring among the best here, so its change "
+                    "reads high: the confirmation below is the estimate")
     t.add_column("metric")
     t.add_column("baseline", justify="right")
     t.add_column("best", justify="right")
