@@ -11,8 +11,8 @@ and nothing of it reaches the project's cache. Needs Linux ``perf`` (``perf_even
 
 What perf cannot count on a virtual machine without hardware counters, valgrind's cachegrind
 counts by simulation: instructions, branches and their mispredictions, and data cache misses,
-per live flow-step of the scaling curve's all-to-all (the build the project runs, in a numba
-cache of its own, since numba keys its cache on the CPU valgrind presents): a run to the end
+in the compiled code, per live flow-step of the scaling curve's all-to-all (the build the
+project runs on this host, compiled natively into a numba cache of its own): a run to the end
 less a run of one step. Needs ``valgrind``. Run::
 
     .venv/bin/python bench/kernel_profile.py [s2 s3 ...] [--runs N] [--no-write]
@@ -62,25 +62,41 @@ TRIED = (
     "261,632 flows (the rocesim section's scaling curve) while the state grows from 15 to "
     "153 MB, from within this host's 32 MB L3 to far past it: the step is not bound by "
     "memory. What bounds it is the number of instructions it executes (the counts above: "
-    "at 60-70 ns per live flow-step, 3.3-4.0 instructions per cycle at this host's nominal "
+    "at 60-70 ns per live flow-step, over 3 instructions per cycle at this host's nominal "
     "2.45 GHz, with under 2 mispredicted branches and almost no misses past L1). Where they "
-    "go (callgrind with the line-numbered build, on 2026-12-07, the 64-NIC all-to-all, per "
-    "live flow-step, 572 in `run`): `mark` 197, `arrive` 139, `injection` 78, `_waterfill` "
-    "42, `offer` 36, `send` 31, `run` 19, `sending_rate` 10. About 100 of `mark`'s and 44 of "
-    "`arrive`'s are their per-flow preambles (lines 837-839 and 536): the address of the "
-    "flow's row in each per-flow array the phase reads, from a base and a row length "
-    "reloaded from the stack, since `run` holds more arrays than there are registers. Fewer "
-    "per-flow arrays, or row lengths known at compile time, would cut those; that refactor "
-    "is not made here. Moving `mark`'s rarely taken CE-mark path (the binomial draw and the "
-    "mark's delay to the NP) into a function of its own, out of line, left the count as it "
-    "was (576 against 572 per live flow-step, bit-identical): LLVM had not hoisted that "
-    "path's addresses into the preamble."
-    " Also not kept: telling LLVM that no two state arrays overlap (each array's address "
-    "returned by a `noalias` function in `unpack`, bit-identical once the addresses escape; "
-    "before that LLVM took the arrays for memory local to `run` and dropped stores made at "
-    "its end, which moved the time series by a point): 3 alternating pairs, S2 1.33-1.58 "
-    "against 1.27-1.50 s, S3 3.09-3.35 against 2.88-3.37 s; possible aliasing is not what "
-    "holds the step back.")
+    "went before the change below (callgrind with the line-numbered build, on 2026-12-07, "
+    "the 64-NIC all-to-all, per live flow-step, 572 in `run`): `mark` 197, `arrive` 139, "
+    "`injection` 78, `_waterfill` 42, `offer` 36, `send` 31, `run` 19, `sending_rate` 10. "
+    "About 90 of `mark`'s and 44 of `arrive`'s are their per-flow preambles (lines 837-839 "
+    "and 536): the address of the flow's row in each per-flow array the phase reads and of "
+    "its class's column in each per-link array, from bases and widths reloaded from the "
+    "stack, since `run` holds more arrays than there are registers. Kept: the class axis "
+    "(always 2 wide) of the six [link, class] arrays `arrive` and `mark` read at every hop, "
+    "compiled as a constant (`CONST_DIMS` in rocesim/_kernel.py, checked by `state_table`; "
+    "bit-identical): counted as in the table, 567 -> 539 instructions per live flow-step "
+    "on the 64-NIC all-to-all and 571 -> 548 on S2; callgrind, 544 in `run`: `mark` 184, "
+    "`arrive` 133, `injection` 77, `_waterfill` 41, `offer` 32, `send` 29, `run` 15, "
+    "`sending_rate` 10; in alternating pairs on this host, S2 (best of 3, 8 pairs) 1.17-1.45 "
+    "s, median 1.24, against 1.32-1.68 s, median 1.46, and S3 (5 pairs) 2.88-4.07 s, median "
+    "3.27, against 3.35-4.21 s, median 3.64. Tried with it, counted the same way on the "
+    "64-NIC all-to-all, and not kept: `lrate`'s axis too, 605 against 539; the flows' float "
+    "and int state in C order with constant widths, 551; and, counted with the all-to-all "
+    "stepped 50 µs at a time by hand (693,504 live flow-steps, where the bench's loop counts "
+    "697,536; 542 with the six): every class axis constant (17 arrays), 554; the per-flow "
+    "arrays' hop axis too (this fabric's 4), 547; `mark` skipping its loop's set-up for a "
+    "flow with nothing queued at any hop, 580 against 570 before the change. LLVM's "
+    "register allocation decides what a constant saves, and the "
+    "savings do not add up: a constant for every fixed axis is not the refactor that cuts "
+    "the preambles, fewer per-flow arrays might be. Earlier attempts, counted over the whole "
+    "process (which moves by up to ~25 % between identical runs, now that the counts are "
+    "repeated; the table counts the compiled code alone): moving `mark`'s rarely taken "
+    "CE-mark path out of line, 576 against 572, no measured difference. Also not kept: "
+    "telling LLVM that no two state arrays overlap (each array's address returned by a "
+    "`noalias` function in `unpack`, bit-identical once the addresses escape; before that "
+    "LLVM took the arrays for memory local to `run` and dropped stores made at its end, "
+    "which moved the time series by a point): 3 alternating pairs, S2 1.33-1.58 against "
+    "1.27-1.50 s, S3 3.09-3.35 against 2.88-3.37 s; possible aliasing is not what holds the "
+    "step back.")
 
 # The scenario's process: compiles the line-numbered kernel into its own cache, hands over the
 # object code and where ``run`` was loaded, then runs the scenario once the parent says "go"
@@ -107,43 +123,69 @@ _COUNT_CHILD = """
 import sys
 import rocesim_bench as B
 from rocesim import Simulation
-sim = Simulation(*B._a2a(int(sys.argv[1])))
-sim.advance(sim.dt)  # loads the kernel: one step
-flow_steps = 0
-while sys.argv[2] == "full" and not sim.done:
-    live, t = int(sim.n_live[0]), sim.t
-    sim.advance(50.0)
-    flow_steps += live * (sim.t - t)
-print("flow_steps", flow_steps)
+fab, wl = B._a2a(int(sys.argv[1]))
+if sys.argv[2] == "full":
+    print("flow_steps", B._run("", fab, wl, chunk_us=50.0).flow_steps)
+else:
+    sim = Simulation(fab, wl)
+    sim.advance(sim.dt)  # loads the kernel and runs one step
 """
-COUNTS = {"I   refs": "instructions", "Branches": "branches", "Mispredicts": "mispredicted",
-          "D1  misses": "L1 data misses", "LLd misses": "last-level data misses"}
+# What the table reports, as sums of cachegrind's events.
+COUNTS = {"instructions": ("Ir",), "branches": ("Bc", "Bi"),
+          "mispredicted": ("Bcm", "Bim"), "L1 data misses": ("D1mr", "D1mw"),
+          "last-level data misses": ("DLmr", "DLmw")}
+
+
+def jit_events(out: Path) -> dict[str, int]:
+    """cachegrind's events summed over the code without symbols (``???``): numba's compiled
+    functions, which the kernel is nearly all of; the interpreter, numpy and the libraries have
+    symbols. Counting the whole process instead moved a run's instructions per flow-step by
+    ~20 % between identical runs (the interpreter's start-up and teardown)."""
+    names: list[str] = []
+    got: collections.Counter[str] = collections.Counter()
+    fn = None
+    for line in out.read_text().splitlines():
+        if line.startswith("events:"):
+            names = line.split()[1:]
+        elif line.startswith("fn="):
+            fn = line[3:]
+        elif fn == "???" and line[:1].isdigit():
+            # (a line may leave out its trailing zero counts)
+            for name, v in zip(names, line.split()[1:], strict=False):
+                got[name] += int(v)
+    return got
 
 
 def cachegrind(nics: int, tmp: Path) -> dict[str, float]:
-    """Per live flow-step of ``_a2a(nics)`` run to the end, what cachegrind counts (less a
-    one-step run: the start-up, the import and the kernel's load)."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / "count-cache"),
+    """Per live flow-step of ``_a2a(nics)`` run to the end, what cachegrind counts in the
+    compiled kernel (less a one-step run: the kernel's load and the set-up's compiled code).
+
+    The kernel is compiled natively, for this host's CPU name and features stated to numba, so
+    valgrind (which presents another CPU) runs the build the project runs here from the cache."""
+    import llvmlite.binding as llvm
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / "count-cache"), PYTHONHASHSEED="0",
+               NUMBA_CPU_NAME=llvm.get_host_cpu_name(),
+               NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten(),
                PYTHONPATH=os.pathsep.join([str(ROOT / "bench"), str(ROOT)]))
+    child = [sys.executable, "-c", _COUNT_CHILD, str(nics)]
+    subprocess.run(child + ["one"], env=env, cwd=tmp, check=True, capture_output=True)
 
     def counts(mode: str) -> tuple[dict[str, int], int]:
+        out = tmp / f"cg-{nics}-{mode}.out"
         r = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes",
-                            "--branch-sim=yes", f"--cachegrind-out-file={tmp / 'cg.out'}",
-                            sys.executable, "-c", _COUNT_CHILD, str(nics), mode],
+                            "--branch-sim=yes", f"--cachegrind-out-file={out}", *child, mode],
                            env=env, cwd=tmp, capture_output=True, text=True)
         steps = re.search(r"flow_steps (\d+)", r.stdout)
-        if r.returncode != 0 or steps is None:
+        if r.returncode != 0 or (mode == "full" and steps is None):
             raise SystemExit(f"cachegrind, {nics} NICs, {mode}: exit {r.returncode}: "
                              f"{r.stderr[-500:]}")
-        got = {}
-        for key in COUNTS:
-            m = re.search(rf"{re.escape(key)}:\s+([\d,]+)", r.stderr)
-            if m is None:
-                raise SystemExit(f"cachegrind printed no {key!r} (valgrind too old?)")
-            got[key] = int(m.group(1).replace(",", ""))
-        return got, int(steps.group(1))
+        events = jit_events(out)
+        if "Ir" not in events or "Bcm" not in events:
+            raise SystemExit(f"cachegrind, {nics} NICs: no compiled code counted in {out}")
+        return {k: sum(events[e] for e in ev) for k, ev in COUNTS.items()}, \
+            int(steps.group(1)) if steps else 0
 
-    counts("one")  # compiles the kernel for the CPU valgrind presents, into the cache above
     one, _ = counts("one")
     full, flow_steps = counts("full")
     return {"nics": nics, "flow_steps": flow_steps,
@@ -259,7 +301,7 @@ def render_counts(rows: list[dict[str, float]]) -> list[str]:
     out = ["", "Counted by cachegrind (simulated; the L1 and last-level caches as valgrind "
            "takes them from this host), per live flow-step of the scaling curve's all-to-all, "
            "the kernel as the project builds it:", "",
-           "| NICs | live flow-steps | " + " | ".join(COUNTS.values()) + " |",
+           "| NICs | live flow-steps | " + " | ".join(COUNTS) + " |",
            "|---|---|" + "---|" * len(COUNTS)]
     for r in rows:
         out.append(f"| {r['nics']:.0f} | {r['flow_steps']:,.0f} | "

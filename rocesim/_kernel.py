@@ -1255,6 +1255,15 @@ def all_done(gr: GroupState) -> bool:
 
 MAX_NDIM = 3
 COLS = 1 + 2 * MAX_NDIM  # address or scalar bits, shape, strides in bytes
+# Trailing dimensions ``run`` compiles as constants (``state_table`` checks them): numba
+# indexes a C-contiguous array through its shape, and the class axis of the [link, class]
+# arrays that ``arrive`` and ``mark`` read at each hop of each flow, known, saves reloading its
+# width at every access: 570 -> 542 instructions per live flow-step of the 64-NIC all-to-all
+# (bench/kernel_profile.py's count). Not every class axis: all 17 gave 554, LLVM's register
+# allocation deciding the rest.
+CONST_DIMS = {("LinkState", "q"): (2,), ("LinkState", "ing"): (2,),
+              ("LinkState", "arr_lim"): (2,), ("Scratch", "serve_frac"): (2,),
+              ("Scratch", "pmark"): (2,), ("Scratch", "qseen"): (2,)}
 
 
 class StateRef(types.TypeRef):
@@ -1288,9 +1297,14 @@ def state_table(state: tuple[Any, ...]) -> np.ndarray:
         for name, v in zip(struct._fields, struct, strict=True):
             row = [0] * COLS
             if isinstance(v, np.ndarray):
+                where = f"{type(struct).__name__}.{name}"
                 if v.ndim > MAX_NDIM:
-                    raise ValueError(f"{type(struct).__name__}.{name}: {v.ndim} dimensions, "
+                    raise ValueError(f"{where}: {v.ndim} dimensions, "
                                      f"the kernel takes at most {MAX_NDIM}")
+                const = CONST_DIMS.get((type(struct).__name__, name), ())
+                if const and v.shape[v.ndim - len(const):] != const:
+                    raise ValueError(f"{where}: shape {v.shape}, the kernel is compiled for "
+                                     f"[..., {', '.join(map(str, const))}]")
                 row[0] = v.ctypes.data
                 row[1:1 + v.ndim] = v.shape
                 row[1 + MAX_NDIM:1 + MAX_NDIM + v.ndim] = v.strides
@@ -1303,8 +1317,9 @@ def state_table(state: tuple[Any, ...]) -> np.ndarray:
 
 
 def _field(context: Any, builder: ir.IRBuilder, cell: Any, fty: types.Type,
-           where: str) -> Any:
-    """The value of one field of numba type ``fty`` from its table row (``cell(k)``: column k)."""
+           where: str, const: tuple[int, ...] = ()) -> Any:
+    """The value of one field of numba type ``fty`` from its table row (``cell(k)``: column k),
+    an array's last ``len(const)`` dimensions the constants ``const``."""
     if isinstance(fty, types.Array):
         if fty.ndim > MAX_NDIM:
             raise TypingError(f"{where}: {fty.ndim}-d array, at most {MAX_NDIM}")
@@ -1312,7 +1327,8 @@ def _field(context: Any, builder: ir.IRBuilder, cell: Any, fty: types.Type,
         dtype = context.get_data_type(fty.dtype)
         populate_array(
             ary, data=builder.inttoptr(cell(0), dtype.as_pointer()),
-            shape=[cell(1 + d) for d in range(fty.ndim)],
+            shape=[cell(1 + d) for d in range(fty.ndim - len(const))]
+            + [context.get_constant(types.intp, n) for n in const],
             strides=[cell(1 + MAX_NDIM + d) for d in range(fty.ndim)],
             itemsize=context.get_constant(types.intp, context.get_abi_sizeof(dtype)),
             meminfo=None)
@@ -1349,7 +1365,8 @@ def _unpack(typingctx: Any, table: types.Type, state_type: types.Type, index: ty
 
             def cell(col: int, base: int = base) -> Any:
                 return builder.load(cgutils.gep(builder, data, base + col))
-            fields.append(_field(context, builder, cell, fty, f"{nt}.{k}"))
+            const = CONST_DIMS.get((nt.instance_class.__name__, nt.fields[k]), ())
+            fields.append(_field(context, builder, cell, fty, f"{nt}.{k}", const))
         return context.make_tuple(builder, nt, fields)
 
     return nt(table, state_type, index), codegen

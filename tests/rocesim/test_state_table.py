@@ -117,6 +117,45 @@ def test_bad_input_is_named() -> None:
         not_constant(state_table(state), state_ref(state), 0)
 
 
+def test_declared_trailing_dimensions_are_compiled_in_and_checked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dimension in ``CONST_DIMS`` reaches the kernel as a constant, not from the table (the
+    table's shape cell, altered after the check, is not read), and ``state_table`` refuses an
+    array whose shape differs from it, naming the field."""
+    monkeypatch.setattr(K, "CONST_DIMS", {("One", "grid"): (4,)})
+
+    @numba.njit(cache=False)
+    def width(table: np.ndarray, ref: StateRef) -> tuple[int, int, float]:
+        grid = unpack(table, ref, 0).grid
+        return grid.shape[0], grid.shape[1], grid[2, 3]
+
+    state = _state()
+    table = state_table(state)
+    assert width(table, state_ref(state)) == (3, 4, 11.0)
+    table[0, 2] = 9  # grid's second dimension in the table
+    assert width(table, state_ref(state)) == (3, 4, 11.0)
+    wide = (One(np.zeros((3, 5)), 0.0, 0, False), state[1])
+    with pytest.raises(ValueError, match=r"One\.grid: shape \(3, 5\), the kernel is compiled "
+                                         r"for \[\.\.\., 4\]"):
+        state_table(wide)
+
+
+def test_the_simulations_state_has_the_declared_dimensions() -> None:
+    """Every declared field exists in the structures, and a simulation's arrays have the
+    declared trailing dimensions (state_table would refuse them otherwise)."""
+    from rocesim import _state
+    for (struct, name), dims in K.CONST_DIMS.items():
+        assert name in getattr(_state, struct)._fields, (struct, name)
+        assert all(d > 0 for d in dims)
+    fab = Fabric(Topology(kind="single_switch", hosts_per_leaf=2))
+    sim = Simulation(fab, Workload(collectives=[Collective("all_reduce", 2**16,
+                                                           fab.nic_names)]), max_time_us=5)
+    sim.run()
+    structs = {type(s).__name__: s for s in sim._table_of}
+    for (struct, name), dims in K.CONST_DIMS.items():
+        assert getattr(structs[struct], name).shape[-len(dims):] == dims, (struct, name)
+
+
 def test_a_state_constant_edited_alone_stops_the_import(monkeypatch: pytest.MonkeyPatch) -> None:
     """numba keys the kernel's cache on _kernel.py alone and compiles _state's column constants
     into it: one edited in _state.py alone must stop the import, not run the cached kernel with
