@@ -299,8 +299,9 @@ def profile(name: str, runs: int, tmp: Path) -> dict:
 
 def render_counts(rows: list[dict[str, float]]) -> list[str]:
     out = ["", "Counted by cachegrind (simulated; the L1 and last-level caches as valgrind "
-           "takes them from this host), per live flow-step of the scaling curve's all-to-all, "
-           "the kernel as the project builds it:", "",
+           "takes them from this host) in the compiled code alone, per live flow-step of the "
+           "scaling curve's all-to-all, on the kernel as the project builds it on this host:",
+           "",
            "| NICs | live flow-steps | " + " | ".join(COUNTS) + " |",
            "|---|---|" + "---|" * len(COUNTS)]
     for r in rows:
