@@ -140,7 +140,7 @@ def jit_events(out: Path) -> dict[str, int]:
     """cachegrind's events summed over the code without symbols (``???``): numba's compiled
     functions, which the kernel is nearly all of; the interpreter, numpy and the libraries have
     symbols. Counting the whole process instead moved a run's instructions per flow-step by
-    ~20 % between identical runs (the interpreter's start-up and teardown)."""
+    up to ~25 % between identical runs (the interpreter's start-up and teardown)."""
     names: list[str] = []
     got: collections.Counter[str] = collections.Counter()
     fn = None
