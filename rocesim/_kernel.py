@@ -1258,9 +1258,9 @@ COLS = 1 + 2 * MAX_NDIM  # address or scalar bits, shape, strides in bytes
 # Trailing dimensions ``run`` compiles as constants (``state_table`` checks them): numba
 # indexes a C-contiguous array through its shape, and the class axis of the [link, class]
 # arrays that ``arrive`` and ``mark`` read at each hop of each flow, known, saves reloading its
-# width at every access: 570 -> 542 instructions per live flow-step of the 64-NIC all-to-all
-# (bench/kernel_profile.py's count). Not every class axis: all 17 gave 554, LLVM's register
-# allocation deciding the rest.
+# width at every access: 567 -> 539 instructions per live flow-step of the 64-NIC all-to-all
+# (bench/kernel_profile.py's count). Not every class axis: with all 17 the count was 12 above
+# these six's, LLVM's register allocation deciding the rest (docs/benchmarks.md).
 CONST_DIMS = {("LinkState", "q"): (2,), ("LinkState", "ing"): (2,),
               ("LinkState", "arr_lim"): (2,), ("Scratch", "serve_frac"): (2,),
               ("Scratch", "pmark"): (2,), ("Scratch", "qseen"): (2,)}
