@@ -96,7 +96,16 @@ TRIED = (
     "LLVM took the arrays for memory local to `run` and dropped stores made at its end, "
     "which moved the time series by a point): 3 alternating pairs, S2 1.33-1.58 against "
     "1.27-1.50 s, S3 3.09-3.35 against 2.88-3.37 s; possible aliasing is not what holds the "
-    "step back.")
+    "step back."
+    ' Counted in the compiled code on the 64-NIC all-to-all against 539, on 2026-12-07, '
+    "and not kept: numba's fix-up of negative indices left out of the kernel (every index"
+    " taken as non-negative, which the kernel's are), 596; `back` and `pacc` in one "
+    "[flow, hop, 2] array, so that `mark` finds both from one row, 554; LLVM's loop "
+    'vectoriser off, 543 (numba already leaves the SLP vectoriser off). '
+    'Nor is the time elsewhere: on S2 `run` is 98 % of the scenario (cProfile: 1.70 of '
+    '1.73 s; building the simulation 16 ms), and 0.4 % of its live flow-steps have '
+    'nothing in flight (85,504 of 22,880,000, stepped one step at a time), so skipping '
+    'idle flows would save nothing.')
 
 # The scenario's process: compiles the line-numbered kernel into its own cache, hands over the
 # object code and where ``run`` was loaded, then runs the scenario once the parent says "go"
