@@ -105,7 +105,20 @@ TRIED = (
     'Nor is the time elsewhere: on S2 `run` is 98 % of the scenario (cProfile: 1.70 of '
     '1.73 s; building the simulation 16 ms), and 0.4 % of its live flow-steps have '
     'nothing in flight (85,504 of 22,880,000, stepped one step at a time), so skipping '
-    'idle flows would save nothing.')
+    'idle flows would save nothing.'
+    " Where S2's time goes by phase of the scenario (3 runs on this host, timed in chunks"
+    ' of 100 µs): the all-to-all, 3.8 ms of simulated time with 4,288 live flows, '
+    "0.87-1.05 s (53-64 ns per live flow-step); the ring all-reduce's remaining 26.5 ms "
+    'with 256 flows, 0.49-0.60 s (72-88 ns per live flow-step), 34-38 % of the run. In '
+    "that phase the passes over the 192 links take a third of the time (perf, S2's all-"
+    'reduce alone, 3 runs: `service` 15.8 %, `pfc` 8.9 %, `arrival_limits` 3.2 %, `_wrr` '
+    '2.4 %, `record` 1.3 %, `probes` 1.2 %). Counted in the compiled code on S2 against '
+    '547.5 instructions per live flow-step, and not kept: `arrival_limits` fused into '
+    "`pfc`'s pass over the links (one pass fewer), 555.8; `pfc` compiled on its own, "
+    '557.1; `pfc` and `service`, 558.2. Every change to `run` moves the register '
+    'allocation of its per-flow loops, and the kernel as it stands is the best of many '
+    'such variants: a new one should be expected to count more by chance, and a gain has '
+    'to beat that spread (about 10 instructions per live flow-step here).')
 
 # The scenario's process: compiles the line-numbered kernel into its own cache, hands over the
 # object code and where ``run`` was loaded, then runs the scenario once the parent says "go"
