@@ -140,17 +140,21 @@ for _ in range(runs):
 """
 
 
-# The scaling curve's all-to-all of N NICs, one step or to the end (prints its live flow-steps).
+# The scaling curve's all-to-all of N NICs: one step ("one"), to the end ("full"), or its live
+# flow-steps counted (outside valgrind: counting is a run of its own).
 _COUNT_CHILD = """
 import sys
 import rocesim_bench as B
 from rocesim import Simulation
 fab, wl = B._a2a(int(sys.argv[1]))
+sim = Simulation(fab, wl)
 if sys.argv[2] == "full":
-    print("flow_steps", B._run("", fab, wl, chunk_us=50.0).flow_steps)
-else:
-    sim = Simulation(fab, wl)
+    while not sim.done:
+        sim.advance(50.0)
+elif sys.argv[2] == "one":
     sim.advance(sim.dt)  # loads the kernel and runs one step
+else:
+    print("flow_steps", B.live_flow_steps(fab, wl))
 """
 # What the table reports, as sums of cachegrind's events.
 COUNTS = {"instructions": ("Ir",), "branches": ("Bc", "Bi"),
@@ -191,25 +195,24 @@ def cachegrind(nics: int, tmp: Path) -> dict[str, float]:
                NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten(),
                PYTHONPATH=os.pathsep.join([str(ROOT / "bench"), str(ROOT)]))
     child = [sys.executable, "-c", _COUNT_CHILD, str(nics)]
-    subprocess.run(child + ["one"], env=env, cwd=tmp, check=True, capture_output=True)
+    counted = subprocess.run(child + ["count"], env=env, cwd=tmp, check=True,
+                             capture_output=True, text=True).stdout  # compiles into the cache
+    flow_steps = int(counted.split()[1])
 
-    def counts(mode: str) -> tuple[dict[str, int], int]:
+    def counts(mode: str) -> dict[str, int]:
         out = tmp / f"cg-{nics}-{mode}.out"
         r = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes",
                             "--branch-sim=yes", f"--cachegrind-out-file={out}", *child, mode],
                            env=env, cwd=tmp, capture_output=True, text=True)
-        steps = re.search(r"flow_steps (\d+)", r.stdout)
-        if r.returncode != 0 or (mode == "full" and steps is None):
+        if r.returncode != 0:
             raise SystemExit(f"cachegrind, {nics} NICs, {mode}: exit {r.returncode}: "
                              f"{r.stderr[-500:]}")
         events = jit_events(out)
         if "Ir" not in events or "Bcm" not in events:
             raise SystemExit(f"cachegrind, {nics} NICs: no compiled code counted in {out}")
-        return {k: sum(events[e] for e in ev) for k, ev in COUNTS.items()}, \
-            int(steps.group(1)) if steps else 0
+        return {k: sum(events[e] for e in ev) for k, ev in COUNTS.items()}
 
-    one, _ = counts("one")
-    full, flow_steps = counts("full")
+    one, full = counts("one"), counts("full")
     return {"nics": nics, "flow_steps": flow_steps,
             **{k: (full[k] - one[k]) / max(1, flow_steps) for k in COUNTS}}
 
