@@ -166,7 +166,9 @@ def open_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
                               heartbeat_stale_trial_callback=(
                                   optuna.storages.RetryHeartbeatStaleTrialCallback()))
             st = optuna.storages.RDBStorage(url, **kwargs)
-    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ArgumentError) as exc:
+    # DatabaseError: OperationalError (unreachable, refused) and a file that is not, or no
+    # longer, a database (truncated, overwritten)
+    except (sqlalchemy.exc.DatabaseError, sqlalchemy.exc.ArgumentError) as exc:
         why = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise ConfigError(f"storage {storage_url.hide(url)}: cannot open it: {why}") from None
     _STORAGES[key] = st

@@ -108,6 +108,27 @@ def test_run_refuses_while_the_journal_is_dirty(tiny: Tiny, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
 
 
+def test_a_broken_study_store_is_one_plain_line_exit_2(tiny: Tiny, tmp_path: Path) -> None:
+    """optuna.db truncated (a full disk, a copy cut short) or overwritten: every command that
+    reads it names the store and what is wrong, exit 2, no traceback."""
+    exp, text = tiny(trials=1)
+    path = _write(tmp_path, text)
+    assert CliRunner().invoke(main, ["run", str(path), "--study", "b1", "--quiet"]).exit_code == 0
+    db = exp.results_path / "optuna.db"
+    whole = db.read_bytes()
+    res = str(exp.results_path)
+    for broken, why in ((whole[:5000], "database disk image is malformed"),
+                        (b"not a database at all", "file is not a database")):
+        db.write_bytes(broken)
+        optuna_io._STORAGES.clear()  # one storage object per URL and process
+        for args in (["show", "b1", "--results", res], ["export", "b1", "--results", res],
+                     ["run", str(path), "--study", "b2", "--quiet"]):
+            r = CliRunner().invoke(main, args)
+            assert r.exit_code == 2, (args, r.output, r.exception)
+            assert f"{db.name}: cannot open it: {why}" in r.output, (args, r.output)
+            assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
 def test_export_render_golden() -> None:
     base = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5,
             "rpg_ai_rate": 5, "min_time_between_cnps": 0, "rpg_gd": 11}
