@@ -289,8 +289,9 @@ def machine_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def sim_bytes(exp: Experiment) -> tuple[int, str]:
-    """A (generous) estimate of the simulation's memory, and the field that dominates it."""
+def sim_bytes(exp: Experiment) -> tuple[float, str]:
+    """A (generous) estimate of the simulation's memory, and the field that dominates it (a
+    float: finite fields can still multiply past any integer, e.g. max_time_us 1e308)."""
     topo, wl, fab = exp.fabric.topology, exp.workload, exp.fabric
     leaves = {"leaf_spine": topo.leaves, "three_tier": topo.leaves * topo.pods}.get(topo.kind, 1)
     nics = topo.hosts_per_leaf * (1 if topo.rails else topo.nics_per_host) * leaves
@@ -311,7 +312,7 @@ def sim_bytes(exp: Experiment) -> tuple[int, str]:
     links = nics + leaves * topo.spines * 2 + topo.super_spines * topo.pods * 2
     terms["fabric.topology"] = links * 64_000.0
     worst = max(terms, key=lambda k: terms[k])
-    return int(sum(terms.values())), worst
+    return sum(terms.values()), worst
 
 
 def _size_problems(exp: Experiment) -> list[str]:
@@ -321,7 +322,8 @@ def _size_problems(exp: Experiment) -> list[str]:
     have = machine_bytes()
     if need <= have // 2:
         return []
-    return [f"{worst}: the simulation would need ~{_gib(need)} of memory, more than half of "
+    size = "more than an EiB" if need >= 2**60 else f"~{_gib(need)}"
+    return [f"{worst}: the simulation would need {size} of memory, more than half of "
             f"this machine's {_gib(have)} -- lower fabric.max_time_us, raise the probe "
             "interval_us or shrink the topology / collective"]
 
