@@ -147,14 +147,13 @@ import sys
 import rocesim_bench as B
 from rocesim import Simulation
 fab, wl = B._a2a(int(sys.argv[1]))
-sim = Simulation(fab, wl)
-if sys.argv[2] == "full":
-    while not sim.done:
-        sim.advance(50.0)
-elif sys.argv[2] == "one":
-    sim.advance(sim.dt)  # loads the kernel and runs one step
-else:
+if sys.argv[2] == "count":
     print("flow_steps", B.live_flow_steps(fab, wl))
+else:
+    sim = Simulation(fab, wl)
+    sim.advance(sim.dt)  # loads the kernel and runs one step
+    while sys.argv[2] == "full" and not sim.done:
+        sim.advance(50.0)
 """
 # What the table reports, as sums of cachegrind's events.
 COUNTS = {"instructions": ("Ir",), "branches": ("Bc", "Bi"),
