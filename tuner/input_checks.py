@@ -322,7 +322,7 @@ def _size_problems(exp: Experiment) -> list[str]:
     have = machine_bytes()
     if need <= have // 2:
         return []
-    size = "more than an EiB" if need >= 2**60 else f"~{_gib(need)}"
+    size = f"~{_gib(need)}" if math.isfinite(need) else "more than 1e308 bytes"
     return [f"{worst}: the simulation would need {size} of memory, more than half of "
             f"this machine's {_gib(have)} -- lower fabric.max_time_us, raise the probe "
             "interval_us or shrink the topology / collective"]
