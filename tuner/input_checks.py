@@ -397,7 +397,11 @@ def inventory_problems(inv: Inventory, source: str) -> list[str]:
                            "remove it and use the SSH agent or a key file (key_file)")
         if t.key_file is not None:
             path = Path(os.path.expanduser(t.key_file))
-            if path.is_dir():
+            why = _unlookable(path)
+            if why:
+                out.append(f"{source}: {where}.key_file: {why} -- fix the path, or drop "
+                           "key_file to use the SSH agent")
+            elif path.is_dir():
                 out.append(f"{source}: {where}.key_file: {t.key_file} is a directory, not a "
                            "key file -- give the private key file inside it")
             elif not path.is_file():
@@ -407,7 +411,11 @@ def inventory_problems(inv: Inventory, source: str) -> list[str]:
                 out.append(f"{source}: {where}.key_file: {t.key_file} is not readable -- fix "
                            "its permissions (chmod 600, owned by you)")
     kh = Path(os.path.expanduser(inv.ssh.known_hosts))
-    if not inv.ssh.trust_on_first_use and not kh.exists():
+    why = _unlookable(kh)
+    if why:
+        out.append(f"{source}: ssh.known_hosts: {why} -- point it at an OpenSSH known_hosts "
+                   "file")
+    elif not inv.ssh.trust_on_first_use and not kh.exists():
         out.append(f"{source}: ssh.known_hosts: {inv.ssh.known_hosts} does not exist -- add "
                    "the hosts' keys with ssh-keyscan, or set ssh.trust_on_first_use: true")
     elif kh.exists() and str(kh) != os.devnull and not kh.is_file():
@@ -415,6 +423,16 @@ def inventory_problems(inv: Inventory, source: str) -> list[str]:
         out.append(f"{source}: ssh.known_hosts: {inv.ssh.known_hosts} is not a regular file -- "
                    "point it at an OpenSSH known_hosts file")
     return out
+
+
+def _unlookable(path: Path) -> str:
+    """Why ``path`` cannot even be looked up (a name too long for the file system, ...), or
+    "" (Python 3.11's ``Path.exists`` raises for those instead of answering)."""
+    try:
+        path.exists()
+    except OSError as exc:
+        return f"cannot be looked up ({exc.strerror or type(exc).__name__})"
+    return ""
 
 
 def inventory_source(exp: Experiment, source: str) -> str:
