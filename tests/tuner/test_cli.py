@@ -129,6 +129,23 @@ def test_a_broken_study_store_is_one_plain_line_exit_2(tiny: Tiny, tmp_path: Pat
             assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
+def test_a_path_name_too_long_for_the_file_system_is_exit_2(tiny: Tiny, tmp_path: Path) -> None:
+    """The experiment file, results folder or inventory named past the file system's limit
+    (255 bytes a name): one line naming the path, shortened, exit 2, no traceback."""
+    exp, text = tiny(trials=1)
+    long = tmp_path / ("x" * 300)
+    path = _write(tmp_path, text)
+    inv = _write(tmp_path, text.replace("backend: sim", f"backend: ssh\n  inventory_file: {long}"))
+    for args in (["run", str(long) + ".yaml"], ["run", str(path), "--results", str(long)],
+                 ["show", "s", "--results", str(long)], ["preflight", str(inv)]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, (args, r.output, r.exception)
+        out = r.output.strip()
+        assert "Traceback" not in out and len(out.splitlines()) == 1 and len(out) < 300, out
+        assert out.startswith("ecntune: ConfigError: ") and out.endswith(
+            "characters): file name too long for the file system -- shorten the path"), out
+
+
 def test_export_render_golden() -> None:
     base = {"kmin_bytes": 1_048_576, "kmax_bytes": 2_097_152, "pmax_percent": 5,
             "rpg_ai_rate": 5, "min_time_between_cnps": 0, "rpg_gd": 11}

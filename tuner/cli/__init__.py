@@ -17,6 +17,7 @@ inside the command functions so ``ecntune --help`` stays fast.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import sys
@@ -69,6 +70,15 @@ def handle_errors(fn: F) -> F:
             kind = type(exc).__name__ if not isinstance(exc, KeyboardInterrupt) else "Interrupted"
             click.echo(f"ecntune: {kind}: {exc}", err=True)
             sys.exit(code)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            # a path given on the command line or in a file that the file system refuses
+            name = str(exc.filename)
+            shown = name if len(name) <= 80 else f"{name[:60]}... ({len(name)} characters)"
+            click.echo(f"ecntune: ConfigError: {shown}: file name too long for the file "
+                       "system -- shorten the path", err=True)
+            sys.exit(EXIT_INPUT)
 
     return wrapper  # type: ignore[return-value]
 
